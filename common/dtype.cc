@@ -1,0 +1,89 @@
+#include "common/dtype.h"
+
+#include <cmath>
+
+namespace ringserve {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+  }
+  return 0;
+}
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+  }
+  return "?";
+}
+
+std::optional<DType> ParseDType(std::string_view name) {
+  if (name == "F32") return DType::kF32;
+  if (name == "F16") return DType::kF16;
+  if (name == "BF16") return DType::kBF16;
+  return std::nullopt;
+}
+
+float HalfToFloat(uint16_t bits) {
+  const uint32_t sign = (bits >> 15) & 1u;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  float magnitude;
+  if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+  } else if (exponent == 31) {
+    magnitude = mantissa ? NAN : INFINITY;
+  } else {
+    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
+  }
+  return sign ? -magnitude : magnitude;
+}
+
+uint16_t FloatToHalf(float value) {
+  uint32_t word;
+  std::memcpy(&word, &value, sizeof(word));
+  const uint16_t sign = static_cast<uint16_t>((word >> 16) & 0x8000u);
+  const uint32_t abs_word = word & 0x7fffffffu;
+  if (abs_word > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs_word >= 0x477ff000u) return sign | 0x7c00u;  // overflow to inf (incl. inf)
+  if (abs_word < 0x38800000u) {                        // subnormal or zero in half
+    float abs_value;
+    std::memcpy(&abs_value, &abs_word, sizeof(abs_value));
+    return sign | static_cast<uint16_t>(std::nearbyint(abs_value * 16777216.0f));
+  }
+  // Normal: rebias exponent 127 -> 15 and round the 13 dropped mantissa bits to nearest even.
+  uint32_t half = (abs_word - 0x38000000u) >> 13;
+  const uint32_t dropped = abs_word & 0x1fffu;
+  if (dropped > 0x1000u || (dropped == 0x1000u && (half & 1u))) ++half;
+  return sign | static_cast<uint16_t>(half);
+}
+
+void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return;
+    case DType::kF16: {
+      const auto* in = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = HalfToFloat(in[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const auto* in = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = BF16ToFloat(in[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace ringserve
