@@ -1,0 +1,121 @@
+// The coordinator's engine as the client-facing APIs see it (gRPC Generate, OpenAI HTTP,
+// metrics, dashboard). The ring implementation lives behind it; the APIs never see stages.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ringserve {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  std::optional<uint64_t> seed;
+  int max_tokens = 16;
+  std::vector<std::string> stop;        // stop strings, matched on detokenized text
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
+  bool ignore_eos = false;
+};
+
+struct GenerateRequest {
+  std::string request_id;  // unique per running request; names it in logs and errors
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+// One streamed update. Deltas concatenate to the full output; the last event has finished set.
+struct GenerateEvent {
+  std::vector<int32_t> token_ids;  // new tokens since the last event
+  std::string text_delta;          // new text, never a broken UTF-8 sequence, stop strings cut
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  Usage usage;
+  absl::Status error;  // set when finish_reason == kError
+};
+
+struct StageStats {
+  int index = 0;
+  std::string endpoint;
+  int first_layer = 0;
+  int last_layer = 0;
+  double busy_fraction = 0;  // busy time / wall time over the recent window
+  double mean_step_ms = 0;   // mean busy time per micro-batch
+  int micro_batches_in_flight = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t bytes_sent = 0;   // activation bytes to the next stage, cumulative
+  std::string load_status;  // start-up progress ("loading 3/12 tensors", "ready")
+};
+
+// One micro-batch's trip through one stage, for the dashboard's timeline.
+struct StageSpan {
+  uint64_t micro_batch_id = 0;
+  int stage_index = 0;
+  int64_t start_us = 0;  // coordinator clock, microseconds since engine start
+  int64_t end_us = 0;
+  int num_tokens = 0;
+};
+
+struct RequestStats {
+  int64_t requests_finished = 0;
+  int64_t requests_failed = 0;
+  int64_t requests_cancelled = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  int queue_depth = 0;  // waiting, not yet admitted
+  int running = 0;
+  double tokens_per_second = 0;  // generated, recent window
+};
+
+struct RingStats {
+  std::vector<StageStats> stages;
+  RequestStats requests;
+  std::vector<StageSpan> recent_spans;  // last few seconds, oldest first
+};
+
+struct ModelInfo {
+  std::string model_id;  // directory name or configured name
+  std::string architecture;
+  int num_layers = 0;
+  int vocab_size = 0;
+  int max_context = 0;
+  std::vector<int32_t> eos_token_ids;
+};
+
+// Thread-safe. Callbacks run on engine threads: they must return quickly and must not call
+// back into the engine synchronously.
+class Engine {
+ public:
+  using EventCallback = std::function<void(const GenerateEvent&)>;
+  virtual ~Engine() = default;
+
+  // Queues a request; `on_event` receives every update and exactly one event with finished.
+  // InvalidArgument (empty prompt, prompt longer than the context, bad sampling values,
+  // duplicate request id) is returned synchronously and no callback follows.
+  virtual absl::Status Submit(GenerateRequest request, EventCallback on_event) = 0;
+  // Stops a request (client went away); frees its KV blocks; its callback gets a finished
+  // event with kCancelled. Unknown ids are ignored.
+  virtual void Cancel(const std::string& request_id) = 0;
+
+  virtual absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
+                                                        bool add_special_tokens) = 0;
+  virtual std::string Detokenize(const std::vector<int32_t>& ids) = 0;
+  virtual ModelInfo Info() = 0;
+  virtual RingStats Stats() = 0;
+};
+
+}  // namespace ringserve
