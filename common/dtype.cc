@@ -73,14 +73,15 @@ void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {
     case DType::kF32:
       std::memcpy(dst, src, count * sizeof(float));
       return;
-    case DType::kF16: {
-      const auto* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = HalfToFloat(in[i]);
-      return;
-    }
+    case DType::kF16:
     case DType::kBF16: {
-      const auto* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = BF16ToFloat(in[i]);
+      // Byte-wise loads: a tensor in a hand-made file may start at an odd offset.
+      const auto* in = static_cast<const unsigned char*>(src);
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, in + 2 * i, sizeof(bits));
+        dst[i] = dtype == DType::kF16 ? HalfToFloat(bits) : BF16ToFloat(bits);
+      }
       return;
     }
   }

@@ -1,0 +1,347 @@
+#include "stage/model/model_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "kernels/cpu/ops.h"
+#include "nlohmann/json.hpp"
+
+namespace ringserve {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::Status Invalid(const std::string& source, const std::string& what) {
+  return absl::InvalidArgumentError(fmt::format("{}: {}", source, what));
+}
+
+// Reads an integer field; `required` fields must be present and non-null.
+absl::StatusOr<std::optional<int64_t>> GetInt(const Json& j, const std::string& key,
+                                              const std::string& source, bool required) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) return Invalid(source, fmt::format("missing required field \"{}\"", key));
+    return std::optional<int64_t>();
+  }
+  if (!it->is_number_integer()) {
+    return Invalid(source, fmt::format("field \"{}\" must be an integer, got {}", key, it->dump()));
+  }
+  return std::optional<int64_t>(it->get<int64_t>());
+}
+
+absl::StatusOr<std::optional<double>> GetNumber(const Json& j, const std::string& key,
+                                                const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::optional<double>();
+  if (!it->is_number()) {
+    return Invalid(source, fmt::format("field \"{}\" must be a number, got {}", key, it->dump()));
+  }
+  return std::optional<double>(it->get<double>());
+}
+
+absl::StatusOr<bool> GetBool(const Json& j, const std::string& key, bool fallback,
+                             const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) {
+    return Invalid(source,
+                   fmt::format("field \"{}\" must be true or false, got {}", key, it->dump()));
+  }
+  return it->get<bool>();
+}
+
+absl::StatusOr<int> GetPositive(const Json& j, const std::string& key, const std::string& source) {
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> value, GetInt(j, key, source, /*required=*/true));
+  if (*value <= 0 || *value > (int64_t{1} << 30)) {
+    return Invalid(source,
+                   fmt::format("field \"{}\" must be a positive integer, got {}", key, *value));
+  }
+  return static_cast<int>(*value);
+}
+
+absl::StatusOr<Architecture> ParseArchitecture(const Json& j, const std::string& source) {
+  auto it = j.find("architectures");
+  if (it == j.end() || !it->is_array() || it->size() != 1 || !(*it)[0].is_string()) {
+    return Invalid(source, "\"architectures\" must be a list with one name");
+  }
+  const std::string name = (*it)[0].get<std::string>();
+  for (Architecture a :
+       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3}) {
+    if (ArchitectureName(a) == name) return a;
+  }
+  return absl::InvalidArgumentError(fmt::format(
+      "{}: unsupported architecture \"{}\" (supported: LlamaForCausalLM, MistralForCausalLM, "
+      "Qwen2ForCausalLM, Qwen3ForCausalLM)",
+      source, name));
+}
+
+// RoPE: transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}; older files write
+// "rope_theta" plus an optional "rope_scaling" {rope_type|type, ...}.
+absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
+  RopeConfig rope;
+  const Json* params = nullptr;
+  std::string params_key;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = j.find(key);
+    if (it != j.end() && !it->is_null()) {
+      if (!it->is_object()) return Invalid(source, fmt::format("\"{}\" must be an object", key));
+      params = &*it;
+      params_key = key;
+      break;
+    }
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<double> theta, GetNumber(j, "rope_theta", source));
+  if (params != nullptr) {
+    RS_ASSIGN_OR_RETURN(std::optional<double> inner_theta,
+                        GetNumber(*params, "rope_theta", source));
+    if (inner_theta) theta = inner_theta;
+  }
+  if (theta) rope.theta = *theta;
+  if (!(rope.theta > 1.0) || !std::isfinite(rope.theta)) {
+    return Invalid(source, fmt::format("rope_theta must be > 1, got {}", rope.theta));
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<double> partial, GetNumber(j, "partial_rotary_factor", source));
+  if (params != nullptr && !partial) {
+    RS_ASSIGN_OR_RETURN(partial, GetNumber(*params, "partial_rotary_factor", source));
+  }
+  if (partial && *partial != 1.0) {
+    return Invalid(source, fmt::format("unsupported partial_rotary_factor {}", *partial));
+  }
+  if (params == nullptr) return rope;
+
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    auto it = params->find(key);
+    if (it != params->end() && !it->is_null()) {
+      if (!it->is_string())
+        return Invalid(source, fmt::format("{}.{} must be a string", params_key, key));
+      type = it->get<std::string>();
+      break;
+    }
+  }
+  if (type == "default") return rope;
+  RS_ASSIGN_OR_RETURN(std::optional<double> factor, GetNumber(*params, "factor", source));
+  if (!factor || !(*factor > 0)) {
+    return Invalid(
+        source, fmt::format("{} rope type \"{}\" needs a positive \"factor\"", params_key, type));
+  }
+  rope.factor = *factor;
+  if (type == "linear") {
+    rope.type = RopeType::kLinear;
+    return rope;
+  }
+  if (type == "llama3") {
+    rope.type = RopeType::kLlama3;
+    RS_ASSIGN_OR_RETURN(std::optional<double> low, GetNumber(*params, "low_freq_factor", source));
+    RS_ASSIGN_OR_RETURN(std::optional<double> high, GetNumber(*params, "high_freq_factor", source));
+    RS_ASSIGN_OR_RETURN(std::optional<int64_t> original,
+                        GetInt(*params, "original_max_position_embeddings", source, false));
+    if (!low || !high || !original) {
+      return Invalid(source, fmt::format("{} rope type \"llama3\" needs low_freq_factor, "
+                                         "high_freq_factor and original_max_position_embeddings",
+                                         params_key));
+    }
+    if (!(*low > 0) || !(*high > *low) || *original <= 0) {
+      return Invalid(source, fmt::format("{}: invalid llama3 parameters (need 0 < "
+                                         "low_freq_factor < high_freq_factor, original max > 0)",
+                                         params_key));
+    }
+    rope.low_freq_factor = *low;
+    rope.high_freq_factor = *high;
+    rope.original_max_position_embeddings = static_cast<int>(*original);
+    return rope;
+  }
+  return Invalid(source, fmt::format("unsupported {} rope type \"{}\" (supported: default, "
+                                     "linear, llama3)",
+                                     params_key, type));
+}
+
+absl::Status ParseTokenIds(const Json& j, ModelConfig& config, const std::string& source) {
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> bos, GetInt(j, "bos_token_id", source, false));
+  if (bos) config.bos_token_id = static_cast<int32_t>(*bos);
+  auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (it->is_number_integer()) {
+    config.eos_token_ids.push_back(it->get<int32_t>());
+    return absl::OkStatus();
+  }
+  if (!it->is_array()) return Invalid(source, "eos_token_id must be an integer or a list");
+  for (const Json& id : *it) {
+    if (!id.is_number_integer()) return Invalid(source, "eos_token_id list must hold integers");
+    config.eos_token_ids.push_back(id.get<int32_t>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefuseUnsupported(const Json& j, const ModelConfig& config,
+                               const std::string& source) {
+  auto act = j.find("hidden_act");
+  if (act != j.end() && !act->is_null() &&
+      (!act->is_string() || act->get<std::string>() != "silu")) {
+    return Invalid(source, fmt::format("unsupported hidden_act {} (only silu)", act->dump()));
+  }
+  RS_ASSIGN_OR_RETURN(bool mlp_bias, GetBool(j, "mlp_bias", false, source));
+  if (mlp_bias) return Invalid(source, "unsupported mlp_bias: true");
+  // Sliding window attention changes results once a sequence is longer than the window.
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetInt(j, "sliding_window", source, false));
+  if (config.architecture == Architecture::kMistral && window &&
+      *window < config.max_position_embeddings) {
+    return Invalid(source, fmt::format("unsupported sliding_window {} (< "
+                                       "max_position_embeddings {}): sliding window attention",
+                                       *window, config.max_position_embeddings));
+  }
+  RS_ASSIGN_OR_RETURN(bool use_sliding, GetBool(j, "use_sliding_window", false, source));
+  if (use_sliding) return Invalid(source, "unsupported use_sliding_window: true");
+  auto types = j.find("layer_types");
+  if (types != j.end() && types->is_array()) {
+    for (const Json& type : *types) {
+      if (!type.is_string() || type.get<std::string>() != "full_attention") {
+        return Invalid(source, fmt::format("unsupported layer type {} in layer_types (only "
+                                           "full_attention)",
+                                           type.dump()));
+      }
+    }
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> tp, GetInt(j, "pretraining_tp", source, false));
+  if (tp && *tp != 1) return Invalid(source, fmt::format("unsupported pretraining_tp {}", *tp));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) {
+  if (!j.is_object()) return Invalid(source, "top level must be a JSON object");
+  ModelConfig config;
+  RS_ASSIGN_OR_RETURN(config.architecture, ParseArchitecture(j, source));
+  if (auto it = j.find("model_type"); it != j.end() && it->is_string()) {
+    config.model_type = it->get<std::string>();
+  }
+  RS_ASSIGN_OR_RETURN(config.hidden_size, GetPositive(j, "hidden_size", source));
+  RS_ASSIGN_OR_RETURN(config.intermediate_size, GetPositive(j, "intermediate_size", source));
+  RS_ASSIGN_OR_RETURN(config.num_layers, GetPositive(j, "num_hidden_layers", source));
+  RS_ASSIGN_OR_RETURN(config.num_heads, GetPositive(j, "num_attention_heads", source));
+  RS_ASSIGN_OR_RETURN(config.vocab_size, GetPositive(j, "vocab_size", source));
+  RS_ASSIGN_OR_RETURN(config.max_position_embeddings,
+                      GetPositive(j, "max_position_embeddings", source));
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads,
+                      GetInt(j, "num_key_value_heads", source, false));
+  config.num_kv_heads = kv_heads ? static_cast<int>(*kv_heads) : config.num_heads;
+  if (config.num_kv_heads <= 0 || config.num_heads % config.num_kv_heads != 0) {
+    return Invalid(source, fmt::format("num_key_value_heads {} must be positive and divide "
+                                       "num_attention_heads {}",
+                                       config.num_kv_heads, config.num_heads));
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, GetInt(j, "head_dim", source, false));
+  if (head_dim) {
+    config.head_dim = static_cast<int>(*head_dim);
+  } else {
+    if (config.hidden_size % config.num_heads != 0) {
+      return Invalid(source, fmt::format("hidden_size {} not divisible by num_attention_heads {} "
+                                         "and no head_dim given",
+                                         config.hidden_size, config.num_heads));
+    }
+    config.head_dim = config.hidden_size / config.num_heads;
+  }
+  if (config.head_dim <= 0 || config.head_dim % 2 != 0) {
+    return Invalid(source,
+                   fmt::format("head_dim must be positive and even, got {}", config.head_dim));
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<double> eps, GetNumber(j, "rms_norm_eps", source));
+  if (eps) config.rms_norm_eps = static_cast<float>(*eps);
+  if (!(config.rms_norm_eps > 0)) return Invalid(source, "rms_norm_eps must be positive");
+  RS_ASSIGN_OR_RETURN(config.rope, ParseRope(j, source));
+
+  RS_ASSIGN_OR_RETURN(bool attention_bias, GetBool(j, "attention_bias", false, source));
+  switch (config.architecture) {
+    case Architecture::kLlama:
+    case Architecture::kQwen3:
+      config.qkv_bias = config.o_bias = attention_bias;
+      break;
+    case Architecture::kQwen2:
+      config.qkv_bias = true;
+      config.o_bias = false;
+      break;
+    case Architecture::kMistral:
+      break;
+  }
+  config.qk_norm = config.architecture == Architecture::kQwen3;
+  RS_ASSIGN_OR_RETURN(config.tie_word_embeddings, GetBool(j, "tie_word_embeddings", false, source));
+  RS_RETURN_IF_ERROR(ParseTokenIds(j, config, source));
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    const std::string name = it->is_string() ? it->get<std::string>() : it->dump();
+    if (name == "float32") {
+      config.dtype = DType::kF32;
+    } else if (name == "float16") {
+      config.dtype = DType::kF16;
+    } else if (name == "bfloat16") {
+      config.dtype = DType::kBF16;
+    } else {
+      return Invalid(source, fmt::format("unsupported {} \"{}\"", key, name));
+    }
+    break;
+  }
+  RS_RETURN_IF_ERROR(RefuseUnsupported(j, config, source));
+  return config;
+}
+
+}  // namespace
+
+std::string ArchitectureName(Architecture architecture) {
+  switch (architecture) {
+    case Architecture::kLlama:
+      return "LlamaForCausalLM";
+    case Architecture::kMistral:
+      return "MistralForCausalLM";
+    case Architecture::kQwen2:
+      return "Qwen2ForCausalLM";
+    case Architecture::kQwen3:
+      return "Qwen3ForCausalLM";
+  }
+  return "?";
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
+                                             const std::string& source) {
+  Json j;
+  try {
+    j = Json::parse(json_text);
+  } catch (const Json::exception& e) {
+    return Invalid(source, fmt::format("malformed JSON: {}", e.what()));
+  }
+  try {
+    return ParseJson(j, source);
+  } catch (const Json::exception& e) {  // e.g. an integer out of range for get<int32_t>
+    return Invalid(source, fmt::format("invalid value: {}", e.what()));
+  }
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(fmt::format("{}: cannot open", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseModelConfig(text.str(), path);
+}
+
+std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim) {
+  std::vector<float> inv_freq = cpu::RopeInvFreq(head_dim, rope.theta);
+  switch (rope.type) {
+    case RopeType::kDefault:
+      break;
+    case RopeType::kLinear:
+      for (float& f : inv_freq) f = static_cast<float>(f / rope.factor);
+      break;
+    case RopeType::kLlama3:
+      cpu::ApplyLlama3RopeScaling(inv_freq, rope.factor, rope.low_freq_factor,
+                                  rope.high_freq_factor, rope.original_max_position_embeddings);
+      break;
+  }
+  return inv_freq;
+}
+
+}  // namespace ringserve

@@ -1,0 +1,245 @@
+#include "stage/model/model_config.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace ringserve {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+Json LlamaJson() {
+  return Json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+    "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"
+  })");
+}
+
+absl::StatusOr<ModelConfig> Parse(const Json& j) { return ParseModelConfig(j.dump(), "test.json"); }
+
+void ExpectRefused(const Json& j, const std::string& message) {
+  auto config = Parse(j);
+  ASSERT_FALSE(config.ok()) << j.dump();
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(message));
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("test.json"));
+}
+
+TEST(ModelConfigTest, ParsesLlamaWithDefaults) {
+  auto config = Parse(LlamaJson());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture, Architecture::kLlama);
+  EXPECT_EQ(config->hidden_size, 64);
+  EXPECT_EQ(config->num_layers, 2);
+  EXPECT_EQ(config->num_heads, 4);
+  EXPECT_EQ(config->num_kv_heads, 2);
+  EXPECT_EQ(config->head_dim, 16);  // hidden / heads
+  EXPECT_FLOAT_EQ(config->rms_norm_eps, 1e-5f);
+  EXPECT_EQ(config->rope.type, RopeType::kDefault);
+  EXPECT_DOUBLE_EQ(config->rope.theta, 10000.0);
+  EXPECT_FALSE(config->qkv_bias);
+  EXPECT_FALSE(config->o_bias);
+  EXPECT_FALSE(config->qk_norm);
+  EXPECT_FALSE(config->tie_word_embeddings);
+  EXPECT_EQ(config->bos_token_id, 1);
+  EXPECT_EQ(config->eos_token_ids, std::vector<int32_t>{2});
+  EXPECT_EQ(config->dtype, DType::kBF16);
+}
+
+TEST(ModelConfigTest, KvHeadsDefaultToHeadsAndExplicitHeadDimWins) {
+  Json j = LlamaJson();
+  j.erase("num_key_value_heads");
+  j["head_dim"] = 32;
+  auto config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_kv_heads, 4);
+  EXPECT_EQ(config->head_dim, 32);
+  EXPECT_EQ(config->q_size(), 128);
+}
+
+TEST(ModelConfigTest, Llama3RopeOldSpelling) {
+  Json j = LlamaJson();
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  auto config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope.type, RopeType::kLlama3);
+  EXPECT_DOUBLE_EQ(config->rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(config->rope.factor, 8.0);
+  EXPECT_DOUBLE_EQ(config->rope.high_freq_factor, 4.0);
+  EXPECT_EQ(config->rope.original_max_position_embeddings, 8192);
+  // Very old files say "type" instead of "rope_type".
+  j["rope_scaling"].erase("rope_type");
+  j["rope_scaling"]["type"] = "llama3";
+  config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope.type, RopeType::kLlama3);
+}
+
+TEST(ModelConfigTest, Llama3RopeTransformers5Spelling) {
+  Json j = LlamaJson();
+  j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                          {"factor", 32.0},          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  auto config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope.type, RopeType::kLlama3);
+  EXPECT_DOUBLE_EQ(config->rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(config->rope.factor, 32.0);
+  // Default type with theta only inside rope_parameters.
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope.type, RopeType::kDefault);
+  EXPECT_DOUBLE_EQ(config->rope.theta, 1000000.0);
+}
+
+TEST(ModelConfigTest, LinearRopeScalesFrequencies) {
+  Json j = LlamaJson();
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  auto config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const auto scaled = RopeInverseFrequencies(config->rope, 16);
+  config->rope.type = RopeType::kDefault;
+  const auto plain = RopeInverseFrequencies(config->rope, 16);
+  ASSERT_EQ(scaled.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(scaled[i], plain[i] / 4);
+}
+
+TEST(ModelConfigTest, QwenFamiliesBiasAndNorms) {
+  Json j = LlamaJson();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = 4096;
+  j["layer_types"] = {"full_attention", "full_attention"};
+  auto qwen2 = Parse(j);
+  ASSERT_TRUE(qwen2.ok()) << qwen2.status();
+  EXPECT_TRUE(qwen2->qkv_bias);
+  EXPECT_FALSE(qwen2->o_bias);
+  EXPECT_FALSE(qwen2->qk_norm);
+
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j["attention_bias"] = false;
+  j["tie_word_embeddings"] = true;
+  j["eos_token_id"] = {2, 7};
+  j.erase("torch_dtype");
+  j["dtype"] = "float32";
+  auto qwen3 = Parse(j);
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  EXPECT_FALSE(qwen3->qkv_bias);
+  EXPECT_TRUE(qwen3->qk_norm);
+  EXPECT_TRUE(qwen3->tie_word_embeddings);
+  EXPECT_EQ(qwen3->eos_token_ids, (std::vector<int32_t>{2, 7}));
+  EXPECT_EQ(qwen3->dtype, DType::kF32);
+
+  Json llama = LlamaJson();
+  llama["attention_bias"] = true;
+  auto biased = Parse(llama);
+  ASSERT_TRUE(biased.ok()) << biased.status();
+  EXPECT_TRUE(biased->qkv_bias);
+  EXPECT_TRUE(biased->o_bias);
+}
+
+TEST(ModelConfigTest, MistralWindowAtLeastContextIsAccepted) {
+  Json j = LlamaJson();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["sliding_window"] = nullptr;
+  EXPECT_TRUE(Parse(j).ok());
+  j["sliding_window"] = 256;  // == max_position_embeddings: never slides
+  EXPECT_TRUE(Parse(j).ok());
+}
+
+TEST(ModelConfigTest, RefusesUnsupported) {
+  Json j = LlamaJson();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  ExpectRefused(j, "unsupported architecture \"GPT2LMHeadModel\"");
+
+  j = LlamaJson();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["sliding_window"] = 128;
+  ExpectRefused(j, "sliding_window 128");
+
+  j = LlamaJson();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["use_sliding_window"] = true;
+  ExpectRefused(j, "use_sliding_window");
+
+  j = LlamaJson();
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  ExpectRefused(j, "sliding_attention");
+
+  j = LlamaJson();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  ExpectRefused(j, "rope type \"yarn\"");
+
+  j = LlamaJson();
+  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}, {"rope_theta", 10000.0}};
+  ExpectRefused(j, "rope type \"dynamic\"");
+
+  j = LlamaJson();
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"rope_theta", 10000.0}};
+  ExpectRefused(j, "needs low_freq_factor");
+
+  j = LlamaJson();
+  j["mlp_bias"] = true;
+  ExpectRefused(j, "mlp_bias");
+
+  j = LlamaJson();
+  j["hidden_act"] = "gelu";
+  ExpectRefused(j, "hidden_act");
+
+  j = LlamaJson();
+  j["partial_rotary_factor"] = 0.5;
+  ExpectRefused(j, "partial_rotary_factor");
+}
+
+TEST(ModelConfigTest, RejectsMalformedValues) {
+  auto bad = ParseModelConfig("{not json", "broken.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("broken.json: malformed JSON"));
+
+  Json j = LlamaJson();
+  j.erase("hidden_size");
+  ExpectRefused(j, "missing required field \"hidden_size\"");
+
+  j = LlamaJson();
+  j["num_attention_heads"] = "four";
+  ExpectRefused(j, "\"num_attention_heads\" must be an integer");
+
+  j = LlamaJson();
+  j["num_key_value_heads"] = 3;
+  ExpectRefused(j, "must be positive and divide num_attention_heads");
+
+  j = LlamaJson();
+  j["vocab_size"] = -5;
+  ExpectRefused(j, "positive integer");
+
+  j = LlamaJson();
+  j["eos_token_id"] = "x";
+  ExpectRefused(j, "eos_token_id");
+
+  j = LlamaJson();
+  j["eos_token_id"] = 1e20;  // not an integer
+  ExpectRefused(j, "eos_token_id");
+}
+
+TEST(ModelConfigTest, LoadReportsMissingFile) {
+  auto config = LoadModelConfig("/nonexistent/model");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("/nonexistent/model/config.json"));
+}
+
+}  // namespace
+}  // namespace ringserve
