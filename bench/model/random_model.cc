@@ -1,0 +1,423 @@
+#include "bench/model/random_model.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
+namespace ringserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kChunkElements = int64_t{1} << 20;  // one RNG stream per chunk
+constexpr int64_t kPieceChunks = 32;                  // chunks generated per write
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 0x100000001b3ull;
+  return hash;
+}
+
+// Fills `count` elements of `dtype` at `out` for chunk `chunk` of a tensor.
+void FillChunk(const CheckpointTensor& spec, uint64_t tensor_key, int64_t chunk, int64_t count,
+               DType dtype, double init_std, uint8_t* out) {
+  const size_t element_size = DTypeSize(dtype);
+  auto store = [&](int64_t i, float value) {
+    uint8_t* at = out + i * element_size;
+    if (dtype == DType::kBF16) {
+      uint16_t bits = FloatToBF16(value);
+      std::memcpy(at, &bits, 2);
+    } else if (dtype == DType::kF16) {
+      uint16_t bits = FloatToHalf(value);
+      std::memcpy(at, &bits, 2);
+    } else {
+      std::memcpy(at, &value, 4);
+    }
+  };
+  if (spec.is_norm) {
+    for (int64_t i = 0; i < count; ++i) store(i, 1.0f);
+    return;
+  }
+  uint64_t state = SplitMix64(tensor_key ^ SplitMix64(static_cast<uint64_t>(chunk)));
+  if (state == 0) state = 1;
+  // Irwin-Hall(4) of 16-bit uniforms: mean 2, variance 1/3 -> scale to the wanted std.
+  const float scale = static_cast<float>(init_std * std::sqrt(3.0) / 65536.0);
+  for (int64_t i = 0; i < count; ++i) {
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    const uint64_t r = state * 0x2545f4914f6cdd1dull;
+    const int64_t sum = static_cast<int64_t>(r & 0xffff) + ((r >> 16) & 0xffff) +
+                        ((r >> 32) & 0xffff) + (r >> 48) - 2 * 65536;
+    store(i, static_cast<float>(sum) * scale);
+  }
+}
+
+absl::Status WriteAll(int fd, const uint8_t* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    ssize_t written = ::write(fd, data, size);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(fmt::format("writing {}: {}", path, std::strerror(errno)));
+    }
+    data += written;
+    size -= static_cast<size_t>(written);
+  }
+  return absl::OkStatus();
+}
+
+// Writes one safetensors file holding `specs` in order.
+absl::Status WriteShard(const std::string& path, const std::vector<const CheckpointTensor*>& specs,
+                        const RandomModelOptions& options, int num_threads) {
+  const size_t element_size = DTypeSize(options.dtype);
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (const CheckpointTensor* spec : specs) {
+    const uint64_t bytes = static_cast<uint64_t>(spec->NumElements()) * element_size;
+    header[spec->name] = {{"dtype", std::string(DTypeName(options.dtype))},
+                          {"shape", spec->shape},
+                          {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string header_text = header.dump();
+  // The data section starts 8-byte aligned; safetensors pads the header with spaces.
+  header_text.append((8 - (8 + header_text.size()) % 8) % 8, ' ');
+
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(fmt::format("creating {}: {}", path, std::strerror(errno)));
+  }
+  auto close_fd = [&]() -> absl::Status {
+    if (::close(fd) != 0) {
+      return absl::InternalError(fmt::format("closing {}: {}", path, std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  };
+  uint8_t length_bytes[8];
+  uint64_t header_size = header_text.size();
+  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<uint8_t>(header_size >> (8 * i));
+  absl::Status status = WriteAll(fd, length_bytes, 8, path);
+  if (status.ok()) {
+    status = WriteAll(fd, reinterpret_cast<const uint8_t*>(header_text.data()), header_text.size(),
+                      path);
+  }
+
+  // Double buffering: generate piece k+1 while piece k is being written.
+  int64_t largest = 0;
+  for (const CheckpointTensor* spec : specs) largest = std::max(largest, spec->NumElements());
+  std::vector<uint8_t> buffers[2];
+  for (auto& buffer : buffers) {
+    buffer.resize(static_cast<size_t>(std::min(largest, kPieceChunks * kChunkElements)) *
+                  element_size);
+  }
+  std::future<absl::Status> pending;
+  int current = 0;
+  for (const CheckpointTensor* spec : specs) {
+    if (!status.ok()) break;
+    const uint64_t key = SplitMix64(options.seed) ^ Fnv1a(spec->name);
+    const int64_t elements = spec->NumElements();
+    const int64_t chunks = (elements + kChunkElements - 1) / kChunkElements;
+    for (int64_t first = 0; first < chunks && status.ok(); first += kPieceChunks) {
+      const int64_t last = std::min(chunks, first + kPieceChunks);
+      uint8_t* out = buffers[current].data();
+      auto generate = [&](int thread) {
+        for (int64_t c = first + thread; c < last; c += num_threads) {
+          const int64_t begin = c * kChunkElements;
+          const int64_t count = std::min(kChunkElements, elements - begin);
+          FillChunk(*spec, key, c, count, options.dtype, options.init_std,
+                    out + (c - first) * kChunkElements * element_size);
+        }
+      };
+      std::vector<std::thread> threads;
+      const int used = static_cast<int>(std::min<int64_t>(num_threads, last - first));
+      for (int t = 1; t < used; ++t) threads.emplace_back(generate, t);
+      generate(0);
+      for (auto& thread : threads) thread.join();
+      const size_t bytes =
+          static_cast<size_t>(std::min(elements, last * kChunkElements) - first * kChunkElements) *
+          element_size;
+      if (pending.valid()) status = pending.get();
+      if (!status.ok()) break;
+      pending = std::async(std::launch::async,
+                           [fd, out, bytes, &path] { return WriteAll(fd, out, bytes, path); });
+      current ^= 1;
+    }
+  }
+  if (pending.valid()) {
+    absl::Status last = pending.get();
+    if (status.ok()) status = last;
+  }
+  absl::Status closed = close_fd();
+  return status.ok() ? closed : status;
+}
+
+absl::Status WriteText(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(fmt::format("writing {}", path.string()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t CheckpointTensor::NumElements() const {
+  int64_t count = 1;
+  for (int64_t dim : shape) count *= dim;
+  return count;
+}
+
+std::vector<std::string> KnownShapeNames() {
+  return {"llama-3.1-8b", "qwen3-8b", "tiny", "tiny-qwen3"};
+}
+
+absl::StatusOr<ModelShape> FindShape(const std::string& name) {
+  ModelShape llama{.name = name,
+                   .architecture = "LlamaForCausalLM",
+                   .model_type = "llama",
+                   .tokenizer = "llama3",
+                   .hidden_size = 4096,
+                   .intermediate_size = 14336,
+                   .num_layers = 32,
+                   .num_heads = 32,
+                   .num_kv_heads = 8,
+                   .head_dim = 128,
+                   .vocab_size = 128256,
+                   .max_position_embeddings = 131072,
+                   .rms_norm_eps = 1e-5,
+                   .rope_theta = 500000.0,
+                   .llama3_rope_scaling = true,
+                   .qk_norm = false,
+                   .tie_word_embeddings = false,
+                   .bos_token_id = 128000,
+                   .eos_token_ids = {128001, 128008, 128009}};
+  ModelShape qwen3{.name = name,
+                   .architecture = "Qwen3ForCausalLM",
+                   .model_type = "qwen3",
+                   .tokenizer = "qwen3",
+                   .hidden_size = 4096,
+                   .intermediate_size = 12288,
+                   .num_layers = 36,
+                   .num_heads = 32,
+                   .num_kv_heads = 8,
+                   .head_dim = 128,
+                   .vocab_size = 151936,
+                   .max_position_embeddings = 40960,
+                   .rms_norm_eps = 1e-6,
+                   .rope_theta = 1000000.0,
+                   .llama3_rope_scaling = false,
+                   .qk_norm = true,
+                   .tie_word_embeddings = false,
+                   .bos_token_id = 151643,
+                   .eos_token_ids = {151645}};
+  auto tiny = [](ModelShape shape) {
+    shape.hidden_size = 64;
+    shape.intermediate_size = 128;
+    shape.num_layers = 2;
+    shape.num_heads = 4;
+    shape.num_kv_heads = 2;
+    shape.head_dim = 16;
+    shape.max_position_embeddings = 4096;
+    shape.tie_word_embeddings = true;
+    return shape;
+  };
+  if (name == "llama-3.1-8b") return llama;
+  if (name == "qwen3-8b") return qwen3;
+  if (name == "tiny") return tiny(llama);
+  if (name == "tiny-qwen3") return tiny(qwen3);
+  std::string known;
+  for (const std::string& shape : KnownShapeNames()) known += (known.empty() ? "" : ", ") + shape;
+  return absl::NotFoundError(fmt::format("unknown model shape '{}' (known: {})", name, known));
+}
+
+std::string ConfigJson(const ModelShape& shape, DType dtype) {
+  nlohmann::ordered_json config;
+  config["architectures"] = {shape.architecture};
+  config["model_type"] = shape.model_type;
+  config["hidden_size"] = shape.hidden_size;
+  config["intermediate_size"] = shape.intermediate_size;
+  config["num_hidden_layers"] = shape.num_layers;
+  config["num_attention_heads"] = shape.num_heads;
+  config["num_key_value_heads"] = shape.num_kv_heads;
+  config["head_dim"] = shape.head_dim;
+  config["vocab_size"] = shape.vocab_size;
+  config["max_position_embeddings"] = shape.max_position_embeddings;
+  config["rms_norm_eps"] = shape.rms_norm_eps;
+  config["rope_theta"] = shape.rope_theta;
+  if (shape.llama3_rope_scaling) {
+    config["rope_scaling"] = {{"factor", 8.0},
+                              {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0},
+                              {"original_max_position_embeddings", 8192},
+                              {"rope_type", "llama3"}};
+  } else {
+    config["rope_scaling"] = nullptr;
+  }
+  config["hidden_act"] = "silu";
+  config["attention_bias"] = false;
+  config["attention_dropout"] = 0.0;
+  if (shape.model_type == "llama") {
+    config["mlp_bias"] = false;
+    config["pretraining_tp"] = 1;
+  } else {
+    config["use_sliding_window"] = false;
+    config["sliding_window"] = nullptr;
+    config["max_window_layers"] = shape.num_layers;
+  }
+  config["initializer_range"] = 0.02;
+  config["tie_word_embeddings"] = shape.tie_word_embeddings;
+  config["bos_token_id"] = shape.bos_token_id;
+  if (shape.eos_token_ids.size() == 1) {
+    config["eos_token_id"] = shape.eos_token_ids[0];
+  } else {
+    config["eos_token_id"] = shape.eos_token_ids;
+  }
+  config["torch_dtype"] = dtype == DType::kBF16  ? "bfloat16"
+                          : dtype == DType::kF16 ? "float16"
+                                                 : "float32";
+  config["use_cache"] = true;
+  config["transformers_version"] = "4.51.0";
+  return config.dump(2) + "\n";
+}
+
+std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape) {
+  const int64_t hidden = shape.hidden_size;
+  const int64_t q = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
+  const int64_t kv = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
+  const int64_t inter = shape.intermediate_size;
+  std::vector<CheckpointTensor> specs;
+  specs.push_back({"model.embed_tokens.weight", {shape.vocab_size, hidden}, false});
+  for (int layer = 0; layer < shape.num_layers; ++layer) {
+    const std::string prefix = fmt::format("model.layers.{}.", layer);
+    specs.push_back({prefix + "input_layernorm.weight", {hidden}, true});
+    specs.push_back({prefix + "self_attn.q_proj.weight", {q, hidden}, false});
+    specs.push_back({prefix + "self_attn.k_proj.weight", {kv, hidden}, false});
+    specs.push_back({prefix + "self_attn.v_proj.weight", {kv, hidden}, false});
+    specs.push_back({prefix + "self_attn.o_proj.weight", {hidden, q}, false});
+    if (shape.qk_norm) {
+      specs.push_back({prefix + "self_attn.q_norm.weight", {shape.head_dim}, true});
+      specs.push_back({prefix + "self_attn.k_norm.weight", {shape.head_dim}, true});
+    }
+    specs.push_back({prefix + "post_attention_layernorm.weight", {hidden}, true});
+    specs.push_back({prefix + "mlp.gate_proj.weight", {inter, hidden}, false});
+    specs.push_back({prefix + "mlp.up_proj.weight", {inter, hidden}, false});
+    specs.push_back({prefix + "mlp.down_proj.weight", {hidden, inter}, false});
+  }
+  specs.push_back({"model.norm.weight", {hidden}, true});
+  if (!shape.tie_word_embeddings) {
+    specs.push_back({"lm_head.weight", {shape.vocab_size, hidden}, false});
+  }
+  return specs;
+}
+
+absl::StatusOr<RandomModelResult> WriteRandomModel(const RandomModelOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const ModelShape& shape = options.shape;
+  if (options.output_dir.empty()) return absl::InvalidArgumentError("no output directory");
+  if (shape.num_layers < 1 || shape.hidden_size < 1 || shape.vocab_size < 1 ||
+      shape.num_heads < 1 || shape.num_kv_heads < 1 || shape.num_heads % shape.num_kv_heads) {
+    return absl::InvalidArgumentError(fmt::format("model shape '{}' is not valid", shape.name));
+  }
+  if (options.max_shard_bytes < 1) return absl::InvalidArgumentError("max_shard_bytes < 1");
+  const fs::path dir(options.output_dir);
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) {
+    return absl::InternalError(fmt::format("creating {}: {}", dir.string(), error.message()));
+  }
+  // Files of an earlier run with another shard count would confuse the loader.
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string file = entry.path().filename().string();
+    if (file.ends_with(".safetensors") || file == "model.safetensors.index.json") {
+      fs::remove(entry.path(), error);
+    }
+  }
+
+  std::vector<std::string> tokenizer_files;
+  if (!options.tokenizers_dir.empty()) {
+    const fs::path from = fs::path(options.tokenizers_dir) / shape.tokenizer;
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+      if (!fs::exists(from / name)) {
+        return absl::NotFoundError(
+            fmt::format("tokenizer file {} is missing (run "
+                        "scripts/install_deps.sh)",
+                        (from / name).string()));
+      }
+      tokenizer_files.push_back((from / name).string());
+    }
+  }
+
+  // Shards: consecutive tensors up to max_shard_bytes each (a larger tensor gets its own).
+  const size_t element_size = DTypeSize(options.dtype);
+  const std::vector<CheckpointTensor> specs = CheckpointTensors(shape);
+  std::vector<std::vector<const CheckpointTensor*>> shards(1);
+  int64_t shard_bytes = 0;
+  RandomModelResult result;
+  for (const CheckpointTensor& spec : specs) {
+    const int64_t bytes = spec.NumElements() * static_cast<int64_t>(element_size);
+    if (shard_bytes > 0 && shard_bytes + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(&spec);
+    shard_bytes += bytes;
+    result.total_bytes += bytes;
+  }
+
+  const int num_threads = options.num_threads > 0
+                              ? options.num_threads
+                              : std::max(1u, std::thread::hardware_concurrency());
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = shards.size() == 1 ? std::string("model.safetensors")
+                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors",
+                                                              i + 1, shards.size());
+    RS_RETURN_IF_ERROR(WriteShard((dir / file).string(), shards[i], options, num_threads));
+    for (const CheckpointTensor* spec : shards[i]) weight_map[spec->name] = file;
+    result.files.push_back(file);
+  }
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", result.total_bytes}};
+    index["weight_map"] = weight_map;
+    RS_RETURN_IF_ERROR(WriteText(dir / "model.safetensors.index.json", index.dump(2) + "\n"));
+  }
+  RS_RETURN_IF_ERROR(WriteText(dir / "config.json", ConfigJson(shape, options.dtype)));
+  nlohmann::ordered_json generation;
+  generation["bos_token_id"] = shape.bos_token_id;
+  generation["eos_token_id"] = shape.eos_token_ids;
+  generation["do_sample"] = false;
+  RS_RETURN_IF_ERROR(WriteText(dir / "generation_config.json", generation.dump(2) + "\n"));
+  for (const std::string& from : tokenizer_files) {
+    fs::copy_file(from, dir / fs::path(from).filename(), fs::copy_options::overwrite_existing,
+                  error);
+    if (error) {
+      return absl::InternalError(fmt::format("copying {}: {}", from, error.message()));
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace ringserve

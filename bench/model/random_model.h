@@ -1,0 +1,88 @@
+// Writes a random-weight Hugging Face model directory in a real model's shape, for benchmarks
+// (no weights can be downloaded here): config.json, generation_config.json, safetensors
+// (sharded with model.safetensors.index.json when larger than one shard) and the real tokenizer
+// of the family, copied from the fetched npm assets.
+//
+// Values: matrices (embeddings, projections, lm_head) ~ approximately normal(0, init_std)
+// (Irwin-Hall of four uniforms, scaled); norm weights 1. Generation is deterministic for a
+// seed, whatever the thread count: every 1 Mi-element chunk of a tensor has its own xorshift
+// stream keyed by (seed, tensor name, chunk index).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+
+namespace ringserve {
+
+// The shape of a model: what config.json says.
+struct ModelShape {
+  std::string name;          // "llama-3.1-8b", ...
+  std::string architecture;  // "LlamaForCausalLM" | "Qwen3ForCausalLM"
+  std::string model_type;    // "llama" | "qwen3"
+  std::string tokenizer;     // directory name under the tokenizers dir: "llama3" | "qwen3"
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool llama3_rope_scaling = false;  // Llama 3.1: factor 8, low 1, high 4, original 8192
+  bool qk_norm = false;              // Qwen3
+  bool tie_word_embeddings = false;
+  int32_t bos_token_id = 0;
+  std::vector<int32_t> eos_token_ids;
+};
+
+// Known shapes: "llama-3.1-8b", "qwen3-8b", "tiny" (Llama family, hidden 64, 2 layers, the
+// Llama 3 tokenizer and its full vocabulary, tied embeddings) and "tiny-qwen3" (the same for
+// Qwen3, with q/k norm).
+std::vector<std::string> KnownShapeNames();
+// NotFound listing the known names for anything else.
+absl::StatusOr<ModelShape> FindShape(const std::string& name);
+
+// config.json text for the shape (transformers 4.x spelling: rope_theta, rope_scaling,
+// torch_dtype).
+std::string ConfigJson(const ModelShape& shape, DType dtype);
+
+// Tensor names and shapes of the checkpoint, in file order (embeddings, layer by layer, final
+// norm, lm_head unless tied). The names are Hugging Face's.
+struct CheckpointTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool is_norm = false;  // filled with 1, else random
+  int64_t NumElements() const;
+};
+std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape);
+
+struct RandomModelOptions {
+  std::string output_dir;  // created if missing; existing model files in it are replaced
+  ModelShape shape;
+  DType dtype = DType::kBF16;
+  uint64_t seed = 0;
+  double init_std = 0.02;
+  int64_t max_shard_bytes = int64_t{5} << 30;  // one file when the total fits
+  int num_threads = 0;                         // 0 = hardware concurrency
+  // Where "<tokenizer>/tokenizer.json" and "tokenizer_config.json" are; empty = do not copy.
+  std::string tokenizers_dir;
+};
+
+struct RandomModelResult {
+  int64_t total_bytes = 0;         // tensor data
+  std::vector<std::string> files;  // written safetensors files (names within output_dir)
+  double seconds = 0;
+};
+
+// Writes the directory. Errors (I/O, missing tokenizer, bad options) name the path.
+absl::StatusOr<RandomModelResult> WriteRandomModel(const RandomModelOptions& options);
+
+}  // namespace ringserve

@@ -1,0 +1,489 @@
+#include "coordinator/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+
+#include "common/logging.h"
+#include "fmt/format.h"
+
+namespace ringserve {
+namespace {
+
+// Priority key: (arrival order, id). Lower arrival = older = higher priority.
+using Key = std::pair<uint64_t, uint64_t>;
+
+}  // namespace
+
+struct Scheduler::State {
+  struct Sequence {
+    uint64_t id = 0;
+    uint64_t arrival = 0;         // unique per AddRequest: also tells incarnations of an id apart
+    std::vector<int32_t> tokens;  // prompt, then generated
+    int prompt_len = 0;
+    int max_tokens = 0;  // after the clamp
+    SequenceParams params;
+    bool running = false;
+    // Positions whose chunk has been planned. Their K/V is written when those plans run.
+    int num_scheduled = 0;
+    int in_flight = 0;            // plans in flight that name this sequence
+    bool awaiting_token = false;  // its sampling chunk is in flight
+    std::vector<int32_t> blocks;
+
+    int num_generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+    int pending() const { return static_cast<int>(tokens.size()) - num_scheduled; }
+    Key key() const { return {arrival, id}; }
+    // Feeds its last sampled token next (or a one-token prompt tail, which is the same thing).
+    bool decode_ready() const {
+      return running && !awaiting_token && num_scheduled > 0 && pending() == 1;
+    }
+    bool decoding() const { return running && (awaiting_token || decode_ready()); }
+  };
+
+  struct PlanRecord {
+    std::vector<PlannedChunk> entries;
+    std::vector<uint64_t> arrivals;  // per entry: the incarnation it was planned for
+  };
+
+  explicit State(const SchedulerOptions& options)
+      : blocks(options.kv_num_blocks, options.kv_block_size) {}
+
+  KvBlockManager blocks;
+  std::map<uint64_t, Sequence> sequences;
+  std::set<Key> waiting;
+  std::set<Key> running;
+  std::map<uint64_t, PlanRecord> plans;
+  uint64_t next_arrival = 1;
+  uint64_t next_plan_id = 1;
+  SchedulerStats counters;
+
+  Sequence* Find(uint64_t id, uint64_t arrival) {
+    auto it = sequences.find(id);
+    if (it == sequences.end() || it->second.arrival != arrival) return nullptr;
+    return &it->second;
+  }
+
+  void Remove(uint64_t id) {
+    auto it = sequences.find(id);
+    if (it == sequences.end()) return;
+    Sequence& seq = it->second;
+    blocks.Free(seq.blocks);
+    (seq.running ? running : waiting).erase(seq.key());
+    sequences.erase(it);
+  }
+
+  void Preempt(Sequence& seq) {
+    RS_LOG_DEBUG("scheduler: preempting sequence {} ({} tokens, {} blocks)", seq.id,
+                 seq.tokens.size(), seq.blocks.size());
+    blocks.Free(seq.blocks);
+    seq.blocks.clear();
+    seq.num_scheduled = 0;
+    seq.running = false;
+    running.erase(seq.key());
+    waiting.insert(seq.key());
+    ++counters.preemptions;
+  }
+
+  // The youngest running sequence that no plan names (in flight or being built) and that is
+  // not older than `needy` (it may be `needy` itself), if any. Older sequences are never
+  // preempted for younger ones, so the oldest always progresses.
+  Sequence* PreemptionVictim(const Sequence& needy) {
+    for (auto it = running.rbegin(); it != running.rend() && *it >= needy.key(); ++it) {
+      Sequence& candidate = sequences.at(it->second);
+      if (candidate.in_flight == 0 && !candidate.blocks.empty()) return &candidate;
+    }
+    return nullptr;
+  }
+};
+
+absl::Status Scheduler::Validate(const SchedulerOptions& options) {
+  auto bad = [](const std::string& field, int value, const std::string& rule) {
+    return absl::InvalidArgumentError(
+        fmt::format("scheduler option {} = {}: {}", field, value, rule));
+  };
+  if (options.num_stages < 1) return bad("num_stages", options.num_stages, "must be >= 1");
+  if (options.max_micro_batches_in_flight < 0) {
+    return bad("max_micro_batches_in_flight", options.max_micro_batches_in_flight,
+               "must be >= 0 (0 = num_stages)");
+  }
+  if (options.max_tokens_per_micro_batch < 1) {
+    return bad("max_tokens_per_micro_batch", options.max_tokens_per_micro_batch, "must be >= 1");
+  }
+  if (options.max_sequences_per_micro_batch < 1) {
+    return bad("max_sequences_per_micro_batch", options.max_sequences_per_micro_batch,
+               "must be >= 1");
+  }
+  if (options.max_running_sequences < 1) {
+    return bad("max_running_sequences", options.max_running_sequences, "must be >= 1");
+  }
+  if (options.kv_block_size < 1) return bad("kv_block_size", options.kv_block_size, "must be >= 1");
+  if (options.kv_num_blocks < 1) return bad("kv_num_blocks", options.kv_num_blocks, "must be >= 1");
+  if (options.max_context < 0) return bad("max_context", options.max_context, "must be >= 0");
+  return absl::OkStatus();
+}
+
+Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)) {
+  absl::Status status = Validate(options_);
+  if (!status.ok()) {
+    fmt::print(stderr, "Scheduler: {}\n", std::string(status.message()));
+    std::abort();
+  }
+  max_in_flight_ = options_.max_micro_batches_in_flight > 0 ? options_.max_micro_batches_in_flight
+                                                            : options_.num_stages;
+  state_ = std::make_unique<State>(options_);
+}
+
+Scheduler::~Scheduler() = default;
+Scheduler::Scheduler(Scheduler&&) noexcept = default;
+Scheduler& Scheduler::operator=(Scheduler&&) noexcept = default;
+
+int MicroBatchPlan::num_sampled() const {
+  int count = 0;
+  for (const PlannedChunk& entry : entries) count += entry.samples ? 1 : 0;
+  return count;
+}
+
+int MicroBatchPlan::num_decodes() const {
+  int count = 0;
+  for (const PlannedChunk& entry : entries) count += entry.is_decode ? 1 : 0;
+  return count;
+}
+
+absl::Status Scheduler::AddRequest(uint64_t seq_id, std::vector<int32_t> prompt_ids,
+                                   SequenceParams params) {
+  State& s = *state_;
+  if (s.sequences.count(seq_id)) {
+    return absl::InvalidArgumentError(fmt::format("request {}: duplicate id", seq_id));
+  }
+  if (prompt_ids.empty()) {
+    return absl::InvalidArgumentError(fmt::format("request {}: empty prompt", seq_id));
+  }
+  if (params.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        fmt::format("request {}: max_tokens must be >= 1, got {}", seq_id, params.max_tokens));
+  }
+  const int64_t prompt_len = static_cast<int64_t>(prompt_ids.size());
+  // Positions that get K/V: all but the last generated token.
+  const int64_t kv_capacity = static_cast<int64_t>(options_.kv_num_blocks) * options_.kv_block_size;
+  if (prompt_len > kv_capacity) {
+    return absl::InvalidArgumentError(
+        fmt::format("request {}: prompt of {} tokens does not fit the KV cache ({} positions)",
+                    seq_id, prompt_len, kv_capacity));
+  }
+  if (options_.max_context > 0 && prompt_len >= options_.max_context) {
+    return absl::InvalidArgumentError(
+        fmt::format("request {}: prompt of {} tokens leaves no room in the context of {}", seq_id,
+                    prompt_len, options_.max_context));
+  }
+  int64_t max_tokens = std::min<int64_t>(params.max_tokens, kv_capacity - prompt_len + 1);
+  if (options_.max_context > 0) {
+    max_tokens = std::min<int64_t>(max_tokens, options_.max_context - prompt_len);
+  }
+
+  State::Sequence seq;
+  seq.id = seq_id;
+  seq.arrival = s.next_arrival++;
+  seq.tokens = std::move(prompt_ids);
+  seq.prompt_len = static_cast<int>(prompt_len);
+  seq.max_tokens = static_cast<int>(max_tokens);
+  seq.params = std::move(params);
+  s.waiting.insert(seq.key());
+  s.sequences.emplace(seq_id, std::move(seq));
+  return absl::OkStatus();
+}
+
+bool Scheduler::Cancel(uint64_t seq_id) {
+  if (!state_->sequences.count(seq_id)) return false;
+  state_->Remove(seq_id);
+  return true;
+}
+
+bool Scheduler::Finish(uint64_t seq_id) { return Cancel(seq_id); }
+
+std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
+  State& s = *state_;
+  if (static_cast<int>(s.plans.size()) >= max_in_flight_) return std::nullopt;
+  const int block_size = options_.kv_block_size;
+
+  MicroBatchPlan plan;
+  State::PlanRecord record;
+  std::set<uint64_t> preempted_now;  // not re-admitted in the same plan: that would only thrash
+  int64_t budget = options_.max_tokens_per_micro_batch;
+  auto room = [&] {
+    return budget > 0 &&
+           static_cast<int>(plan.batch.chunks.size()) < options_.max_sequences_per_micro_batch;
+  };
+
+  // Grows `seq`'s block table towards `want` positions and returns how many positions it may
+  // use now (> seq.num_scheduled), or -1 when it cannot progress. When not a single position is
+  // free, preempts the youngest idle running sequence while `may_preempt`; that may be `seq`.
+  auto reserve = [&](State::Sequence& seq, int64_t want, bool may_preempt) -> int64_t {
+    while (true) {
+      int64_t have = static_cast<int64_t>(seq.blocks.size()) * block_size;
+      int64_t reachable = have + static_cast<int64_t>(s.blocks.num_free()) * block_size;
+      if (reachable > seq.num_scheduled) {
+        int64_t positions = std::min(want, reachable);
+        int extra = s.blocks.BlocksFor(positions) - static_cast<int>(seq.blocks.size());
+        if (extra > 0) {
+          std::vector<int32_t> got = *s.blocks.Allocate(extra);
+          seq.blocks.insert(seq.blocks.end(), got.begin(), got.end());
+        }
+        return positions;
+      }
+      if (!may_preempt) return -1;
+      State::Sequence* victim = s.PreemptionVictim(seq);
+      if (victim == nullptr) return -1;
+      s.Preempt(*victim);
+      plan.preempted.push_back(victim->id);
+      preempted_now.insert(victim->id);
+      if (victim == &seq) return -1;
+    }
+  };
+
+  auto add_chunk = [&](State::Sequence& seq, int64_t num_tokens, bool is_decode) {
+    SequenceChunk chunk;
+    chunk.seq_id = seq.id;
+    chunk.start_position = seq.num_scheduled;
+    chunk.num_tokens = static_cast<int32_t>(num_tokens);
+    chunk.block_table = seq.blocks;
+    const bool samples = seq.num_scheduled + num_tokens == static_cast<int64_t>(seq.tokens.size());
+    chunk.logits = samples ? LogitsMode::kLastToken : LogitsMode::kNone;
+    plan.batch.token_ids.insert(plan.batch.token_ids.end(), seq.tokens.begin() + seq.num_scheduled,
+                                seq.tokens.begin() + seq.num_scheduled + num_tokens);
+    plan.batch.chunks.push_back(std::move(chunk));
+    PlannedChunk entry{.seq_id = seq.id,
+                       .is_decode = is_decode,
+                       .samples = samples,
+                       .token_index = samples ? seq.num_generated() : 0};
+    plan.entries.push_back(entry);
+    record.entries.push_back(entry);
+    record.arrivals.push_back(seq.arrival);
+    seq.num_scheduled += static_cast<int>(num_tokens);
+    seq.awaiting_token = samples;
+    ++seq.in_flight;
+    budget -= num_tokens;
+  };
+
+  // 1. Decodes, oldest first; in spread mode about D / M of them.
+  int decoding = 0;
+  std::vector<uint64_t> ready;
+  for (const Key& key : s.running) {
+    const State::Sequence& seq = s.sequences.at(key.second);
+    decoding += seq.decoding() ? 1 : 0;
+    if (seq.decode_ready()) ready.push_back(seq.id);
+  }
+  int64_t decode_quota = static_cast<int64_t>(ready.size());
+  if (options_.decode_packing == DecodePacking::kPacked && decoding > decode_quota) {
+    decode_quota = 0;  // one decode step at a time: wait until every decoding sequence is back
+  }
+  if (options_.decode_packing == DecodePacking::kSpread) {
+    // ceil(D / M) per micro-batch, and the ready ones shared evenly over the free slots, so
+    // that 9 decodes over 4 slots go 3, 2, 2, 2 (not 3, 3, 3 and an idle stage).
+    const int64_t free_slots = max_in_flight_ - static_cast<int64_t>(s.plans.size());
+    const int64_t per_slot = (decode_quota + free_slots - 1) / free_slots;
+    const int64_t per_batch = (decoding + max_in_flight_ - 1) / max_in_flight_;
+    decode_quota = std::min({decode_quota, per_slot, per_batch});
+  }
+  for (uint64_t id : ready) {
+    if (decode_quota == 0 || !room()) break;
+    auto it = s.sequences.find(id);
+    if (it == s.sequences.end() || !it->second.decode_ready()) continue;  // preempted meanwhile
+    State::Sequence& seq = it->second;
+    if (reserve(seq, seq.num_scheduled + 1, true) < 0) continue;
+    add_chunk(seq, 1, seq.num_generated() > 0);
+    --decode_quota;
+  }
+
+  // 2. Prefill chunks of running sequences, oldest first.
+  std::vector<uint64_t> prefilling;
+  for (const Key& key : s.running) {
+    const State::Sequence& seq = s.sequences.at(key.second);
+    if (!seq.awaiting_token && seq.pending() > 0 && !seq.decode_ready()) {
+      prefilling.push_back(seq.id);
+    }
+  }
+  for (uint64_t id : prefilling) {
+    if (!room()) break;
+    auto it = s.sequences.find(id);
+    if (it == s.sequences.end() || !it->second.running) continue;
+    State::Sequence& seq = it->second;
+    int64_t want = seq.num_scheduled + std::min<int64_t>(seq.pending(), budget);
+    int64_t until = reserve(seq, want, true);
+    if (until < 0) continue;
+    add_chunk(seq, until - seq.num_scheduled, false);
+  }
+
+  // 3. Admission, oldest first (preempted requests keep their place); never preempts, and a
+  // request that does not fit blocks the younger ones behind it, so nobody starves.
+  while (room() && !s.waiting.empty() &&
+         static_cast<int>(s.running.size()) < options_.max_running_sequences) {
+    State::Sequence& seq = s.sequences.at(s.waiting.begin()->second);
+    if (preempted_now.count(seq.id)) break;
+    int64_t want = std::min<int64_t>(seq.pending(), budget);
+    int64_t until = reserve(seq, want, false);
+    if (until < 0) break;
+    s.waiting.erase(seq.key());
+    s.running.insert(seq.key());
+    seq.running = true;
+    add_chunk(seq, until, false);
+  }
+
+  if (plan.batch.chunks.empty()) {
+    if (!plan.preempted.empty()) {
+      RS_LOG_DEBUG("scheduler: preempted {} sequences but planned nothing", plan.preempted.size());
+    }
+    return std::nullopt;
+  }
+  plan.id = s.next_plan_id++;
+  s.plans.emplace(plan.id, std::move(record));
+  ++s.counters.micro_batches_planned;
+  return plan;
+}
+
+absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
+    uint64_t plan_id, std::span<const int32_t> sampled_tokens) {
+  State& s = *state_;
+  auto plan_it = s.plans.find(plan_id);
+  if (plan_it == s.plans.end()) {
+    return absl::InvalidArgumentError(fmt::format("micro-batch {}: not in flight", plan_id));
+  }
+  const State::PlanRecord& record = plan_it->second;
+  size_t expected = 0;
+  for (const PlannedChunk& entry : record.entries) expected += entry.samples ? 1 : 0;
+  if (sampled_tokens.size() != expected) {
+    return absl::InvalidArgumentError(fmt::format("micro-batch {}: {} sampled tokens, expected {}",
+                                                  plan_id, sampled_tokens.size(), expected));
+  }
+  MicroBatchResult result;
+  size_t next_token = 0;
+  std::vector<uint64_t> finished;
+  for (size_t i = 0; i < record.entries.size(); ++i) {
+    const PlannedChunk& entry = record.entries[i];
+    const int32_t token = entry.samples ? sampled_tokens[next_token++] : 0;
+    State::Sequence* seq = s.Find(entry.seq_id, record.arrivals[i]);
+    if (seq == nullptr) continue;  // cancelled or finished while in flight
+    --seq->in_flight;
+    if (!entry.samples) continue;
+    seq->awaiting_token = false;
+    seq->tokens.push_back(token);
+    ++s.counters.tokens_generated;
+    TokenUpdate update{.seq_id = seq->id,
+                       .token = token,
+                       .token_index = entry.token_index,
+                       .finish_reason = FinishReason::kNone};
+    const auto& eos = options_.eos_token_ids;
+    const auto& stops = seq->params.stop_token_ids;
+    if ((!seq->params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
+        std::find(stops.begin(), stops.end(), token) != stops.end()) {
+      update.finish_reason = FinishReason::kStop;
+    } else if (seq->num_generated() >= seq->max_tokens) {
+      update.finish_reason = FinishReason::kLength;
+    }
+    if (update.finish_reason != FinishReason::kNone) finished.push_back(seq->id);
+    result.tokens.push_back(update);
+  }
+  s.plans.erase(plan_it);
+  for (uint64_t id : finished) s.Remove(id);
+  return result;
+}
+
+std::vector<uint64_t> Scheduler::OnMicroBatchFailed(uint64_t plan_id) {
+  State& s = *state_;
+  std::vector<uint64_t> failed;
+  auto plan_it = s.plans.find(plan_id);
+  if (plan_it == s.plans.end()) return failed;
+  State::PlanRecord record = std::move(plan_it->second);
+  s.plans.erase(plan_it);
+  for (size_t i = 0; i < record.entries.size(); ++i) {
+    State::Sequence* seq = s.Find(record.entries[i].seq_id, record.arrivals[i]);
+    if (seq == nullptr) continue;
+    failed.push_back(seq->id);
+    s.Remove(seq->id);
+  }
+  return failed;
+}
+
+bool Scheduler::HasWork() const { return !state_->sequences.empty() || !state_->plans.empty(); }
+
+int Scheduler::num_in_flight() const { return static_cast<int>(state_->plans.size()); }
+
+SchedulerStats Scheduler::Stats() const {
+  SchedulerStats stats = state_->counters;
+  stats.waiting = static_cast<int>(state_->waiting.size());
+  stats.running = static_cast<int>(state_->running.size());
+  stats.micro_batches_in_flight = num_in_flight();
+  stats.kv_blocks_used = state_->blocks.num_used();
+  stats.kv_blocks_total = state_->blocks.num_blocks();
+  return stats;
+}
+
+std::vector<int32_t> Scheduler::GeneratedTokens(uint64_t seq_id) const {
+  auto it = state_->sequences.find(seq_id);
+  if (it == state_->sequences.end()) return {};
+  const State::Sequence& seq = it->second;
+  return std::vector<int32_t>(seq.tokens.begin() + seq.prompt_len, seq.tokens.end());
+}
+
+absl::Status Scheduler::CheckInvariants() const {
+  const State& s = *state_;
+  auto broken = [](const std::string& what) {
+    return absl::InternalError("scheduler invariant broken: " + what);
+  };
+  if (static_cast<int>(s.plans.size()) > max_in_flight_) {
+    return broken(fmt::format("{} plans in flight > {}", s.plans.size(), max_in_flight_));
+  }
+  // Live incarnations named by in-flight plans.
+  std::map<uint64_t, int> in_flight;
+  std::map<uint64_t, int> sampling;
+  for (const auto& [plan_id, record] : s.plans) {
+    for (size_t i = 0; i < record.entries.size(); ++i) {
+      auto it = s.sequences.find(record.entries[i].seq_id);
+      if (it == s.sequences.end() || it->second.arrival != record.arrivals[i]) continue;
+      ++in_flight[it->first];
+      if (record.entries[i].samples) ++sampling[it->first];
+    }
+  }
+  std::vector<int> owner(s.blocks.num_blocks(), 0);
+  int owned = 0;
+  for (const auto& [id, seq] : s.sequences) {
+    const std::string name = fmt::format("sequence {}", id);
+    if (seq.running != (s.running.count(seq.key()) == 1) ||
+        seq.running == (s.waiting.count(seq.key()) == 1)) {
+      return broken(name + " is not in exactly one of the running/waiting sets");
+    }
+    if (seq.in_flight != in_flight[id]) {
+      return broken(fmt::format("{} counts {} plans in flight, plans name it {} times", name,
+                                seq.in_flight, in_flight[id]));
+    }
+    if (sampling[id] > 1 || seq.awaiting_token != (sampling[id] == 1)) {
+      return broken(name + " awaiting_token does not match the in-flight sampling chunks");
+    }
+    if (!seq.running && (!seq.blocks.empty() || seq.num_scheduled != 0 || seq.in_flight != 0)) {
+      return broken(name + " is waiting but holds blocks, positions or plans");
+    }
+    if (static_cast<int>(seq.blocks.size()) != s.blocks.BlocksFor(seq.num_scheduled)) {
+      return broken(fmt::format("{} holds {} blocks for {} positions", name, seq.blocks.size(),
+                                seq.num_scheduled));
+    }
+    if (seq.num_scheduled > static_cast<int>(seq.tokens.size()) ||
+        seq.num_generated() > seq.max_tokens) {
+      return broken(name + " planned or generated too much");
+    }
+    for (int32_t block : seq.blocks) {
+      if (block < 0 || block >= s.blocks.num_blocks() || !s.blocks.IsAllocated(block)) {
+        return broken(fmt::format("{} holds block {} that is not allocated", name, block));
+      }
+      if (owner[block]++ != 0) return broken(fmt::format("block {} has two owners", block));
+      ++owned;
+    }
+  }
+  if (owned != s.blocks.num_used()) {
+    return broken(
+        fmt::format("{} blocks allocated but {} owned (leak)", s.blocks.num_used(), owned));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ringserve

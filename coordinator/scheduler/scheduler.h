@@ -1,0 +1,200 @@
+// The ring's scheduler: continuous batching over a paged KV cache, chunked prefill mixed with
+// decodes, and decode spreading over the micro-batches in flight. Pure and deterministic: no
+// threads, no I/O, no clock; everything it decides is a function of the calls made on it.
+//
+// How the engine drives it:
+//   - AddRequest() when a request arrives; Cancel()/Finish() when it goes away or a stop string
+//     matched (stop strings need detokenized text, so the engine matches them).
+//   - While fewer than max_micro_batches_in_flight plans are in flight, call NextMicroBatch();
+//     send the plan to the stages; nullopt = nothing to run now.
+//   - When the last stage returns the sampled tokens of a plan, call OnMicroBatchDone(); it
+//     appends the tokens, applies the token-level stop conditions (EOS ids unless ignore_eos,
+//     the request's stop token ids, max_tokens, context/KV capacity) and reports, per sequence,
+//     the new token and whether the sequence finished. Finished sequences' blocks are free.
+//   Plans complete in the order they were issued (the ring is in order) but the scheduler does
+//   not depend on it.
+//
+// Policy, per NextMicroBatch() call, under `max_tokens_per_micro_batch` tokens:
+//   1. Decodes (running sequences with a sampled token not yet fed), oldest request first. In
+//      kSpread mode at most ceil(D / M) of them, D = all decoding sequences (runnable or in
+//      flight), and at most ceil(R / F) with R runnable and F free slots of the M: so D decodes
+//      spread over M balanced micro-batches (9 over 4: 3, 2, 2, 2) and every stage of the ring
+//      has work every step. In kPacked mode all D at once, only when all D are back (the
+//      comparison baseline).
+//   2. Prefill chunks of running sequences (oldest first), then admission of waiting requests
+//      (oldest first, preempted ones keep their original place), each chunk cut to the tokens
+//      left in the budget and to the KV blocks that can be had. So a decode waits for at most
+//      one prefill chunk, however long the prompt.
+//   A sequence's chunk that samples (a decode, or the last chunk of a prompt) is the only chunk
+//   of that sequence in flight: its next token depends on it. Non-final prefill chunks of one
+//   sequence may be in flight in consecutive micro-batches at once: every stage runs
+//   micro-batches in order, so a chunk's K/V is written before the next chunk reads it.
+//
+// KV blocks (global: capacity = min over stages, ids valid on every stage) are allocated when a
+// chunk is planned, to cover its positions. When a running sequence needs blocks and none are
+// free, the youngest running sequence not in flight is preempted by recompute: its blocks are
+// freed and it goes back to the waiting queue with its generated tokens kept; on re-admission
+// prompt + generated is prefilled again and sampling continues at the same token index. The
+// oldest request is never preempted while others hold blocks, so it always progresses (no
+// deadlock, no livelock). Blocks of a cancelled sequence are freed at once even if a plan that
+// names them is in flight: stages run plans in order, so a later owner's writes come after.
+// AddRequest clamps max_tokens so that one request alone always fits in the cache and context;
+// hitting that clamp finishes the request with kLength.
+//
+// Not thread-safe: the engine calls it from one thread (or under one lock).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/engine.h"
+#include "coordinator/scheduler/kv_block_manager.h"
+#include "stage/model/model_slice.h"
+
+namespace ringserve {
+
+enum class DecodePacking {
+  kSpread,  // runnable decodes split over the M micro-batches in flight (~ceil(D / M) each)
+  // All decodes in one micro-batch: a decode step waits until every decoding sequence is back
+  // (the baseline for comparison, as a scheduler without pipeline awareness does it).
+  kPacked,
+};
+
+struct SchedulerOptions {
+  int num_stages = 1;                   // S >= 1
+  int max_micro_batches_in_flight = 0;  // M >= 1; 0 = num_stages
+  int max_tokens_per_micro_batch = 512;
+  int max_sequences_per_micro_batch = 256;
+  int max_running_sequences = 256;  // admitted (holding or about to hold KV blocks)
+  int kv_block_size = 16;           // positions per block
+  int kv_num_blocks = 256;          // per stage pool = global capacity (min over stages)
+  int max_context = 0;              // positions per sequence (prompt + generated); 0 = no limit
+  std::vector<int32_t> eos_token_ids;
+  DecodePacking decode_packing = DecodePacking::kSpread;
+};
+
+// Token-level limits of one request (sampling parameters stay with the engine).
+struct SequenceParams {
+  int max_tokens = 16;                  // >= 1
+  std::vector<int32_t> stop_token_ids;  // finish (kStop) after sampling one of these
+  bool ignore_eos = false;              // do not stop on SchedulerOptions::eos_token_ids
+};
+
+// One chunk of a plan, parallel to MicroBatchPlan::batch.chunks.
+struct PlannedChunk {
+  uint64_t seq_id = 0;
+  bool is_decode = false;  // one token: the last sampled token of a running sequence (a decode)
+  bool samples = false;    // chunk.logits != kNone: the last stage samples one token for it
+  // When `samples`: the index of the token to be generated within its request (tokens
+  // generated so far). Keys the sampler's RNG, so it survives preemption and re-prefill.
+  int32_t token_index = 0;
+};
+
+struct MicroBatchPlan {
+  uint64_t id = 0;  // increasing from 1; names the plan in OnMicroBatchDone and in logs
+  // What the stages run: chunks (seq id, start position, tokens, block table, logits mode:
+  // kLastToken where a token is sampled, else kNone) and stage 0's token ids, chunk after chunk.
+  MicroBatch batch;
+  std::vector<PlannedChunk> entries;  // one per batch.chunks entry, same order
+  // Sequences preempted (by recompute) while building this plan. Informational: they were
+  // requeued and continue by themselves; stages need not do anything (their blocks are free).
+  std::vector<uint64_t> preempted;
+
+  int num_sampled() const;  // chunks that sample = tokens OnMicroBatchDone expects
+  int num_decodes() const;  // chunks with is_decode
+  int64_t num_tokens() const { return batch.TotalTokens(); }
+};
+
+// One sampled token, as OnMicroBatchDone reports it.
+struct TokenUpdate {
+  uint64_t seq_id = 0;
+  int32_t token = 0;
+  int32_t token_index = 0;  // index within the request's generated tokens
+  // kNone: continues. kStop: EOS or a stop token id (the token is still reported; the engine
+  // decides whether to show its text). kLength: max_tokens (or the clamp) reached.
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+struct MicroBatchResult {
+  // In plan order; tokens of sequences cancelled or finished meanwhile are discarded, not listed.
+  std::vector<TokenUpdate> tokens;
+};
+
+struct SchedulerStats {
+  int waiting = 0;  // queued, not holding blocks (new or preempted)
+  int running = 0;  // admitted
+  int micro_batches_in_flight = 0;
+  int kv_blocks_used = 0;
+  int kv_blocks_total = 0;
+  int64_t preemptions = 0;  // cumulative
+  int64_t micro_batches_planned = 0;
+  int64_t tokens_generated = 0;  // cumulative, sampled tokens accepted
+};
+
+class Scheduler {
+ public:
+  // InvalidArgument naming the option for values out of range.
+  static absl::Status Validate(const SchedulerOptions& options);
+  // `options` must be valid (Validate); otherwise this is a programmer error and aborts.
+  explicit Scheduler(SchedulerOptions options);
+
+  const SchedulerOptions& options() const { return options_; }
+  int max_micro_batches_in_flight() const { return max_in_flight_; }
+
+  // Queues a request. InvalidArgument: duplicate id (among unfinished), empty prompt,
+  // max_tokens < 1, or a prompt that cannot fit (prompt length >= max_context, or more than
+  // the whole KV cache). max_tokens is clamped to what fits (see above).
+  absl::Status AddRequest(uint64_t seq_id, std::vector<int32_t> prompt_ids, SequenceParams params);
+
+  // Removes a request wherever it is and frees its blocks; a token of it that comes back from
+  // an in-flight plan is discarded. Returns false for unknown (or already finished) ids.
+  // Cancel is for client cancellation, Finish for a stop string the engine matched; they differ
+  // only in the statistics.
+  bool Cancel(uint64_t seq_id);
+  bool Finish(uint64_t seq_id);
+
+  // The next micro-batch to send, or nullopt when M plans are in flight or nothing can run.
+  std::optional<MicroBatchPlan> NextMicroBatch();
+
+  // Accepts the sampled tokens of plan `plan_id`: one per chunk with `samples`, in chunk order.
+  // InvalidArgument (nothing changes) for an unknown plan id or a wrong token count.
+  absl::StatusOr<MicroBatchResult> OnMicroBatchDone(uint64_t plan_id,
+                                                    std::span<const int32_t> sampled_tokens);
+
+  // The ring failed to run plan `plan_id` (a stage error). Removes the plan and every sequence
+  // in it (blocks freed) and returns their ids, so the engine can finish them with kError.
+  // Unknown plan ids return an empty list.
+  std::vector<uint64_t> OnMicroBatchFailed(uint64_t plan_id);
+
+  // True while any request is waiting, running or any plan is in flight.
+  bool HasWork() const;
+  int num_in_flight() const;
+  SchedulerStats Stats() const;
+
+  // Generated tokens of an unfinished request so far; empty for unknown ids.
+  std::vector<int32_t> GeneratedTokens(uint64_t seq_id) const;
+
+  // Checks internal consistency (for tests): every block is either free or owned by exactly one
+  // sequence, block tables cover the positions planned, in-flight bookkeeping matches.
+  // Internal error naming the broken invariant.
+  absl::Status CheckInvariants() const;
+
+  ~Scheduler();
+  Scheduler(Scheduler&&) noexcept;
+  Scheduler& operator=(Scheduler&&) noexcept;
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+ private:
+  struct State;
+  SchedulerOptions options_;
+  int max_in_flight_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ringserve
