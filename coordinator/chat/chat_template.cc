@@ -1,0 +1,144 @@
+#include "coordinator/chat/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/chat/jinja_template.h"
+
+namespace ringserve::chat {
+namespace {
+
+using nlohmann::ordered_json;
+
+// transformers' special_tokens_map: the attributes that are set, as strings.
+constexpr const char* kSpecialTokenNames[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                              "pad_token", "cls_token", "mask_token"};
+
+absl::StatusOr<ordered_json> TokenString(const ordered_json& v, const std::string& name) {
+  if (v.is_string()) return v;
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"];
+  return absl::InvalidArgumentError(
+      absl::StrCat("tokenizer_config: ", name, " is neither a string nor an AddedToken"));
+}
+
+}  // namespace
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const std::string& path_or_dir) {
+  std::filesystem::path path(path_or_dir);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) path /= "tokenizer_config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  ordered_json config;
+  try {
+    config = ordered_json::parse(buf.str());
+  } catch (const ordered_json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": invalid JSON: ", e.what()));
+  }
+  if (!config.is_object() || !config.contains("chat_template")) {
+    return absl::NotFoundError(absl::StrCat(path.string(), " has no chat_template"));
+  }
+  std::string source;
+  const ordered_json& ct = config["chat_template"];
+  if (ct.is_string()) {
+    source = ct.get<std::string>();
+  } else if (ct.is_array()) {
+    for (const auto& t : ct) {
+      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") &&
+          t["template"].is_string()) {
+        source = t["template"].get<std::string>();
+      }
+    }
+    if (source.empty()) {
+      return absl::NotFoundError(absl::StrCat(path.string(), ": no chat_template named default"));
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.string(), ": chat_template is neither a string nor a list"));
+  }
+  ordered_json special = ordered_json::object();
+  for (const char* name : kSpecialTokenNames) {
+    if (!config.contains(name) || config[name].is_null()) continue;
+    RS_ASSIGN_OR_RETURN(special[name], TokenString(config[name], name));
+  }
+  if (config.contains("additional_special_tokens") &&
+      config["additional_special_tokens"].is_array()) {
+    ordered_json list = ordered_json::array();
+    for (const auto& t : config["additional_special_tokens"]) {
+      RS_ASSIGN_OR_RETURN(ordered_json s, TokenString(t, "additional_special_tokens"));
+      list.push_back(std::move(s));
+    }
+    special["additional_special_tokens"] = std::move(list);
+  }
+  auto tmpl = FromString(source, special);
+  if (!tmpl.ok()) {
+    return absl::Status(tmpl.status().code(),
+                        absl::StrCat(path.string(), ": ", tmpl.status().message()));
+  }
+  return tmpl;
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromString(const std::string& source,
+                                                      const ordered_json& special_tokens) {
+  if (!special_tokens.is_object()) {
+    return absl::InvalidArgumentError("special_tokens must be a JSON object");
+  }
+  ordered_json special = ordered_json::object();
+  for (const auto& [k, v] : special_tokens.items()) {
+    if (v.is_array()) {
+      ordered_json list = ordered_json::array();
+      for (const auto& t : v) {
+        RS_ASSIGN_OR_RETURN(ordered_json s, TokenString(t, k));
+        list.push_back(std::move(s));
+      }
+      special[k] = std::move(list);
+    } else if (!v.is_null()) {
+      RS_ASSIGN_OR_RETURN(special[k], TokenString(v, k));
+    }
+  }
+  RS_ASSIGN_OR_RETURN(auto tmpl, jinja::Template::Parse(source));
+  return ChatTemplate(std::move(tmpl), std::move(special));
+}
+
+const std::string& ChatTemplate::source() const { return template_->source(); }
+
+absl::StatusOr<std::string> ChatTemplate::Render(const ordered_json& messages,
+                                                 const ChatRenderOptions& options) const {
+  if (!messages.is_array()) return absl::InvalidArgumentError("messages must be a JSON array");
+  if (messages.empty()) {  // as transformers
+    return absl::InvalidArgumentError(
+        "Cannot apply chat template to an empty conversation. Provide at least one message.");
+  }
+  if (!options.tools.is_null() && !options.tools.is_array()) {
+    return absl::InvalidArgumentError("tools must be null or a JSON array");
+  }
+  if (!options.extra_kwargs.is_object()) {
+    return absl::InvalidArgumentError("extra_kwargs must be a JSON object");
+  }
+  // Same variables, in the same precedence, as transformers' apply_chat_template.
+  jinja::Value::Dict vars;
+  auto set = [&vars](const std::string& k, jinja::Value v) {
+    for (auto& [name, value] : vars) {
+      if (name == k) {
+        value = std::move(v);
+        return;
+      }
+    }
+    vars.emplace_back(k, std::move(v));
+  };
+  set("messages", jinja::Value::FromJson(messages));
+  set("tools", jinja::Value::FromJson(options.tools));
+  set("documents", jinja::Value::None());
+  set("add_generation_prompt", jinja::Value::Bool(options.add_generation_prompt));
+  for (const auto& [k, v] : special_tokens_.items()) set(k, jinja::Value::FromJson(v));
+  for (const auto& [k, v] : options.extra_kwargs.items()) set(k, jinja::Value::FromJson(v));
+  return template_->Render(vars, options.now.value_or(std::chrono::system_clock::now()));
+}
+
+}  // namespace ringserve::chat

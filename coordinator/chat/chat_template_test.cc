@@ -1,0 +1,318 @@
+// Checks ChatTemplate against golden strings rendered by transformers' apply_chat_template
+// (tests/fixtures/chat/goldens.json, made by scripts/make_chat_goldens.py on the device).
+#include "coordinator/chat/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+namespace ringserve::chat {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string SourceDir() {
+  const char* d = std::getenv("RINGSERVE_SOURCE_DIR");
+  return d ? d : ".";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+ordered_json ReadJson(const std::string& rel) {
+  return ordered_json::parse(ReadFile(SourceDir() + "/" + rel));
+}
+
+std::string TokenizerDir(const std::string& name) {
+  return SourceDir() + "/.deps/tokenizers/" + name;
+}
+
+// Template name in goldens.json -> ChatTemplate. llama3_1 is our Llama 3.1-style fixture
+// template rendered with the llama3 tokenizer's special tokens.
+absl::StatusOr<ChatTemplate> LoadTemplate(const std::string& name) {
+  if (name != "llama3_1") return ChatTemplate::FromTokenizerConfig(TokenizerDir(name));
+  auto base = ChatTemplate::FromTokenizerConfig(TokenizerDir("llama3"));
+  if (!base.ok()) return base.status();
+  return ChatTemplate::FromString(
+      ReadFile(SourceDir() + "/tests/fixtures/chat/llama3_1_chat_template.jinja"),
+      base->special_tokens());
+}
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// "" when equal, else where and how they differ.
+std::string Diff(const std::string& want, const std::string& got) {
+  if (want == got) return "";
+  size_t i = 0;
+  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+  size_t b = i > 40 ? i - 40 : 0;
+  return "first difference at byte " + std::to_string(i) + "\n  want: ..." +
+         Escape(want.substr(b, 100)) + "\n  got:  ..." + Escape(got.substr(b, 100));
+}
+
+// Case options; `template_kwargs` (per template, from conversations.json) go under the case's.
+ChatRenderOptions OptionsFor(const ordered_json& c,
+                             const ordered_json& template_kwargs = ordered_json::object()) {
+  ChatRenderOptions o;
+  o.add_generation_prompt = c.value("add_generation_prompt", false);
+  if (c.contains("tools")) o.tools = c["tools"];
+  o.extra_kwargs = template_kwargs;
+  if (c.contains("kwargs")) o.extra_kwargs.update(c["kwargs"]);
+  o.now = std::chrono::system_clock::from_time_t(1785000000);
+  return o;
+}
+
+const ordered_json* FindCase(const ordered_json& list, const std::string& name) {
+  for (const auto& c : list) {
+    if (c["name"] == name) return &c;
+  }
+  return nullptr;
+}
+
+// Compares one rendered result (or error) with its golden row.
+void ExpectMatchesGolden(const std::string& what, const absl::StatusOr<std::string>& got,
+                         const ordered_json& golden, int* checked) {
+  ++*checked;
+  if (golden.contains("error")) {
+    EXPECT_FALSE(got.ok()) << what << ": transformers raised " << golden["error"] << " ("
+                           << golden["message"] << ") but we rendered:\n"
+                           << *got;
+    return;
+  }
+  ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+  std::string diff = Diff(golden["rendered"].get<std::string>(), *got);
+  EXPECT_TRUE(diff.empty()) << what << ": " << diff;
+}
+
+TEST(ChatTemplateGoldenTest, GoldensComeFromTransformers) {
+  ordered_json goldens = ReadJson("tests/fixtures/chat/goldens.json");
+  std::string version = goldens["generator"]["transformers"].get<std::string>();
+  EXPECT_EQ(version.rfind("none", 0), std::string::npos)
+      << "goldens.json must be rendered by transformers, not emulated";
+}
+
+TEST(ChatTemplateGoldenTest, ConversationsRenderLikeTransformers) {
+  ordered_json goldens = ReadJson("tests/fixtures/chat/goldens.json");
+  ordered_json conversations = ReadJson("tests/fixtures/chat/conversations.json");
+  const ordered_json& cases = conversations["cases"];
+  int checked = 0;
+  for (const auto& [tname, rows] : goldens["conversations"].items()) {
+    ordered_json template_kwargs =
+        conversations["template_kwargs"].value(tname, ordered_json::object());
+    auto tmpl = LoadTemplate(tname);
+    ASSERT_TRUE(tmpl.ok()) << tname << ": " << tmpl.status();
+    EXPECT_GE(rows.size(), 15u) << tname;
+    for (const auto& row : rows) {
+      const ordered_json* c = FindCase(cases, row["name"]);
+      ASSERT_NE(c, nullptr) << row["name"];
+      auto got = tmpl->Render((*c)["messages"], OptionsFor(*c, template_kwargs));
+      ExpectMatchesGolden(tname + "/" + row["name"].get<std::string>(), got, row, &checked);
+    }
+  }
+  EXPECT_GE(checked, 60);
+}
+
+TEST(ChatTemplateGoldenTest, JinjaFeatureSnippetsRenderLikeTransformers) {
+  ordered_json goldens = ReadJson("tests/fixtures/chat/goldens.json");
+  ordered_json snippets = ReadJson("tests/fixtures/chat/snippets.json")["snippets"];
+  auto llama = ChatTemplate::FromTokenizerConfig(TokenizerDir("llama3"));
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  int checked = 0;
+  for (const auto& row : goldens["snippets"]) {
+    const ordered_json* s = FindCase(snippets, row["name"]);
+    ASSERT_NE(s, nullptr) << row["name"];
+    auto tmpl = ChatTemplate::FromString((*s)["template"], llama->special_tokens());
+    absl::StatusOr<std::string> got = tmpl.ok() ? tmpl->Render((*s)["messages"], OptionsFor(*s))
+                                                : absl::StatusOr<std::string>(tmpl.status());
+    ExpectMatchesGolden("snippet " + row["name"].get<std::string>(), got, row, &checked);
+  }
+  EXPECT_GE(checked, 40);
+}
+
+// The goldens must catch a one-literal change in a real template.
+TEST(ChatTemplateGoldenTest, ChangedTemplateLiteralFailsGolden) {
+  ordered_json goldens = ReadJson("tests/fixtures/chat/goldens.json");
+  ordered_json cases = ReadJson("tests/fixtures/chat/conversations.json")["cases"];
+  auto qwen = ChatTemplate::FromTokenizerConfig(TokenizerDir("qwen3"));
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  std::string source = qwen->source();
+  const std::string literal = "\\n</tool_response>";
+  size_t at = source.find(literal);
+  ASSERT_NE(at, std::string::npos);
+  source.replace(at, literal.size(), "\\n</tool_result>");
+  auto changed = ChatTemplate::FromString(source, qwen->special_tokens());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  const ordered_json* row = FindCase(goldens["conversations"]["qwen3"], "qwen_tool_flow");
+  ASSERT_NE(row, nullptr);
+  const ordered_json* c = FindCase(cases, "qwen_tool_flow");
+  auto original = qwen->Render((*c)["messages"], OptionsFor(*c));
+  auto modified = changed->Render((*c)["messages"], OptionsFor(*c));
+  ASSERT_TRUE(original.ok() && modified.ok());
+  EXPECT_EQ(Diff((*row)["rendered"], *original), "");
+  EXPECT_NE(Diff((*row)["rendered"], *modified), "");
+}
+
+void ExpectError(const std::string& source, const std::string& fragment, bool at_parse) {
+  auto tmpl = ChatTemplate::FromString(source);
+  absl::Status status = tmpl.status();
+  if (tmpl.ok()) {
+    EXPECT_FALSE(at_parse) << source << " parsed";
+    ChatRenderOptions options;
+    options.extra_kwargs = {{"x", 1}};
+    status = tmpl->Render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), options)
+                 .status();
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << source;
+  EXPECT_NE(std::string(status.message()).find(fragment), std::string::npos)
+      << source << " -> " << status;
+}
+
+TEST(ChatTemplateTest, UnsupportedConstructsGiveClearErrors) {
+  ExpectError("a\n{% include 'other.jinja' %}", "line 2: unsupported construct: tag 'include'",
+              true);
+  ExpectError("{% extends 'base' %}", "unsupported construct: tag 'extends'", true);
+  ExpectError("{% call foo() %}x{% endcall %}", "unsupported construct: tag 'call'", true);
+  ExpectError("{% for m in messages recursive %}{% endfor %}", "recursive for loops", true);
+  ExpectError("\n\n{{ 'a' | wordwrap(3) }}",
+              "line 3: unsupported construct: no filter named "
+              "'wordwrap'",
+              true);
+  ExpectError("{% for m in [] %}{{ x is prime }}{% endfor %}", "no test named 'prime'", true);
+  // Inside {% if %}, Jinja reports unknown filters only when they run.
+  ExpectError("{% if x %}\n{{ 'a' | wordwrap(3) }}{% endif %}",
+              "line 2: unsupported construct: no filter named 'wordwrap'", false);
+  ExpectError("{{ f(*args) }}", "*args", true);
+  ExpectError("{{ '{}'.format(1) }}", "unsupported string method 'format'", false);
+  ExpectError("{{ '%s' % 'a' }}", "printf-style", false);
+  ExpectError("{% if x %}\n{{ raise_exception('Only user/assistant roles!') }}{% endif %}",
+              "raised an exception at line 2: Only user/assistant roles!", false);
+  ExpectError("{{ messages[0].content.nope.deeper }}", "has no attribute 'nope'", false);
+  ExpectError("{{ 'a' + x }}", "can only concatenate str (not \"int\") to str", false);
+  ExpectError("{% if true %}unclosed", "expected 'elif' or 'else' or 'endif'", true);
+  ExpectError("{{ 1 + }}", "unexpected end of tag", true);
+  ExpectError("{{ 'unterminated }}", "unterminated string literal", true);
+  ExpectError("{% endfor %}", "unexpected 'endfor' tag", true);
+  ExpectError("{{ range(1000000)|length }}", "Range too big", false);
+}
+
+TEST(ChatTemplateTest, TruncatedAndMutatedTemplatesNeverCrash) {
+  ordered_json messages =
+      ReadJson("tests/fixtures/chat/conversations.json")["cases"][3]["messages"];
+  ChatRenderOptions options;
+  options.add_generation_prompt = true;
+  int parsed = 0;
+  int failed = 0;
+  std::mt19937 rng(12345);
+  for (const char* name : {"qwen3", "llama3", "deepseek_v3"}) {
+    auto full = ChatTemplate::FromTokenizerConfig(TokenizerDir(name));
+    ASSERT_TRUE(full.ok()) << full.status();
+    const std::string& src = full->source();
+    std::vector<std::string> variants;
+    for (size_t len = 0; len < src.size(); len += 7) variants.push_back(src.substr(0, len));
+    static const char kNoise[] = "{}%#-+|()[]'\".,:~ \nxif";
+    for (int i = 0; i < 300; ++i) {
+      std::string m = src;
+      m[rng() % m.size()] = kNoise[rng() % (sizeof(kNoise) - 1)];
+      variants.push_back(std::move(m));
+    }
+    for (const std::string& v : variants) {
+      auto t = ChatTemplate::FromString(v, full->special_tokens());
+      absl::Status st = t.status();
+      if (t.ok()) {
+        ++parsed;
+        st = t->Render(messages, options).status();
+      }
+      if (!st.ok()) {
+        ++failed;
+        EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+        EXPECT_EQ(std::string(st.message()).rfind("chat template", 0), 0u) << st;
+      }
+    }
+  }
+  EXPECT_GT(parsed, 50);
+  EXPECT_GT(failed, 50);
+}
+
+TEST(ChatTemplateTest, StrftimeNowUsesTheInjectedClockInUtc) {
+  auto tmpl = ChatTemplate::FromString("{{ strftime_now('%d %b %Y %H:%M') }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ChatRenderOptions options;
+  options.now = std::chrono::system_clock::from_time_t(1721995200);  // 2024-07-26 12:00 UTC
+  auto out = tmpl->Render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "26 Jul 2024 12:00");
+}
+
+TEST(ChatTemplateTest, Llama31DefaultsDateFromStrftimeNow) {
+  auto tmpl = LoadTemplate("llama3_1");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ChatRenderOptions options;
+  options.now = std::chrono::system_clock::from_time_t(1721995200);
+  auto out = tmpl->Render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_NE(out->find("Today Date: 26 Jul 2024\n"), std::string::npos) << *out;
+}
+
+TEST(ChatTemplateTest, ExtraKwargsOverrideSpecialTokensAndDefaults) {
+  auto tmpl = ChatTemplate::FromString("{{ bos_token }}|{{ enable_thinking }}|{{ tools|length }}",
+                                       {{"bos_token", "<s>"}});
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ChatRenderOptions options;
+  options.tools = ordered_json::array({{{"type", "function"}}});
+  const ordered_json messages = ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_EQ(*tmpl->Render(messages, options), "<s>||1");
+  options.extra_kwargs = {{"bos_token", "B"}, {"enable_thinking", false}};
+  EXPECT_EQ(*tmpl->Render(messages, options), "B|False|1");
+}
+
+TEST(ChatTemplateTest, BadInputsAreInvalidArgument) {
+  auto tmpl = ChatTemplate::FromString("x");
+  ASSERT_TRUE(tmpl.ok());
+  EXPECT_EQ(tmpl->Render(ordered_json::object(), {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tmpl->Render(ordered_json::array(), {}).status().code(),
+            absl::StatusCode::kInvalidArgument);  // transformers refuses empty conversations
+  const ordered_json messages = ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  ChatRenderOptions options;
+  options.tools = "not a list";
+  EXPECT_EQ(tmpl->Render(messages, options).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ChatTemplate::FromTokenizerConfig("/nonexistent/dir").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ChatTemplate::FromString("x", {{"bos_token", 3}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChatTemplateTest, SpecialTokensComeFromTheConfig) {
+  auto ds = ChatTemplate::FromTokenizerConfig(TokenizerDir("deepseek_v3"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ(ds->special_tokens()["bos_token"], "<｜begin▁of▁sentence｜>");  // AddedToken
+  auto qwen = ChatTemplate::FromTokenizerConfig(TokenizerDir("qwen3") + "/tokenizer_config.json");
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_FALSE(qwen->special_tokens().contains("bos_token"));  // null in the config
+  EXPECT_EQ(qwen->special_tokens()["eos_token"], "<|im_end|>");
+}
+
+}  // namespace
+}  // namespace ringserve::chat
