@@ -59,6 +59,8 @@ struct StageStats {
   int64_t kv_blocks_total = 0;
   int64_t bytes_sent = 0;   // activation bytes to the next stage, cumulative
   std::string load_status;  // start-up progress ("loading 3/12 tensors", "ready")
+  int64_t steps = 0;        // micro-batches this stage has finished, cumulative
+  double mean_wait_ms = 0;  // mean wait for the previous stage's activations, recent window
 };
 
 // One micro-batch's trip through one stage, for the dashboard's timeline.
@@ -79,12 +81,31 @@ struct RequestStats {
   int queue_depth = 0;  // waiting, not yet admitted
   int running = 0;
   double tokens_per_second = 0;  // generated, recent window
+  // Means over every finished request so far (0 until one finished).
+  double mean_queue_ms = 0;         // submitted -> first scheduled
+  double mean_ttft_ms = 0;          // submitted -> first generated token
+  double mean_inter_token_ms = 0;   // between consecutive generated tokens
+  int micro_batches_in_flight = 0;  // plans sent and not yet returned by the last stage
+  int64_t preemptions = 0;          // cumulative
+};
+
+// One finished request's timings (recent ones, for the dashboard and /metrics).
+struct RequestTiming {
+  std::string request_id;
+  double queue_ms = 0;  // submitted -> first scheduled
+  double ttft_ms = 0;   // submitted -> first generated token (0 if none)
+  double mean_inter_token_ms = 0;
+  double max_inter_token_ms = 0;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  FinishReason finish_reason = FinishReason::kNone;
 };
 
 struct RingStats {
   std::vector<StageStats> stages;
   RequestStats requests;
-  std::vector<StageSpan> recent_spans;  // last few seconds, oldest first
+  std::vector<StageSpan> recent_spans;         // last few seconds, oldest first
+  std::vector<RequestTiming> recent_requests;  // last finished requests, oldest first
 };
 
 struct ModelInfo {

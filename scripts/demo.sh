@@ -1,6 +1,93 @@
 #!/usr/bin/env bash
-# The main job (grows with the ring issue): builds if needed, then generates tokens.
+# The main job: builds if needed, starts a coordinator with local stage processes (the embedded
+# default: no hosts file) on a small model, generates text through the gRPC API with
+# ringserve_client, prints the ring's statistics, and shuts everything down.
+#
+# Usage: scripts/demo.sh [--num-stages N] [--model DIR] [ringserve_client flags...]
+#   e.g. scripts/demo.sh --num-stages 3 --prompt "The ring" --max-tokens 32 --temperature 0.8
+# Without --model it uses a tiny random model with a real tokenizer when bench/model's
+# make_random_model is built (text in, text out), else the llama test fixture (token ids).
+# RINGSERVE_BUILD_DIR (default build) picks another build tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x build/stage/model/generate_cli ] || { scripts/install_deps.sh && scripts/build.sh; }
-exec build/stage/model/generate_cli "$@"
+build="${RINGSERVE_BUILD_DIR:-build}"
+
+num_stages=3
+model=""
+client_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --num-stages) num_stages="$2"; shift 2 ;;
+    --model) model="$2"; shift 2 ;;
+    *) client_args+=("$1"); shift ;;
+  esac
+done
+
+if [ ! -x "$build"/coordinator/coordinator ] || [ ! -x "$build"/stage/stage ] ||
+   [ ! -x "$build"/coordinator/ringserve_client ]; then
+  scripts/install_deps.sh
+  if [ "$build" = build ]; then
+    scripts/build.sh
+  else
+    ninja -C "$build" stage coordinator ringserve_client
+  fi
+fi
+
+work="$(mktemp -d)"
+coordinator_pid=""
+cleanup() {
+  if [ -n "$coordinator_pid" ] && kill -0 "$coordinator_pid" 2>/dev/null; then
+    kill -TERM "$coordinator_pid" 2>/dev/null || true
+    wait "$coordinator_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+default_prompt=()
+if [ -z "$model" ]; then
+  if [ -x "$build"/bench/model/make_random_model ]; then
+    model="$build/demo-model"
+    if [ ! -f "$model/config.json" ]; then
+      echo "demo: writing a tiny random-weight model with the real Qwen3 tokenizer to $model"
+      "$build"/bench/model/make_random_model --shape tiny-qwen3 --layers 4 --out "$model"
+    fi
+    default_prompt=(--prompt "The ring of stages passes activations")
+  else
+    model="tests/fixtures/models/llama"
+    default_prompt=(--prompt-ids "303,211,294,53,204")
+  fi
+fi
+has_prompt=0
+for a in "${client_args[@]+"${client_args[@]}"}"; do
+  case "$a" in --prompt|--prompt-ids) has_prompt=1 ;; esac
+done
+if [ "$has_prompt" = 0 ]; then client_args+=("${default_prompt[@]}"); fi
+
+echo "demo: coordinator with $num_stages local stage processes on $model"
+"$build"/coordinator/coordinator --model "$model" --num-stages "$num_stages" \
+  --listen 127.0.0.1:0 --ready-fd 3 3>"$work/address" &
+coordinator_pid=$!
+
+# Wait (bounded) for the coordinator to write its address once it serves.
+for _ in $(seq 1 600); do
+  if [ -s "$work/address" ]; then break; fi
+  if ! kill -0 "$coordinator_pid" 2>/dev/null; then
+    echo "demo: the coordinator exited during start-up" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+address="$(head -n1 "$work/address")"
+if [ -z "$address" ]; then echo "demo: the coordinator did not start within 60 s" >&2; exit 1; fi
+
+echo "demo: generating through ringserve.v1.Generate on $address"
+echo "----"
+"$build"/coordinator/ringserve_client --server "$address" --max-tokens 24 "${client_args[@]}"
+echo "----"
+"$build"/coordinator/ringserve_client --server "$address" --stats
+
+kill -TERM "$coordinator_pid"
+wait "$coordinator_pid"
+coordinator_pid=""
+echo "demo: coordinator and stages shut down"

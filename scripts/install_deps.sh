@@ -15,7 +15,9 @@ DEBIAN_PACKAGES=(
   libgtest-dev libgmock-dev
   libyaml-cpp-dev nlohmann-json3-dev libpcre2-dev libicu-dev
   libcpp-httplib-dev libsystemd-dev
+  zlib1g-dev
   clang-format
+  prometheus chromium systemd
 )
 
 missing=()
@@ -39,3 +41,6 @@ fi
 if [ -x scripts/fetch_npm_assets.sh ]; then
   scripts/fetch_npm_assets.sh
 fi
+
+# Node.js tools for tests/ops (openai client, playwright-core), pinned by package-lock.json.
+scripts/install_test_tools.sh

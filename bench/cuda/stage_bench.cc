@@ -1,0 +1,493 @@
+// One stage on one GPU, whole model (Llama-3.1-8B or Qwen3-8B shape, bf16, random weights made
+// on the GPU, or a model directory): decode tok/s at several stream counts (128-token prompts),
+// decode at a long context, prefill tok/s, each against its physical bound, and a per-shape GEMM
+// table (our GEMV vs cuBLASLt). Prints a table last.
+//
+//   stage_bench [--model_dir DIR] [--shape llama8b|qwen3_8b] [--quick]
+//               [--bandwidth_tbps 4.28] [--peak_tflops 785]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/logging.h"
+#include "fmt/format.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/sampling.h"
+#include "stage/cuda/cuda_model_slice.h"
+#include "stage/model/model_config.h"
+
+namespace ringserve::cuda {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string model_dir;
+  std::string shape = "llama8b";
+  bool quick = false;
+  bool graphs = true;
+  double bandwidth = 4.28e12;
+  double peak = 785e12;
+};
+
+ModelConfig ShapeConfig(const std::string& shape) {
+  ModelConfig c;
+  c.hidden_size = 4096;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.num_layers = 36;
+  c.max_position_embeddings = 40960;
+  c.rms_norm_eps = 1e-6f;
+  if (shape == "qwen3_8b") {
+    c.architecture = Architecture::kQwen3;
+    c.model_type = "qwen3";
+    c.intermediate_size = 12288;
+    c.vocab_size = 151936;
+    c.rope.theta = 1000000.0;
+    c.qk_norm = true;
+    return c;
+  }
+  c.architecture = Architecture::kLlama;
+  c.model_type = "llama";
+  c.num_layers = 32;
+  c.intermediate_size = 14336;
+  c.vocab_size = 128256;
+  c.max_position_embeddings = 131072;
+  c.rms_norm_eps = 1e-5f;
+  c.rope = {.type = RopeType::kLlama3,
+            .theta = 500000.0,
+            .factor = 8.0,
+            .low_freq_factor = 1.0,
+            .high_freq_factor = 4.0,
+            .original_max_position_embeddings = 8192};
+  return c;
+}
+
+// Bytes of weights read per forward (everything but the embedding table).
+double WeightBytes(const ModelConfig& c) {
+  const double h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const double layer =
+      h * (c.num_heads + 2 * c.num_kv_heads) * d + c.num_heads * d * h + 3 * h * inter + 2 * h;
+  return 2 * (layer * c.num_layers + h * c.vocab_size + h);
+}
+double KvBytesPerPosition(const ModelConfig& c) {
+  return 2.0 * 2 * c.num_kv_heads * c.head_dim * c.num_layers;
+}
+// Matrix FLOPs of a prompt of n tokens (causal attention counted once), logits for one row.
+double PrefillFlops(const ModelConfig& c, double n) {
+  const double h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const double layer_params =
+      h * (c.num_heads + 2 * c.num_kv_heads) * d + c.num_heads * d * h + 3 * h * inter;
+  const double linear = 2 * layer_params * n * c.num_layers + 2 * h * c.vocab_size;
+  const double attention = 2.0 * n * n * d * c.num_heads * c.num_layers;  // QK^T + PV, causal
+  return linear + attention;
+}
+
+struct Row {
+  std::string name;
+  double value;  // tok/s
+  double fraction;
+  std::string bound;
+  std::string note;
+};
+
+class Bench {
+ public:
+  Bench(CudaModelSlice& slice, const Flags& flags) : slice_(slice), flags_(flags) {}
+
+  // Gives each sequence `positions` worth of fresh blocks.
+  std::vector<int32_t> Blocks(int positions) {
+    const int bs = slice_.options().kv_block_size;
+    const int n = (positions + bs - 1) / bs;
+    std::vector<int32_t> t(n);
+    for (int i = 0; i < n; ++i) t[i] = next_block_++ % slice_.options().kv_num_blocks;
+    return t;
+  }
+  void ResetBlocks() { next_block_ = 0; }
+
+  // Prefill `streams` prompts of `prompt` tokens (in micro-batches of <= max_batch_tokens),
+  // then time `steps` decode steps. Returns tok/s and the mean context.
+  absl::StatusOr<std::pair<double, double>> Decode(int streams, int prompt, int steps, int warmup) {
+    ResetBlocks();
+    const int max_tokens = slice_.cuda_options().max_batch_tokens;
+    std::vector<std::vector<int32_t>> tables;
+    for (int s = 0; s < streams; ++s) tables.push_back(Blocks(prompt + steps + warmup + 1));
+    std::vector<int32_t> next(streams, 1);
+    // Prefill, chunked by the token budget.
+    int s = 0;
+    while (s < streams) {
+      MicroBatch batch;
+      int budget = max_tokens;
+      std::vector<int> members;
+      while (s < streams && budget > 0) {
+        SequenceChunk chunk;
+        chunk.seq_id = s;
+        chunk.block_table = tables[s];
+        // Long prompts are chunked within the sequence.
+        const int done = prefilled_.size() > static_cast<size_t>(s) ? prefilled_[s] : 0;
+        const int take = std::min(budget, prompt - done);
+        chunk.start_position = done;
+        chunk.num_tokens = take;
+        chunk.logits = done + take == prompt ? LogitsMode::kLastToken : LogitsMode::kNone;
+        for (int i = 0; i < take; ++i) batch.token_ids.push_back((s * 7919 + done + i) % 50000);
+        batch.chunks.push_back(chunk);
+        if (prefilled_.size() <= static_cast<size_t>(s)) prefilled_.resize(s + 1, 0);
+        prefilled_[s] = done + take;
+        budget -= take;
+        if (done + take == prompt) {
+          members.push_back(s);
+          ++s;
+        }
+      }
+      std::vector<RowSampling> rows(members.size());
+      auto tokens = slice_.ForwardSample(batch, {}, rows);
+      if (!tokens.ok()) return tokens.status();
+      for (size_t i = 0; i < members.size(); ++i) next[members[i]] = (*tokens)[i];
+    }
+    prefilled_.clear();
+    int pos = prompt;
+    double seconds = 0;
+    for (int step = 0; step < warmup + steps; ++step) {
+      MicroBatch batch;
+      for (int q = 0; q < streams; ++q) {
+        batch.chunks.push_back({.seq_id = static_cast<uint64_t>(q),
+                                .start_position = pos,
+                                .num_tokens = 1,
+                                .block_table = tables[q],
+                                .logits = LogitsMode::kLastToken});
+        batch.token_ids.push_back(next[q]);
+      }
+      std::vector<RowSampling> rows(streams);
+      const auto t0 = Clock::now();
+      auto tokens = slice_.ForwardSample(batch, {}, rows);
+      const auto t1 = Clock::now();
+      if (!tokens.ok()) return tokens.status();
+      if (step >= warmup) seconds += std::chrono::duration<double>(t1 - t0).count();
+      next = *tokens;
+      ++pos;
+    }
+    const double mean_ctx = prompt + warmup + steps / 2.0;
+    return std::make_pair(streams * steps / seconds, mean_ctx);
+  }
+
+  absl::StatusOr<double> Prefill(int length, int reps) {
+    ResetBlocks();
+    const auto table = Blocks(length);
+    const int max_tokens = slice_.cuda_options().max_batch_tokens;
+    double seconds = 0;
+    for (int r = 0; r < reps + 1; ++r) {
+      const auto t0 = Clock::now();
+      for (int start = 0; start < length; start += max_tokens) {
+        MicroBatch batch;
+        const int take = std::min(max_tokens, length - start);
+        batch.chunks.push_back(
+            {.seq_id = 0,
+             .start_position = start,
+             .num_tokens = take,
+             .block_table = table,
+             .logits = start + take == length ? LogitsMode::kLastToken : LogitsMode::kNone});
+        for (int i = 0; i < take; ++i) batch.token_ids.push_back((start + i) * 31 % 50000);
+        std::vector<RowSampling> rows(start + take == length ? 1 : 0);
+        auto tokens = slice_.ForwardSample(batch, {}, rows);
+        if (!tokens.ok()) return tokens.status();
+      }
+      const auto t1 = Clock::now();
+      if (r > 0) seconds += std::chrono::duration<double>(t1 - t0).count();
+    }
+    return length * reps / seconds;
+  }
+
+ private:
+  CudaModelSlice& slice_;
+  const Flags& flags_;
+  int next_block_ = 0;
+  std::vector<int> prefilled_;
+};
+
+// Times y = x W^T for the model's shapes at m = 1 and 8: our GEMV against cuBLASLt.
+void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::string* out) {
+  const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  struct Shape {
+    const char* name;
+    int n, k;
+  };
+  const Shape shapes[] = {{"qkv", (c.num_heads + 2 * c.num_kv_heads) * d, h},
+                          {"o", h, c.num_heads * d},
+                          {"gate_up", 2 * inter, h},
+                          {"down", h, inter},
+                          {"lm_head", c.vocab_size, h}};
+  DeviceBuffer w, x, y;
+  const int64_t max_w = int64_t{c.vocab_size} * h;
+  if (!w.Allocate(max_w * 2).ok() || !x.Allocate(int64_t{64} * inter * 2).ok() ||
+      !y.Allocate(int64_t{64} * c.vocab_size * 4).ok()) {
+    *out += "gemm table: allocation failed\n";
+    return;
+  }
+  (void)LaunchFillRandom(w.as<bf16>(), max_w, 7, 0, 0.03f, nullptr);
+  (void)LaunchFillRandom(x.as<bf16>(), int64_t{64} * inter, 8, 0, 1, nullptr);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  *out += fmt::format("{:<8} {:>3} {:>10} {:>10} {:>10} {:>10}\n", "gemm", "m", "gemv_us",
+                      "gemv_bw%", "cublas_us", "cublas_bw%");
+  for (const Shape& s : shapes) {
+    for (int m : {1, 4, 8, 32}) {
+      double us[2] = {0, 0};
+      for (int path = 0; path < 2; ++path) {
+        if (path == 0 && m > kGemvMaxRows) continue;
+        auto run = [&] {
+          return path == 0 ? LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n,
+                                        s.k, nullptr)
+                           : gemm.LinearCublas(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16,
+                                               m, s.n, s.k, nullptr);
+        };
+        for (int i = 0; i < 3; ++i) (void)run();
+        const int iters = 20;
+        cudaEventRecord(e0);
+        for (int i = 0; i < iters; ++i) (void)run();
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        us[path] = ms * 1000 / iters;
+      }
+      const double bytes = 2.0 * s.n * s.k;
+      auto frac = [&](double t) { return t > 0 ? 100 * bytes / bandwidth / (t * 1e-6) : 0; };
+      *out += fmt::format("{:<8} {:>3} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f}\n", s.name, m, us[0],
+                          frac(us[0]), us[1], frac(us[1]));
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
+// Times the decode step's small kernels alone at one token (what the graph spends besides
+// GEMMs), with events over 50 back-to-back launches each.
+void KernelTable(const ModelConfig& c, std::string* out) {
+  const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int qkv_w = (c.num_heads + 2 * c.num_kv_heads) * d;
+  const int blocks = 2048, bs = 16;
+  const int64_t kv_elems = int64_t{blocks} * c.num_kv_heads * bs * d;
+  DeviceBuffer res, normed, wnorm, qkv, q, attn, gu, act, k, v, meta, ws, logits, tok, inv, down;
+  bool ok = res.Allocate(h * 4).ok() && normed.Allocate(h * 2).ok() && wnorm.Allocate(h * 2).ok() &&
+            qkv.Allocate(qkv_w * 2).ok() && q.Allocate(c.num_heads * d * 2).ok() &&
+            attn.Allocate(c.num_heads * d * 2).ok() && gu.Allocate(2 * inter * 2).ok() &&
+            act.Allocate(inter * 2).ok() && k.Allocate(kv_elems * 2).ok() &&
+            v.Allocate(kv_elems * 2).ok() && meta.Allocate((blocks + 64) * 4).ok() &&
+            ws.Allocate(int64_t{64} << 20).ok() &&
+            logits.Allocate(int64_t{c.vocab_size} * 4).ok() && tok.Allocate(64).ok() &&
+            inv.Allocate(d * 2).ok() && down.Allocate(int64_t{h} * inter * 2).ok();
+  if (!ok) {
+    *out += "kernel table: allocation failed\n";
+    return;
+  }
+  for (DeviceBuffer* b : {&normed, &wnorm, &qkv, &q, &gu, &k, &v, &down}) {
+    (void)LaunchFillRandom(b->as<bf16>(), b->bytes() / 2, 99, 0, 0.5f, nullptr);
+  }
+  cudaMemset(res.get(), 0, h * 4);
+  cudaMemset(inv.get(), 0, d * 2);
+  cudaMemset(logits.get(), 0, int64_t{c.vocab_size} * 4);
+  // meta: [0] q row 0, [1] context, [2] table row 0, [3] position, [4] slot, [8..] table.
+  std::vector<int32_t> m(blocks + 8);
+  for (int i = 0; i < blocks; ++i) m[8 + i] = i;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  auto time = [&](const char* name, auto&& fn) {
+    for (int i = 0; i < 3; ++i) (void)fn();
+    cudaEventRecord(e0);
+    for (int i = 0; i < 50; ++i) (void)fn();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    *out += fmt::format("{:<34} {:>8.1f} us\n", name, ms * 1000 / 50);
+  };
+  const int32_t* md = meta.as<int32_t>();
+  time("add_rmsnorm 1x4096", [&] {
+    return LaunchAddRmsNorm(res.as<float>(), normed.as<bf16>(), nullptr, wnorm.as<bf16>(),
+                            normed.as<bf16>() + 0, 1, h, 1e-5f, nullptr);
+  });
+  m[3] = 200;
+  m[4] = 200;
+  cudaMemcpy(meta.get(), m.data(), m.size() * 4, cudaMemcpyHostToDevice);
+  const KvCacheLayer cache{k.as<bf16>(), v.as<bf16>(), c.num_kv_heads, bs, d};
+  time("qkv_prepare 1 token", [&] {
+    return LaunchQkvPrepare({.qkv = qkv.as<bf16>(),
+                             .positions = md + 3,
+                             .inv_freq = inv.as<float>(),
+                             .slots = md + 4,
+                             .q_out = q.as<bf16>(),
+                             .cache = cache,
+                             .num_tokens = 1,
+                             .num_heads = c.num_heads},
+                            nullptr);
+  });
+  for (int ctx : {256, 2048, 32768}) {
+    m[1] = ctx;
+    int partition = 64;  // as the slice picks it: next_pow2(ctx) / 8 in [64, 512]
+    while (partition < 512 && partition * 8 < ctx) partition *= 2;
+    cudaMemcpy(meta.get(), m.data(), m.size() * 4, cudaMemcpyHostToDevice);
+    const AttentionShape shape{.num_heads = c.num_heads, .scale = 0.088f, .cache = cache};
+    const DecodeBatch batch{.q_rows = md,
+                            .context_lens = md + 1,
+                            .table_rows = md + 2,
+                            .block_tables = md + 8,
+                            .max_blocks = blocks,
+                            .num_entries = 1,
+                            .num_splits = DecodeSplitsFor(ctx, partition),
+                            .workspace = ws.as<float>(),
+                            .partition = partition};
+    time(fmt::format("decode_attention 1 seq ctx {}", ctx).c_str(), [&] {
+      return LaunchDecodeAttention(shape, q.as<bf16>(), attn.as<bf16>(), batch, nullptr);
+    });
+  }
+  time("silu_mul 1x14336",
+       [&] { return LaunchSiluMul(gu.as<bf16>(), act.as<bf16>(), 1, inter, nullptr); });
+  time("gemv down (plain) m=1", [&] {
+    return LaunchGemv(act.as<bf16>(), down.as<bf16>(), normed.get(), OutType::kBF16, 1, h, inter,
+                      nullptr);
+  });
+  time("gemv down fused silu m=1", [&] {
+    return LaunchGemvSiluMul(gu.as<bf16>(), down.as<bf16>(), normed.as<bf16>(), 1, h, inter,
+                             nullptr);
+  });
+  time("argmax 1 x vocab", [&] {
+    return LaunchArgmax(logits.as<float>(), 1, c.vocab_size, tok.as<int32_t>(), nullptr);
+  });
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--model_dir")
+      flags.model_dir = value();
+    else if (a == "--shape")
+      flags.shape = value();
+    else if (a == "--quick")
+      flags.quick = true;
+    else if (a == "--bandwidth_tbps")
+      flags.bandwidth = std::stod(value()) * 1e12;
+    else if (a == "--peak_tflops")
+      flags.peak = std::stod(value()) * 1e12;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  InitLogging("bench");
+  ModelConfig config = ShapeConfig(flags.shape);
+  const int long_ctx = flags.quick ? 4096 : 32768;
+  CudaSliceOptions cuda{.kv_from_free_memory = true,
+                        .memory_utilization = 0.90,
+                        .max_batch_tokens = 8192,
+                        .max_seqs = 256,
+                        .max_model_len = long_ctx + 1024,
+                        .use_cuda_graphs = flags.graphs};
+  SliceOptions options{
+      .model_dir = flags.model_dir, .layers = {0, config.num_layers}, .kv_block_size = 16};
+  const auto t_load = Clock::now();
+  absl::StatusOr<std::unique_ptr<CudaModelSlice>> slice_or =
+      flags.model_dir.empty() ? CudaModelSlice::CreateRandom(config, options, cuda, 1234)
+                              : CudaModelSlice::Load(options, cuda);
+  if (!slice_or.ok()) {
+    std::fprintf(stderr, "load failed: %s\n", slice_or.status().ToString().c_str());
+    return 1;
+  }
+  CudaModelSlice& slice = **slice_or;
+  config = slice.config();
+  const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
+  const CudaMemoryReport mem = slice.memory();
+  std::string header = fmt::format(
+      "model {} ({}), {} layers, weights {:.2f} GB ({}), load {:.1f} s; KV {:.1f} GB = {} blocks "
+      "x 16; activations {:.2f} GB; device free {:.1f} / {:.1f} GB\n",
+      flags.model_dir.empty() ? "random" : flags.model_dir, flags.shape, config.num_layers,
+      mem.weight_bytes / 1e9, flags.model_dir.empty() ? "random on GPU" : "loaded", load_s,
+      mem.kv_bytes / 1e9, mem.kv_num_blocks, mem.activation_bytes / 1e9,
+      mem.device_free_bytes / 1e9, mem.device_total_bytes / 1e9);
+  std::fputs(header.c_str(), stdout);
+  std::fflush(stdout);
+
+  std::string gemm_table;
+  GemmTable(config, slice.gemm(), flags.bandwidth, &gemm_table);
+  std::fputs(gemm_table.c_str(), stdout);
+  std::fflush(stdout);
+
+  std::string kernel_table;
+  KernelTable(config, &kernel_table);
+  std::fputs(kernel_table.c_str(), stdout);
+  std::fflush(stdout);
+
+  Bench bench(slice, flags);
+  std::vector<Row> rows;
+  const int steps = flags.quick ? 16 : 64;
+  auto decode_row = [&](const std::string& name, int streams, int prompt, int n_steps,
+                        const std::string& note) {
+    auto r = bench.Decode(streams, prompt, n_steps, 3);
+    if (!r.ok()) {
+      rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
+      return;
+    }
+    const double step_s = streams / r->first;
+    const double bytes = WeightBytes(config) + streams * r->second * KvBytesPerPosition(config);
+    rows.push_back({name, r->first, bytes / flags.bandwidth / step_s, "bandwidth", note});
+    std::printf("%s: %.1f tok/s\n", name.c_str(), r->first);
+    std::fflush(stdout);
+  };
+  for (int streams : {1, 8, 32, 64}) {
+    decode_row(fmt::format("decode {} streams", streams), streams, 128, steps, "graphs, gemv m=1");
+  }
+  decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
+  // Variants for the report: cuBLASLt for every GEMM, and no graphs.
+  slice.gemm().set_gemv_max_rows(0);
+  slice.ResetGraphs();
+  slice.set_use_cuda_graphs(flags.graphs);
+  decode_row("decode 1 cublas-only", 1, 128, steps / 2, "graphs, cuBLASLt m=1");
+  decode_row("decode 8 cublas-only", 8, 128, steps / 2, "graphs, cuBLASLt m=8");
+  slice.gemm().set_gemv_max_rows(1);
+  slice.set_use_cuda_graphs(false);
+  decode_row("decode 1 eager", 1, 128, steps / 2, "no graphs");
+  decode_row("decode 32 eager", 32, 128, steps / 2, "no graphs");
+  slice.set_use_cuda_graphs(flags.graphs);
+  for (int length : {2048, 8192}) {
+    auto r = bench.Prefill(length, flags.quick ? 1 : 3);
+    const std::string name = fmt::format("prefill {}", length);
+    if (!r.ok()) {
+      rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
+      continue;
+    }
+    const double seconds = length / *r;
+    rows.push_back({name, *r, PrefillFlops(config, length) / flags.peak / seconds, "compute",
+                    "one chunk, tensor-core attention"});
+    std::printf("%s: %.1f tok/s\n", name.c_str(), *r);
+    std::fflush(stdout);
+  }
+
+  std::string table = header + gemm_table + kernel_table;
+  table +=
+      fmt::format("{:<24} {:>12} {:>9} {:>10}  {}\n", "case", "tok/s", "of bound", "bound", "note");
+  for (const Row& r : rows) {
+    table += fmt::format("{:<24} {:>12.1f} {:>8.1f}% {:>10}  {}\n", r.name, r.value,
+                         100 * r.fraction, r.bound, r.note);
+  }
+  std::fputs("\n", stdout);
+  std::fputs(table.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringserve::cuda
+
+int main(int argc, char** argv) { return ringserve::cuda::Main(argc, argv); }

@@ -1,0 +1,202 @@
+#include "coordinator/generate_service.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "common/logging.h"
+#include "fmt/format.h"
+#include "proto/grpc_status.h"
+
+namespace ringserve {
+namespace {
+
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kError:
+      return v1::FINISH_REASON_ERROR;
+    case FinishReason::kNone:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+// Events of one call, handed from the engine thread to the handler thread. Shared, because
+// the engine may still deliver after the handler gave up.
+struct EventQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<GenerateEvent> events;
+};
+
+}  // namespace
+
+GenerateService::GenerateService(Engine* engine, GenerateServiceOptions options)
+    : engine_(engine), options_(std::move(options)) {}
+
+grpc::Status GenerateService::Generate(grpc::ServerContext* context,
+                                       const v1::GenerateRequest* request,
+                                       grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  GenerateRequest r;
+  r.request_id = request->request_id().empty() ? fmt::format("grpc-{}", next_id_.fetch_add(1))
+                                               : request->request_id();
+  switch (request->prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      auto ids = engine_->Tokenize(request->text(), request->add_special_tokens());
+      if (!ids.ok()) return ToGrpcStatus(ids.status());
+      r.prompt_ids = std::move(*ids);
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds:
+      r.prompt_ids.assign(request->token_ids().ids().begin(), request->token_ids().ids().end());
+      break;
+    default:
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompt: neither text nor token_ids");
+  }
+  const v1::SamplingParams& s = request->sampling();
+  r.sampling.temperature = s.temperature();
+  r.sampling.top_k = s.top_k();
+  r.sampling.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
+  if (s.has_seed()) r.sampling.seed = s.seed();
+  r.sampling.max_tokens = s.max_tokens() == 0 ? options_.default_max_tokens : s.max_tokens();
+  r.sampling.stop.assign(s.stop().begin(), s.stop().end());
+  r.sampling.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  r.sampling.ignore_eos = s.ignore_eos();
+  const std::string id = r.request_id;
+
+  auto queue = std::make_shared<EventQueue>();
+  absl::Status submitted = engine_->Submit(std::move(r), [queue](const GenerateEvent& event) {
+    std::lock_guard<std::mutex> lock(queue->mu);
+    queue->events.push_back(event);
+    queue->cv.notify_all();
+  });
+  if (!submitted.ok()) return ToGrpcStatus(submitted);
+
+  bool cancelled = false;
+  absl::Time cancel_deadline;
+  while (true) {
+    std::deque<GenerateEvent> batch;
+    {
+      std::unique_lock<std::mutex> lock(queue->mu);
+      // The sync API has no cancellation callback; look at IsCancelled between events.
+      queue->cv.wait_for(lock, std::chrono::milliseconds(50),
+                         [&] { return !queue->events.empty(); });
+      batch.swap(queue->events);
+    }
+    for (GenerateEvent& event : batch) {
+      if (cancelled) {
+        if (event.finished) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+        continue;
+      }
+      v1::GenerateResponse response;
+      response.set_request_id(id);
+      response.mutable_token_ids()->Add(event.token_ids.begin(), event.token_ids.end());
+      response.set_text(std::move(event.text_delta));
+      response.set_finished(event.finished);
+      response.set_finish_reason(ToProto(event.finish_reason));
+      response.mutable_usage()->set_prompt_tokens(event.usage.prompt_tokens);
+      response.mutable_usage()->set_completion_tokens(event.usage.completion_tokens);
+      if (!event.error.ok()) response.set_error(std::string(event.error.message()));
+      if (!writer->Write(response)) {
+        if (event.finished) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+        cancelled = true;
+        break;
+      }
+      if (event.finished) {
+        if (event.finish_reason == FinishReason::kError) return ToGrpcStatus(event.error);
+        return grpc::Status::OK;
+      }
+    }
+    if (!cancelled && context->IsCancelled()) cancelled = true;
+    if (cancelled) {
+      if (cancel_deadline == absl::Time()) {
+        RS_LOG_INFO("request {}: client went away, cancelling", id);
+        engine_->Cancel(id);
+        cancel_deadline = absl::Now() + absl::Seconds(10);
+      } else if (absl::Now() > cancel_deadline) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      }
+    }
+  }
+}
+
+grpc::Status GenerateService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* request,
+                                       v1::TokenizeResponse* response) {
+  auto ids = engine_->Tokenize(request->text(), request->add_special_tokens());
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
+  response->mutable_token_ids()->Add(ids->begin(), ids->end());
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateService::Detokenize(grpc::ServerContext*, const v1::DetokenizeRequest* request,
+                                         v1::DetokenizeResponse* response) {
+  response->set_text(engine_->Detokenize(
+      std::vector<int32_t>(request->token_ids().begin(), request->token_ids().end())));
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateService::ModelInfo(grpc::ServerContext*, const v1::ModelInfoRequest*,
+                                        v1::ModelInfoResponse* response) {
+  ringserve::ModelInfo info = engine_->Info();
+  response->set_model_id(info.model_id);
+  response->set_architecture(info.architecture);
+  response->set_num_layers(info.num_layers);
+  response->set_vocab_size(info.vocab_size);
+  response->set_max_context(info.max_context);
+  response->mutable_eos_token_ids()->Add(info.eos_token_ids.begin(), info.eos_token_ids.end());
+  response->set_num_stages(options_.num_stages);
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateService::Health(grpc::ServerContext*, const v1::HealthRequest*,
+                                     v1::HealthResponse* response) {
+  auto [serving, message] =
+      options_.health ? options_.health() : std::pair<bool, std::string>(true, "serving");
+  response->set_serving(serving);
+  response->set_message(message);
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+                                    v1::StatsResponse* response) {
+  RingStats stats = engine_->Stats();
+  for (const StageStats& s : stats.stages) {
+    v1::StageStatsProto* p = response->add_stages();
+    p->set_index(s.index);
+    p->set_endpoint(s.endpoint);
+    p->set_first_layer(s.first_layer);
+    p->set_last_layer(s.last_layer);
+    p->set_busy_fraction(s.busy_fraction);
+    p->set_mean_step_ms(s.mean_step_ms);
+    p->set_micro_batches_in_flight(s.micro_batches_in_flight);
+    p->set_kv_blocks_used(s.kv_blocks_used);
+    p->set_kv_blocks_total(s.kv_blocks_total);
+    p->set_bytes_sent(s.bytes_sent);
+    p->set_load_status(s.load_status);
+    p->set_steps(s.steps);
+  }
+  const RequestStats& r = stats.requests;
+  response->set_requests_finished(r.requests_finished);
+  response->set_requests_failed(r.requests_failed);
+  response->set_requests_cancelled(r.requests_cancelled);
+  response->set_prompt_tokens(r.prompt_tokens);
+  response->set_generated_tokens(r.generated_tokens);
+  response->set_queue_depth(r.queue_depth);
+  response->set_running(r.running);
+  response->set_tokens_per_second(r.tokens_per_second);
+  response->set_mean_queue_ms(r.mean_queue_ms);
+  response->set_mean_ttft_ms(r.mean_ttft_ms);
+  response->set_mean_inter_token_ms(r.mean_inter_token_ms);
+  response->set_micro_batches_in_flight(r.micro_batches_in_flight);
+  return grpc::Status::OK;
+}
+
+}  // namespace ringserve

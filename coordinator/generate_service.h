@@ -1,0 +1,47 @@
+// The client API (ringserve.v1.Generate, proto/generate.proto) over an Engine. A Generate call
+// streams the engine's events; when the client goes away (cancellation or a failed write) the
+// request is cancelled in the engine, which frees its KV blocks.
+//
+// Thread-safe; `engine` must outlive the service.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "coordinator/engine.h"
+#include "proto/generate.grpc.pb.h"
+
+namespace ringserve {
+
+struct GenerateServiceOptions {
+  int default_max_tokens = 16;  // when a request says 0
+  int num_stages = 0;           // reported by ModelInfo
+  // Serving state for Health: (serving, message).
+  std::function<std::pair<bool, std::string>()> health;
+};
+
+class GenerateService final : public v1::Generate::Service {
+ public:
+  GenerateService(Engine* engine, GenerateServiceOptions options);
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
+                        v1::TokenizeResponse* response) override;
+  grpc::Status Detokenize(grpc::ServerContext* context, const v1::DetokenizeRequest* request,
+                          v1::DetokenizeResponse* response) override;
+  grpc::Status ModelInfo(grpc::ServerContext* context, const v1::ModelInfoRequest* request,
+                         v1::ModelInfoResponse* response) override;
+  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
+                      v1::HealthResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
+                     v1::StatsResponse* response) override;
+
+ private:
+  Engine* engine_;
+  GenerateServiceOptions options_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace ringserve

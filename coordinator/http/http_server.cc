@@ -1,0 +1,593 @@
+#include "coordinator/http/http_server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "coordinator/http/dashboard.h"
+#include "coordinator/http/openai_protocol.h"
+#include "coordinator/http/request_stream.h"
+#include "fmt/format.h"
+
+namespace ringserve::http {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The route label for metrics: known paths as they are, everything else "other".
+std::string RouteLabel(const std::string& path) {
+  static const std::set<std::string> kKnown = {
+      "/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics",
+      "/dashboard",      "/dashboard/data",      "/health"};
+  if (kKnown.count(path) > 0) return path;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  return "other";
+}
+
+void SetJson(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                  "application/json");
+}
+
+void SetError(httplib::Response& res, const ApiError& error) {
+  SetJson(res, error.http_status, ApiErrorJson(error));
+}
+
+// Everything the generation handlers need once a request has been accepted.
+struct Accepted {
+  OpenAiRequest request;
+  std::shared_ptr<RequestStream> stream;
+  ResponseHeader header;
+  int prompt_tokens = 0;
+};
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(Engine& engine, ChatRenderFn chat_render, Options options, ServingMetrics* metrics)
+      : engine_(engine),
+        chat_render_(std::move(chat_render)),
+        options_(std::move(options)),
+        metrics_(metrics),
+        rng_(std::random_device{}()) {}
+
+  absl::Status Start(int* port);
+  void Stop();
+
+ private:
+  void InstallRoutes();
+  bool Authorized(const httplib::Request& req) const;
+  std::string ModelName();
+  void HandleModels(const httplib::Request& req, httplib::Response& res);
+  void HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res);
+  absl::StatusOr<std::vector<int32_t>> PromptIds(const OpenAiRequest& request,
+                                                 const ModelInfo& info);
+  absl::Status ResolveMaxTokens(const OpenAiRequest& request, const ModelInfo& info,
+                                int prompt_tokens, SamplingParams* sampling) const;
+  void RespondStreaming(std::shared_ptr<Accepted> accepted, httplib::Response& res);
+  void RespondOnce(std::shared_ptr<Accepted> accepted, httplib::Response& res);
+  std::string NewRequestId(ApiKind kind);
+  void Register(const std::shared_ptr<RequestStream>& stream);
+  void Unregister(const std::shared_ptr<RequestStream>& stream);
+  void Release(const std::shared_ptr<RequestStream>& stream);
+
+  Engine& engine_;
+  const ChatRenderFn chat_render_;
+  const Options options_;
+  ServingMetrics* const metrics_;
+  const int64_t created_ = UnixSeconds();
+
+  httplib::Server server_;
+  std::thread listen_thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> active_{0};
+
+  std::mutex mu_;
+  std::mt19937_64 rng_;
+  uint64_t next_id_ = 0;
+  std::set<std::shared_ptr<RequestStream>> streams_;
+};
+
+absl::Status HttpServer::Impl::Start(int* port) {
+  const size_t threads = static_cast<size_t>(std::max(4, options_.num_threads));
+  server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_.set_payload_max_length(64 << 20);
+  server_.set_tcp_nodelay(true);
+  // cpp-httplib closes a keep-alive connection after 5 requests by default; the dashboard polls
+  // twice a second over one connection.
+  server_.set_keep_alive_max_count(100000);
+  // Each open connection holds a worker thread, idle keep-alive ones too: release idle ones
+  // quickly so that clients opening many connections cannot starve the pool.
+  server_.set_keep_alive_timeout(1);
+  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which lets a second server
+  // bind the same port silently instead of failing.
+  server_.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  InstallRoutes();
+  int bound = options_.port == 0
+                  ? server_.bind_to_any_port(options_.host)
+                  : (server_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(
+        fmt::format("HTTP: cannot listen on {}:{}", options_.host, options_.port));
+  }
+  *port = bound;
+  listen_thread_ = std::thread([this] { server_.listen_after_bind(); });
+  // cpp-httplib's stop() is a no-op until the listen loop runs, so a Stop() right after Start()
+  // would leave the thread listening forever: wait for the loop (it starts at once).
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+  while (!server_.is_running() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!server_.is_running()) {
+    server_.stop();
+    listen_thread_.join();
+    return absl::InternalError("HTTP: the listen loop did not start");
+  }
+  RS_LOG_INFO("HTTP API on http://{}:{} (OpenAI /v1, /metrics, /dashboard){}", options_.host, bound,
+              options_.api_key.empty() ? "" : ", API key required");
+  return absl::OkStatus();
+}
+
+void HttpServer::Impl::Stop() {
+  if (stopping_.exchange(true)) return;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams.assign(streams_.begin(), streams_.end());
+  }
+  for (const std::shared_ptr<RequestStream>& stream : streams) {
+    if (!stream->finished()) engine_.Cancel(stream->request_id());
+    stream->Close();
+  }
+  server_.stop();
+  if (listen_thread_.joinable()) listen_thread_.join();
+}
+
+void HttpServer::Impl::InstallRoutes() {
+  // cpp-httplib compresses with brotli at quality 11 when a client accepts "br" (browsers do):
+  // seconds of CPU for a large /dashboard/data. Offer it gzip only.
+  server_.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    std::string accepted = req.get_header_value("Accept-Encoding");
+    if (accepted.find("br") != std::string::npos) {
+      auto& headers = const_cast<httplib::Request&>(req).headers;  // httplib owns a mutable one
+      headers.erase("Accept-Encoding");
+      if (accepted.find("gzip") != std::string::npos) headers.emplace("Accept-Encoding", "gzip");
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  server_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_->RecordHttpResponse(RouteLabel(req.path), res.status);
+  });
+  server_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.status != 404) return;
+    SetError(res, {.http_status = 404,
+                   .message = fmt::format("Unknown route: {} {}", req.method, req.path),
+                   .type = "invalid_request_error"});
+  });
+  server_.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        RS_LOG_ERROR("HTTP {} {}: {}", req.method, req.path, what);
+        SetError(res, {.http_status = 500, .message = "Internal server error: " + what});
+      });
+
+  server_.Get("/v1/models", [this](const auto& req, auto& res) { HandleModels(req, res); });
+  server_.Get(R"(/v1/models/(.+))", [this](const auto& req, auto& res) { HandleModels(req, res); });
+  server_.Post("/v1/completions", [this](const auto& req, auto& res) {
+    HandleGenerate(ApiKind::kCompletion, req, res);
+  });
+  server_.Post("/v1/chat/completions",
+               [this](const auto& req, auto& res) { HandleGenerate(ApiKind::kChat, req, res); });
+  server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(RenderPrometheus(*metrics_, engine_.Stats(), engine_.Info()),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server_.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
+    std::string_view html = DashboardHtml();
+    res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
+  });
+  server_.Get("/dashboard/data", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    SetJson(res, 200, DashboardData(engine_.Stats(), engine_.Info()));
+  });
+  server_.Get(
+      "/", [](const httplib::Request&, httplib::Response& res) { res.set_redirect("/dashboard"); });
+  server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    RingStats stats = engine_.Stats();
+    int ready = 0;
+    nlohmann::json stages = nlohmann::json::array();
+    for (const StageStats& stage : stats.stages) {
+      ready += stage.load_status == "ready" ? 1 : 0;
+      stages.push_back({{"index", stage.index}, {"status", stage.load_status}});
+    }
+    bool ok = !stats.stages.empty() && ready == static_cast<int>(stats.stages.size());
+    SetJson(res, ok ? 200 : 503,
+            {{"status", ok ? "ok" : "starting"}, {"stages_ready", ready}, {"stages", stages}});
+  });
+}
+
+bool HttpServer::Impl::Authorized(const httplib::Request& req) const {
+  if (options_.api_key.empty()) return true;
+  std::string header = req.get_header_value("Authorization");
+  static constexpr std::string_view kBearer = "Bearer ";
+  return header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0 &&
+         header.substr(kBearer.size()) == options_.api_key;
+}
+
+std::string HttpServer::Impl::ModelName() {
+  return options_.served_model_name.empty() ? engine_.Info().model_id : options_.served_model_name;
+}
+
+void HttpServer::Impl::HandleModels(const httplib::Request& req, httplib::Response& res) {
+  if (!Authorized(req)) {
+    SetError(res, ApiErrorFromStatus(absl::UnauthenticatedError("Incorrect API key provided.")));
+    return;
+  }
+  ModelInfo info = engine_.Info();
+  std::string name = ModelName();
+  nlohmann::json model = {{"id", name},
+                          {"object", "model"},
+                          {"created", created_},
+                          {"owned_by", "ringserve"},
+                          {"max_model_len", info.max_context}};
+  if (req.matches.size() > 1) {
+    if (req.matches[1] != name) {
+      SetError(res, {.http_status = 404,
+                     .message = fmt::format("The model '{}' does not exist.", req.matches[1].str()),
+                     .type = "invalid_request_error",
+                     .param = "model",
+                     .code = "model_not_found"});
+      return;
+    }
+    SetJson(res, 200, model);
+    return;
+  }
+  SetJson(res, 200, {{"object", "list"}, {"data", nlohmann::json::array({model})}});
+}
+
+std::string HttpServer::Impl::NewRequestId(ApiKind kind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fmt::format("{}-{:012x}{:06x}", kind == ApiKind::kChat ? "chatcmpl" : "cmpl",
+                     rng_() & 0xffffffffffffULL, ++next_id_ & 0xffffff);
+}
+
+absl::StatusOr<std::vector<int32_t>> HttpServer::Impl::PromptIds(const OpenAiRequest& request,
+                                                                 const ModelInfo& info) {
+  if (request.kind == ApiKind::kChat) {
+    if (!chat_render_) {
+      return InvalidParam("messages", "This model has no chat template; use /v1/completions.");
+    }
+    absl::StatusOr<std::string> prompt =
+        chat_render_(request.messages, request.add_generation_prompt, request.chat_template_kwargs);
+    if (!prompt.ok()) {
+      return InvalidParam("messages", fmt::format("Cannot apply the chat template: {}",
+                                                  std::string(prompt.status().message())));
+    }
+    // The template writes the special tokens (BOS) itself.
+    return engine_.Tokenize(*prompt, /*add_special_tokens=*/false);
+  }
+  if (request.prompt_ids.has_value()) {
+    for (int32_t id : *request.prompt_ids) {
+      if (info.vocab_size > 0 && id >= info.vocab_size) {
+        return InvalidParam(
+            "prompt",
+            fmt::format("Token id {} is outside the vocabulary (size {}).", id, info.vocab_size));
+      }
+    }
+    return *request.prompt_ids;
+  }
+  return engine_.Tokenize(*request.prompt_text, /*add_special_tokens=*/true);
+}
+
+absl::Status HttpServer::Impl::ResolveMaxTokens(const OpenAiRequest& request, const ModelInfo& info,
+                                                int prompt_tokens, SamplingParams* sampling) const {
+  const int context = info.max_context;
+  if (context > 0 && prompt_tokens >= context) {
+    return InvalidParam(request.kind == ApiKind::kChat ? "messages" : "prompt",
+                        fmt::format("This model's maximum context length is {} tokens, but the "
+                                    "prompt has {} tokens.",
+                                    context, prompt_tokens));
+  }
+  if (request.max_tokens.has_value()) {
+    if (context > 0 && static_cast<int64_t>(prompt_tokens) + *request.max_tokens > context) {
+      return InvalidParam("max_tokens",
+                          fmt::format("This model's maximum context length is {} tokens. However, "
+                                      "you requested {} tokens ({} in the prompt, {} for the "
+                                      "completion).",
+                                      context, prompt_tokens + *request.max_tokens, prompt_tokens,
+                                      *request.max_tokens));
+    }
+    sampling->max_tokens = *request.max_tokens;
+  } else if (request.kind == ApiKind::kCompletion) {
+    sampling->max_tokens = 16;  // OpenAI's default for completions
+    if (context > 0) sampling->max_tokens = std::min(16, context - prompt_tokens);
+  } else {
+    sampling->max_tokens = options_.default_chat_max_tokens;
+    if (context > 0) sampling->max_tokens = std::min(sampling->max_tokens, context - prompt_tokens);
+  }
+  return absl::OkStatus();
+}
+
+void HttpServer::Impl::Register(const std::shared_ptr<RequestStream>& stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.insert(stream);
+}
+
+void HttpServer::Impl::Unregister(const std::shared_ptr<RequestStream>& stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.erase(stream);
+}
+
+// Called exactly once per accepted request when its response is over, delivered or not.
+void HttpServer::Impl::Release(const std::shared_ptr<RequestStream>& stream) {
+  if (!stream->finished()) {
+    RS_LOG_INFO("request {}: client went away, cancelling", stream->request_id());
+    engine_.Cancel(stream->request_id());
+  }
+  Unregister(stream);
+  metrics_->AddInFlight(-1);
+  active_.fetch_sub(1);
+}
+
+void HttpServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& req,
+                                      httplib::Response& res) {
+  auto reject = [&](const absl::Status& status) {
+    metrics_->RecordOutcome("http", RequestOutcome::kRejected);
+    ApiError error = ApiErrorFromStatus(status);
+    RS_LOG_DEBUG("HTTP {} rejected ({}): {}", req.path, error.http_status, error.message);
+    SetError(res, error);
+  };
+  if (!Authorized(req)) {
+    reject(absl::UnauthenticatedError(
+        "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'."));
+    return;
+  }
+  if (stopping_) {
+    reject(absl::UnavailableError("The server is shutting down."));
+    return;
+  }
+  absl::StatusOr<OpenAiRequest> parsed =
+      kind == ApiKind::kChat ? ParseChatRequest(req.body) : ParseCompletionRequest(req.body);
+  if (!parsed.ok()) {
+    reject(parsed.status());
+    return;
+  }
+  std::string model_name = ModelName();
+  if (parsed->model != model_name) {
+    metrics_->RecordOutcome("http", RequestOutcome::kRejected);
+    SetError(res, {.http_status = 404,
+                   .message = fmt::format("The model '{}' does not exist; this server serves '{}'.",
+                                          parsed->model, model_name),
+                   .type = "invalid_request_error",
+                   .param = "model",
+                   .code = "model_not_found"});
+    return;
+  }
+  ModelInfo info = engine_.Info();
+  absl::StatusOr<std::vector<int32_t>> prompt_ids = PromptIds(*parsed, info);
+  if (!prompt_ids.ok()) {
+    reject(prompt_ids.status());
+    return;
+  }
+  GenerateRequest generate;
+  generate.prompt_ids = std::move(*prompt_ids);
+  generate.sampling = parsed->sampling;
+  if (absl::Status status =
+          ResolveMaxTokens(*parsed, info, generate.prompt_ids.size(), &generate.sampling);
+      !status.ok()) {
+    reject(status);
+    return;
+  }
+  if (active_.fetch_add(1) >= options_.max_concurrent_requests) {
+    active_.fetch_sub(1);
+    reject(absl::ResourceExhaustedError(
+        fmt::format("The server is serving its limit of {} requests; retry later.",
+                    options_.max_concurrent_requests)));
+    return;
+  }
+  auto accepted = std::make_shared<Accepted>();
+  accepted->request = std::move(*parsed);
+  accepted->header = {.id = NewRequestId(kind), .created = UnixSeconds(), .model = model_name};
+  accepted->prompt_tokens = static_cast<int>(generate.prompt_ids.size());
+  accepted->stream = std::make_shared<RequestStream>(accepted->header.id, metrics_);
+  generate.request_id = accepted->header.id;
+  std::shared_ptr<RequestStream> stream = accepted->stream;
+  Register(stream);
+  metrics_->AddInFlight(1);
+  absl::Status submitted = engine_.Submit(
+      std::move(generate), [stream](const GenerateEvent& event) { stream->OnEvent(event); });
+  if (!submitted.ok()) {
+    Unregister(stream);
+    metrics_->AddInFlight(-1);
+    active_.fetch_sub(1);
+    reject(submitted);
+    return;
+  }
+  if (accepted->request.stream) {
+    RespondStreaming(std::move(accepted), res);
+  } else {
+    RespondOnce(std::move(accepted), res);
+  }
+}
+
+void HttpServer::Impl::RespondStreaming(std::shared_ptr<Accepted> accepted,
+                                        httplib::Response& res) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  struct State {
+    bool started = false;
+    bool done = false;
+    Usage usage;
+  };
+  auto state = std::make_shared<State>();
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, accepted, state](size_t, httplib::DataSink& sink) -> bool {
+        const OpenAiRequest& request = accepted->request;
+        const ResponseHeader& header = accepted->header;
+        auto write = [&sink](const std::string& data) {
+          return sink.write(data.data(), data.size());
+        };
+        if (state->done) return false;
+        if (!state->started) {
+          state->started = true;
+          // The role chunk goes out at once: clients see headers and the role immediately.
+          if (request.kind == ApiKind::kChat &&
+              !write(SseEvent(ChatChunk(header, "", /*first=*/true, FinishReason::kNone)))) {
+            return false;
+          }
+        }
+        GenerateEvent event;
+        switch (accepted->stream->Next(options_.keepalive_interval, &event)) {
+          case RequestStream::Wait::kClosed:
+            return false;
+          case RequestStream::Wait::kTimeout:
+            return write(": keep-alive\n\n");
+          case RequestStream::Wait::kEvent:
+            break;
+        }
+        if (event.finished && event.finish_reason == FinishReason::kError) {
+          absl::Status error =
+              event.error.ok() ? absl::InternalError("generation failed") : event.error;
+          RS_LOG_WARN("request {} failed: {}", header.id, error.ToString());
+          state->done = true;
+          if (!write(SseEvent(ApiErrorJson(ApiErrorFromStatus(error))))) return false;
+          if (!write(std::string(kSseDone))) return false;
+          sink.done();
+          return true;
+        }
+        if (event.finished && event.finish_reason == FinishReason::kCancelled) {
+          state->done = true;
+          return false;  // cancelled under us (server stopping): end the response uncleanly
+        }
+        FinishReason reason = event.finished ? event.finish_reason : FinishReason::kNone;
+        if (!event.text_delta.empty() || event.finished) {
+          nlohmann::json chunk = request.kind == ApiKind::kChat
+                                     ? ChatChunk(header, event.text_delta, /*first=*/false, reason)
+                                     : CompletionChunk(header, event.text_delta, reason);
+          if (!write(SseEvent(chunk))) return false;
+        }
+        if (event.finished) {
+          state->done = true;
+          if (request.include_usage &&
+              !write(SseEvent(UsageChunk(request.kind, header, event.usage)))) {
+            return false;
+          }
+          if (!write(std::string(kSseDone))) return false;
+          RS_LOG_DEBUG("request {}: done, {} + {} tokens", header.id, event.usage.prompt_tokens,
+                       event.usage.completion_tokens);
+          sink.done();
+        }
+        return true;
+      },
+      [this, stream = accepted->stream](bool) { Release(stream); });
+}
+
+void HttpServer::Impl::RespondOnce(std::shared_ptr<Accepted> accepted, httplib::Response& res) {
+  struct State {
+    std::string text;
+    bool finished = false;
+    GenerateEvent last;
+  };
+  auto state = std::make_shared<State>();
+  // Collects events until the request finishes or `deadline` passes; false when the stream
+  // was closed (server stopping).
+  auto collect_until = [accepted, state](Clock::time_point deadline) -> bool {
+    while (!state->finished) {
+      Clock::time_point now = Clock::now();
+      if (now >= deadline) return true;
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+      GenerateEvent event;
+      RequestStream::Wait wait = accepted->stream->Next(left, &event);
+      if (wait == RequestStream::Wait::kClosed) return false;
+      if (wait != RequestStream::Wait::kEvent) continue;
+      state->text += event.text_delta;
+      if (event.finished) {
+        state->finished = true;
+        state->last = std::move(event);
+      }
+    }
+    return true;
+  };
+  auto body = [accepted, state]() -> std::pair<int, nlohmann::json> {
+    const GenerateEvent& last = state->last;
+    if (last.finish_reason == FinishReason::kError ||
+        last.finish_reason == FinishReason::kCancelled) {
+      absl::Status error =
+          last.finish_reason == FinishReason::kCancelled
+              ? absl::UnavailableError("The request was cancelled (server shutting down).")
+          : last.error.ok() ? absl::InternalError("generation failed")
+                            : last.error;
+      ApiError api_error = ApiErrorFromStatus(error);
+      return {api_error.http_status, ApiErrorJson(api_error)};
+    }
+    const ResponseHeader& header = accepted->header;
+    return {200, accepted->request.kind == ApiKind::kChat
+                     ? ChatResponse(header, state->text, last.finish_reason, last.usage)
+                     : CompletionResponse(header, state->text, last.finish_reason, last.usage)};
+  };
+
+  // Short requests: wait here and answer with the right status and a Content-Length.
+  collect_until(Clock::now() + options_.keepalive_interval);
+  if (state->finished) {
+    auto [status, json] = body();
+    SetJson(res, status, json);
+    Release(accepted->stream);
+    return;
+  }
+  // Long requests: commit to 200 and send JSON whitespace while waiting, so that a client that
+  // goes away is noticed (the write fails) and its request cancelled.
+  res.set_chunked_content_provider(
+      "application/json",
+      [this, state, collect_until, body](size_t, httplib::DataSink& sink) -> bool {
+        if (!collect_until(Clock::now() + options_.keepalive_interval)) return false;
+        if (!state->finished) return sink.write(" ", 1);
+        std::string text =
+            body().second.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        if (!sink.write(text.data(), text.size())) return false;
+        sink.done();
+        return true;
+      },
+      [this, stream = accepted->stream](bool) { Release(stream); });
+}
+
+HttpServer::HttpServer(Engine& engine, ChatRenderFn chat_render, Options options) {
+  if (options.metrics == nullptr) {
+    owned_metrics_ = std::make_unique<ServingMetrics>();
+    metrics_ = owned_metrics_.get();
+  } else {
+    metrics_ = options.metrics;
+  }
+  impl_ = std::make_unique<Impl>(engine, std::move(chat_render), std::move(options), metrics_);
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+absl::Status HttpServer::Start() { return impl_->Start(&port_); }
+
+void HttpServer::Stop() { impl_->Stop(); }
+
+}  // namespace ringserve::http

@@ -1,0 +1,50 @@
+// One generation request in flight between the engine's callback thread and the HTTP worker
+// that writes its response. Internal to coordinator/http.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+
+#include "coordinator/engine.h"
+#include "coordinator/http/metrics.h"
+
+namespace ringserve::http {
+
+// Thread-safe. The engine callback pushes (OnEvent); one HTTP worker pops (Next).
+class RequestStream {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  RequestStream(std::string request_id, ServingMetrics* metrics)
+      : request_id_(std::move(request_id)), metrics_(metrics), arrival_(Clock::now()) {}
+
+  const std::string& request_id() const { return request_id_; }
+
+  // The engine callback: queues the event and records latency and outcome metrics.
+  void OnEvent(const GenerateEvent& event);
+
+  enum class Wait { kEvent, kTimeout, kClosed };
+  // Waits up to `timeout` for an event; kClosed when Close() was called.
+  Wait Next(std::chrono::milliseconds timeout, GenerateEvent* event);
+  // Wakes every waiter with kClosed (server shutting down).
+  void Close();
+  // True once the finished event has arrived from the engine.
+  bool finished() const;
+
+ private:
+  const std::string request_id_;
+  ServingMetrics* const metrics_;
+  const Clock::time_point arrival_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerateEvent> events_;
+  bool finished_ = false;
+  bool closed_ = false;
+  bool seen_token_ = false;
+  Clock::time_point last_token_;
+};
+
+}  // namespace ringserve::http

@@ -1,0 +1,88 @@
+// Attention over the paged KV cache (layout: rope.h's KvCacheLayer), causal, grouped-query.
+// The cache must already hold the K/V of the tokens being attended (LaunchQkvPrepare stores
+// them first). Query head h uses kv head h / (num_heads / num_kv_heads). fp32 softmax with max
+// subtraction; bf16 in and out.
+//
+// Two kernels:
+//  - Decode (LaunchDecodeAttention): one query token per entry. One CTA per (entry, kv head,
+//    context split) processes all query heads of the kv head's group, so K/V are read once per
+//    group. Contexts are split into kDecodePartition-key pieces (split-K) and a second kernel
+//    merges the pieces when num_splits > 1. Any head_dim in {16, 32, 64, 128, 256} with
+//    group * head_dim <= 1024.
+//  - Prefill (LaunchPrefillAttention): flash-attention style, tensor cores (mma.sync bf16,
+//    fp32 accumulation), 64 queries x 64 keys tiles, online softmax, variable-length batch.
+//    head_dim 128 only; other head dims go through the decode kernel, one entry per query
+//    token (correct, slower).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/rope.h"
+
+namespace ringserve::cuda {
+
+inline constexpr int kDecodePartition = 512;
+
+struct AttentionShape {
+  int num_heads = 0;
+  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+  KvCacheLayer cache;  // num_kv_heads, block_size, head_dim and the layer's K/V
+};
+
+// Decode entries, device memory. Entry e attends query row q_rows[e] of q ([rows, num_heads,
+// head_dim] bf16) to cache positions [0, context_lens[e]) through block table row
+// table_rows[e] of block_tables ([*, max_blocks] int32), and writes the same row of out.
+// context_lens[e] <= num_splits * partition is the caller's contract; context_lens[e]
+// == 0 writes nothing (padding). `workspace` holds DecodeWorkspaceFloats(...) floats when
+// num_splits > 1 (may be nullptr otherwise).
+struct DecodeBatch {
+  const int32_t* q_rows = nullptr;
+  const int32_t* context_lens = nullptr;
+  const int32_t* table_rows = nullptr;
+  const int32_t* block_tables = nullptr;
+  int max_blocks = 0;
+  int num_entries = 0;
+  int num_splits = 1;
+  float* workspace = nullptr;
+  // Keys per split, 1..kDecodePartition: smaller pieces give short contexts more CTAs.
+  int partition = kDecodePartition;
+};
+
+int64_t DecodeWorkspaceFloats(int num_entries, int num_heads, int head_dim, int num_splits);
+// Splits needed so that every context up to max_context fits.
+inline int DecodeSplitsFor(int max_context, int partition = kDecodePartition) {
+  return max_context <= partition ? 1 : (max_context + partition - 1) / partition;
+}
+
+absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, bf16* out,
+                                   const DecodeBatch& batch, cudaStream_t stream);
+
+// Prefill chunks, device memory. Sequence s owns query rows [q_starts[s], q_starts[s] +
+// num_tokens[s]) whose positions are start_positions[s] + i; its keys are cache positions
+// [0, start_positions[s] + num_tokens[s]) through block table row s ([num_seqs, max_blocks]).
+// `tiles` ([num_tiles] int2 = (seq, first query of the tile), tiles of kPrefillTile queries)
+// comes from MakePrefillTiles.
+inline constexpr int kPrefillTile = 64;
+struct PrefillBatch {
+  const int32_t* q_starts = nullptr;
+  const int32_t* num_tokens = nullptr;
+  const int32_t* start_positions = nullptr;
+  const int32_t* block_tables = nullptr;
+  int max_blocks = 0;
+  const int32_t* tiles = nullptr;  // [num_tiles, 2]
+  int num_tiles = 0;
+};
+
+// Host-side: the (seq, first query) pairs covering every chunk, longest-running tiles (most
+// keys) first. Appends to `tiles` as flat pairs.
+void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
+                      const std::vector<int32_t>& start_positions, std::vector<int32_t>* tiles);
+
+// Requires cache.head_dim == 128 and a group size num_heads / num_kv_heads >= 1.
+absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, bf16* out,
+                                    const PrefillBatch& batch, cudaStream_t stream);
+
+}  // namespace ringserve::cuda

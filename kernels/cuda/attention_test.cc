@@ -1,0 +1,183 @@
+// Paged decode and prefill attention against cpu::PagedAttention on random caches, random block
+// tables and mixed lengths (including contexts that need several split-K pieces and chunks that
+// start mid-sequence). Tolerances (relative L2): decode 1e-2 (fp32 math, bf16 output), prefill
+// 2e-2 (probabilities are rounded to bf16 for the tensor-core P.V product).
+#include "kernels/cuda/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/test_util.h"
+
+namespace ringserve::cuda {
+namespace {
+
+using testing::Download;
+using testing::DownloadBf16;
+using testing::Poison;
+using testing::RandomBf16Values;
+using testing::RelL2;
+using testing::Upload;
+using testing::UploadBf16;
+
+// A random paged cache in the CUDA layout plus the same data in the CPU layout.
+struct TestCache {
+  int num_blocks, kv_heads, block_size, head_dim;
+  std::vector<float> k, v;          // CUDA layout [blocks][kv_heads][block_size][head_dim]
+  std::vector<float> cpu_k, cpu_v;  // CPU layout [blocks][block_size][kv_heads][head_dim]
+  DeviceBuffer dk, dv;
+
+  TestCache(std::mt19937& rng, int blocks, int kvh, int bs, int d)
+      : num_blocks(blocks), kv_heads(kvh), block_size(bs), head_dim(d) {
+    const size_t n = static_cast<size_t>(blocks) * kvh * bs * d;
+    k = RandomBf16Values(rng, n);
+    v = RandomBf16Values(rng, n);
+    cpu_k.resize(n);
+    cpu_v.resize(n);
+    for (int b = 0; b < blocks; ++b)
+      for (int h = 0; h < kvh; ++h)
+        for (int s = 0; s < bs; ++s)
+          for (int i = 0; i < d; ++i) {
+            const size_t from = ((static_cast<size_t>(b) * kvh + h) * bs + s) * d + i;
+            const size_t to = ((static_cast<size_t>(b) * bs + s) * kvh + h) * d + i;
+            cpu_k[to] = k[from];
+            cpu_v[to] = v[from];
+          }
+    dk = UploadBf16(k);
+    dv = UploadBf16(v);
+  }
+  cpu::KvLayerView CpuView() {
+    return {cpu_k.data(), cpu_v.data(), static_cast<int64_t>(block_size) * kv_heads * head_dim,
+            block_size,   kv_heads,     head_dim};
+  }
+  KvCacheLayer Layer() { return {dk.as<bf16>(), dv.as<bf16>(), kv_heads, block_size, head_dim}; }
+};
+
+std::vector<int32_t> RandomTable(std::mt19937& rng, int num_blocks, int max_blocks) {
+  std::vector<int32_t> all(num_blocks);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(max_blocks);
+  return all;
+}
+
+void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> contexts,
+                   uint32_t seed, int partition = kDecodePartition) {
+  SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " seed " << seed);
+  std::mt19937 rng(seed);
+  const int bs = 16;
+  const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  const int max_blocks = (max_ctx + bs - 1) / bs;
+  TestCache cache(rng, max_blocks + 7, kv_heads, bs, head_dim);
+  const int entries = static_cast<int>(contexts.size());
+  std::vector<int32_t> tables, q_rows(entries), table_rows(entries);
+  for (int e = 0; e < entries; ++e) {
+    const auto t = RandomTable(rng, cache.num_blocks, max_blocks);
+    tables.insert(tables.end(), t.begin(), t.end());
+    q_rows[e] = entries - 1 - e;  // rows need not follow entries
+    table_rows[e] = e;
+  }
+  const auto q = RandomBf16Values(rng, static_cast<size_t>(entries) * heads * head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> want(q.size());
+  for (int e = 0; e < entries; ++e) {
+    const size_t row = static_cast<size_t>(q_rows[e]) * heads * head_dim;
+    cpu::PagedAttention(q.data() + row, 1, heads, cache.CpuView(),
+                        std::span<const int32_t>(tables.data() + e * max_blocks, max_blocks),
+                        contexts[e] - 1, scale, want.data() + row);
+  }
+  DeviceBuffer dq = UploadBf16(q), dout, dctx = Upload(contexts), drows = Upload(q_rows),
+               dtrows = Upload(table_rows), dtables = Upload(tables), dws;
+  ASSERT_TRUE(dout.Allocate(q.size() * 2).ok());
+  const int splits = DecodeSplitsFor(max_ctx, partition);
+  ASSERT_TRUE(dws.Allocate(DecodeWorkspaceFloats(entries, heads, head_dim, splits) * 4 + 16).ok());
+  Poison(dout);
+  AttentionShape shape{.num_heads = heads, .scale = scale, .cache = cache.Layer()};
+  DecodeBatch batch{.q_rows = drows.as<int32_t>(),
+                    .context_lens = dctx.as<int32_t>(),
+                    .table_rows = dtrows.as<int32_t>(),
+                    .block_tables = dtables.as<int32_t>(),
+                    .max_blocks = max_blocks,
+                    .num_entries = entries,
+                    .num_splits = splits,
+                    .workspace = dws.as<float>(),
+                    .partition = partition};
+  RS_ASSERT_OK(LaunchDecodeAttention(shape, dq.as<bf16>(), dout.as<bf16>(), batch, nullptr));
+  EXPECT_LT(RelL2(DownloadBf16(dout, q.size()), want), 1e-2) << "splits " << splits;
+}
+
+TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  RunDecodeCase(128, 8, 2, {1, 17, 512, 513, 1500, 40}, seed);
+  RunDecodeCase(128, 32, 8, {100, 200, 300}, seed + 1);  // one split
+  RunDecodeCase(16, 4, 1, {3, 700, 64}, seed + 2);
+  RunDecodeCase(32, 4, 2, {1, 2, 33}, seed + 3);
+  RunDecodeCase(64, 16, 2, {1030, 5}, seed + 4);  // group 8
+  RunDecodeCase(128, 32, 8, {1, 63, 64, 65, 300}, seed + 5, /*partition=*/64);
+}
+
+TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int d = 128, heads = 8, kv_heads = 2, bs = 16;
+  const std::vector<int32_t> num_tokens = {100, 64, 1, 130, 7};
+  const std::vector<int32_t> starts = {0, 37, 200, 1000, 63};
+  const int seqs = static_cast<int>(num_tokens.size());
+  int max_end = 0;
+  for (int s = 0; s < seqs; ++s) max_end = std::max(max_end, starts[s] + num_tokens[s]);
+  const int max_blocks = (max_end + bs - 1) / bs;
+  TestCache cache(rng, max_blocks + 5, kv_heads, bs, d);
+  std::vector<int32_t> tables, q_starts(seqs);
+  int rows = 0;
+  for (int s = 0; s < seqs; ++s) {
+    const auto t = RandomTable(rng, cache.num_blocks, max_blocks);
+    tables.insert(tables.end(), t.begin(), t.end());
+    q_starts[s] = rows;
+    rows += num_tokens[s];
+  }
+  const auto q = RandomBf16Values(rng, static_cast<size_t>(rows) * heads * d);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> want(q.size());
+  for (int s = 0; s < seqs; ++s) {
+    const size_t off = static_cast<size_t>(q_starts[s]) * heads * d;
+    cpu::PagedAttention(q.data() + off, num_tokens[s], heads, cache.CpuView(),
+                        std::span<const int32_t>(tables.data() + s * max_blocks, max_blocks),
+                        starts[s], scale, want.data() + off);
+  }
+  std::vector<int32_t> tiles;
+  MakePrefillTiles(num_tokens, starts, &tiles);
+  DeviceBuffer dq = UploadBf16(q), dout, dqs = Upload(q_starts), dnt = Upload(num_tokens),
+               dst = Upload(starts), dtables = Upload(tables), dtiles = Upload(tiles);
+  ASSERT_TRUE(dout.Allocate(q.size() * 2).ok());
+  Poison(dout);
+  AttentionShape shape{.num_heads = heads, .scale = scale, .cache = cache.Layer()};
+  PrefillBatch batch{.q_starts = dqs.as<int32_t>(),
+                     .num_tokens = dnt.as<int32_t>(),
+                     .start_positions = dst.as<int32_t>(),
+                     .block_tables = dtables.as<int32_t>(),
+                     .max_blocks = max_blocks,
+                     .tiles = dtiles.as<int32_t>(),
+                     .num_tiles = static_cast<int>(tiles.size() / 2)};
+  RS_ASSERT_OK(LaunchPrefillAttention(shape, dq.as<bf16>(), dout.as<bf16>(), batch, nullptr));
+  const auto got = DownloadBf16(dout, q.size());
+  EXPECT_LT(RelL2(got, want), 2e-2);
+  // Per sequence too, so a wrong chunk cannot hide in the total.
+  for (int s = 0; s < seqs; ++s) {
+    const size_t off = static_cast<size_t>(q_starts[s]) * heads * d;
+    const size_t n = static_cast<size_t>(num_tokens[s]) * heads * d;
+    EXPECT_LT(RelL2(std::vector<float>(got.begin() + off, got.begin() + off + n),
+                    std::vector<float>(want.begin() + off, want.begin() + off + n)),
+              2e-2)
+        << "seq " << s;
+  }
+}
+
+}  // namespace
+}  // namespace ringserve::cuda

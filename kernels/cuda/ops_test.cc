@@ -1,0 +1,288 @@
+// Every CUDA op against the CPU reference (kernels/cpu) on fresh random inputs. Inputs are
+// bf16-representable so both sides see the same values; tolerances are relative L2 errors:
+// bf16 outputs 1e-2 (one bf16 rounding is ~4e-3), fp32 outputs 1e-4.
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/test_util.h"
+#include "stage/sampling/sampler.h"
+
+namespace ringserve::cuda {
+namespace {
+
+using testing::Download;
+using testing::DownloadBf16;
+using testing::Poison;
+using testing::RandomBf16Values;
+using testing::RelL2;
+using testing::Upload;
+using testing::UploadBf16;
+
+constexpr double kBf16Tol = 1e-2;
+constexpr double kF32Tol = 1e-4;
+
+TEST(CudaGemmTest, MatchesCpuMatMulForDecodeAndPrefillShapes) {
+  RS_SKIP_WITHOUT_GPU();
+  auto runner_or = GemmRunner::Create();
+  ASSERT_TRUE(runner_or.ok()) << runner_or.status();
+  GemmRunner& runner = **runner_or;
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int n = 200, k = 264;
+  for (int m : {1, 2, 3, 4, 7, 8, 33, 130}) {
+    SCOPED_TRACE(::testing::Message() << "m " << m);
+    const auto x = RandomBf16Values(rng, static_cast<size_t>(m) * k);
+    const auto w = RandomBf16Values(rng, static_cast<size_t>(n) * k, 0.05f);
+    std::vector<float> want(static_cast<size_t>(m) * n);
+    cpu::MatMul(x.data(), w.data(), nullptr, m, k, n, want.data());
+    DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w);
+    DeviceBuffer dy_bf16, dy_f32;
+    ASSERT_TRUE(dy_bf16.Allocate(want.size() * 2).ok());
+    ASSERT_TRUE(dy_f32.Allocate(want.size() * 4).ok());
+    // Both paths: our GEMV (small m) and cuBLASLt.
+    for (int path = 0; path < 2; ++path) {
+      if (path == 0 && m > kGemvMaxRows) continue;
+      Poison(dy_bf16);
+      Poison(dy_f32);
+      auto run = [&](void* y, OutType out) {
+        return path == 0
+                   ? LaunchGemv(dx.as<bf16>(), dw.as<bf16>(), y, out, m, n, k, nullptr)
+                   : runner.LinearCublas(dx.as<bf16>(), dw.as<bf16>(), y, out, m, n, k, nullptr);
+      };
+      RS_ASSERT_OK(run(dy_bf16.get(), OutType::kBF16));
+      RS_ASSERT_OK(run(dy_f32.get(), OutType::kF32));
+      EXPECT_LT(RelL2(DownloadBf16(dy_bf16, want.size()), want), kBf16Tol) << "path " << path;
+      EXPECT_LT(RelL2(Download<float>(dy_f32, want.size()), want), kF32Tol) << "path " << path;
+    }
+  }
+}
+
+TEST(CudaGemmTest, GemvFusedWithSiluMulMatchesCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(10);
+  const int n = 72, k = 160;
+  for (int m : {1, 4, 8}) {
+    const auto gate_up = RandomBf16Values(rng, static_cast<size_t>(m) * 2 * k, 2.0f);
+    const auto w = RandomBf16Values(rng, static_cast<size_t>(n) * k, 0.05f);
+    std::vector<float> act(static_cast<size_t>(m) * k), want(static_cast<size_t>(m) * n);
+    for (int r = 0; r < m; ++r) {
+      cpu::SiluMul(gate_up.data() + r * 2 * k, gate_up.data() + r * 2 * k + k, k,
+                   act.data() + r * k);
+    }
+    for (float& v : act) v = BF16ToFloat(FloatToBF16(v));
+    cpu::MatMul(act.data(), w.data(), nullptr, m, k, n, want.data());
+    DeviceBuffer dgu = UploadBf16(gate_up), dw = UploadBf16(w), dy;
+    ASSERT_TRUE(dy.Allocate(want.size() * 2).ok());
+    Poison(dy);
+    RS_ASSERT_OK(LaunchGemvSiluMul(dgu.as<bf16>(), dw.as<bf16>(), dy.as<bf16>(), m, n, k, nullptr));
+    EXPECT_LT(RelL2(DownloadBf16(dy, want.size()), want), kBf16Tol) << "m " << m;
+  }
+}
+
+TEST(CudaElementwiseTest, AddRmsNormMatchesCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  for (int dim : {64, 4096, 5000}) {
+    const int rows = 5;
+    auto residual = RandomBf16Values(rng, rows * dim);
+    const auto delta = RandomBf16Values(rng, rows * dim);
+    const auto bias = RandomBf16Values(rng, dim);
+    const auto weight = RandomBf16Values(rng, dim);
+    DeviceBuffer dres = Upload(residual), ddelta = UploadBf16(delta), dbias = UploadBf16(bias),
+                 dw = UploadBf16(weight), dout;
+    ASSERT_TRUE(dout.Allocate(rows * dim * 2).ok());
+    Poison(dout);
+    RS_ASSERT_OK(LaunchAddRmsNorm(dres.as<float>(), ddelta.as<bf16>(), dbias.as<bf16>(),
+                                  dw.as<bf16>(), dout.as<bf16>(), rows, dim, 1e-5f, nullptr));
+    for (int r = 0; r < rows; ++r) {
+      cpu::Add(residual.data() + r * dim, delta.data() + r * dim, dim);
+      cpu::Add(residual.data() + r * dim, bias.data(), dim);
+    }
+    std::vector<float> want(rows * dim);
+    cpu::RmsNorm(residual.data(), weight.data(), rows, dim, 1e-5f, want.data());
+    EXPECT_LT(RelL2(Download<float>(dres, rows * dim), residual), 1e-6) << "dim " << dim;
+    EXPECT_LT(RelL2(DownloadBf16(dout, rows * dim), want), kBf16Tol) << "dim " << dim;
+  }
+}
+
+TEST(CudaElementwiseTest, SiluMulMatchesCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  for (int inter : {160, 1001}) {
+    const int rows = 7;
+    const auto gate_up = RandomBf16Values(rng, rows * 2 * inter, 2.0f);
+    std::vector<float> gate(rows * inter), up(rows * inter), want(rows * inter);
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(gate_up.begin() + r * 2 * inter, inter, gate.begin() + r * inter);
+      std::copy_n(gate_up.begin() + r * 2 * inter + inter, inter, up.begin() + r * inter);
+    }
+    cpu::SiluMul(gate.data(), up.data(), rows * inter, want.data());
+    DeviceBuffer din = UploadBf16(gate_up), dout;
+    ASSERT_TRUE(dout.Allocate(rows * inter * 2).ok());
+    Poison(dout);
+    RS_ASSERT_OK(LaunchSiluMul(din.as<bf16>(), dout.as<bf16>(), rows, inter, nullptr));
+    EXPECT_LT(RelL2(DownloadBf16(dout, rows * inter), want), kBf16Tol) << "inter " << inter;
+  }
+}
+
+TEST(CudaElementwiseTest, EmbeddingAndConversionsMatchCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(13);
+  const int vocab = 300, hidden = 72;
+  const auto table = RandomBf16Values(rng, vocab * hidden);
+  const std::vector<int32_t> ids = {5, 0, 299, 5, 17};
+  std::vector<float> want(ids.size() * hidden);
+  cpu::Embed(table.data(), hidden, ids.data(), ids.size(), want.data());
+  DeviceBuffer dt = UploadBf16(table), dids = Upload(ids), dout;
+  ASSERT_TRUE(dout.Allocate(want.size() * 4).ok());
+  Poison(dout);
+  RS_ASSERT_OK(LaunchEmbedding(dt.as<bf16>(), dids.as<int32_t>(), dout.as<float>(), ids.size(),
+                               hidden, nullptr));
+  EXPECT_EQ(Download<float>(dout, want.size()), want);
+
+  std::vector<float> f(1000);
+  std::uniform_real_distribution<float> dist(-100, 100);
+  for (float& v : f) v = dist(rng);
+  DeviceBuffer df = Upload(f), db, dback;
+  ASSERT_TRUE(db.Allocate(f.size() * 2).ok());
+  ASSERT_TRUE(dback.Allocate(f.size() * 4).ok());
+  RS_ASSERT_OK(LaunchF32ToBF16(df.as<float>(), db.as<bf16>(), f.size(), nullptr));
+  RS_ASSERT_OK(LaunchBF16ToF32(db.as<bf16>(), dback.as<float>(), f.size(), nullptr));
+  const auto bits = Download<uint16_t>(db, f.size());
+  for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(bits[i], FloatToBF16(f[i])) << i;
+  const auto back = Download<float>(dback, f.size());
+  for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(back[i], BF16ToFloat(bits[i])) << i;
+}
+
+// Bias + q/k norm + llama3 RoPE + cache store, against cpu::MatMul-free composition of
+// cpu::RmsNorm and cpu::ApplyRope, for head_dim 128 and 16.
+TEST(CudaRopeTest, QkvPrepareMatchesCpuNormRopeAndStoresCache) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(14);
+  struct Case {
+    int head_dim, heads, kv_heads;
+    bool bias, norm;
+  };
+  for (const Case& cs :
+       {Case{128, 8, 2, true, true}, Case{16, 4, 1, false, false}, Case{64, 4, 4, true, false}}) {
+    SCOPED_TRACE(::testing::Message() << "head_dim " << cs.head_dim);
+    const int tokens = 6, d = cs.head_dim, block_size = 4, num_blocks = 8;
+    const int width = (cs.heads + 2 * cs.kv_heads) * d;
+    const auto qkv = RandomBf16Values(rng, tokens * width);
+    const auto bias = RandomBf16Values(rng, width);
+    const auto qn = RandomBf16Values(rng, d), kn = RandomBf16Values(rng, d);
+    const std::vector<int32_t> positions = {0, 1, 2, 700, 9000, 31};
+    const std::vector<int32_t> slots = {5, 6, 7, 30, -1, 0};
+    std::vector<float> inv_freq = cpu::RopeInvFreq(d, 500000.0);
+    cpu::ApplyLlama3RopeScaling(inv_freq, 8.0, 1.0, 4.0, 8192);
+
+    // CPU: split, bias, norm, rope.
+    std::vector<float> q(tokens * cs.heads * d), k(tokens * cs.kv_heads * d),
+        v(tokens * cs.kv_heads * d);
+    for (int t = 0; t < tokens; ++t) {
+      for (int i = 0; i < width; ++i) {
+        const float x = qkv[t * width + i] + (cs.bias ? bias[i] : 0.0f);
+        if (i < cs.heads * d) {
+          q[t * cs.heads * d + i] = x;
+        } else if (i < (cs.heads + cs.kv_heads) * d) {
+          k[t * cs.kv_heads * d + i - cs.heads * d] = x;
+        } else {
+          v[t * cs.kv_heads * d + i - (cs.heads + cs.kv_heads) * d] = x;
+        }
+      }
+    }
+    if (cs.norm) {
+      cpu::RmsNorm(q.data(), qn.data(), tokens * cs.heads, d, 1e-6f, q.data());
+      cpu::RmsNorm(k.data(), kn.data(), tokens * cs.kv_heads, d, 1e-6f, k.data());
+    }
+    cpu::ApplyRope(q.data(), tokens, cs.heads, d, positions.data(), inv_freq.data());
+    cpu::ApplyRope(k.data(), tokens, cs.kv_heads, d, positions.data(), inv_freq.data());
+
+    DeviceBuffer dqkv = UploadBf16(qkv), dbias = UploadBf16(bias), dqn = UploadBf16(qn),
+                 dkn = UploadBf16(kn), dpos = Upload(positions), dslots = Upload(slots),
+                 dinv = Upload(inv_freq), dq, dk, dv;
+    const size_t cache_elems = static_cast<size_t>(num_blocks) * cs.kv_heads * block_size * d;
+    ASSERT_TRUE(dq.Allocate(q.size() * 2).ok());
+    ASSERT_TRUE(dk.Allocate(cache_elems * 2).ok());
+    ASSERT_TRUE(dv.Allocate(cache_elems * 2).ok());
+    Poison(dq);
+    Poison(dk);
+    Poison(dv);
+    QkvPrepareArgs args{
+        .qkv = dqkv.as<bf16>(),
+        .bias = cs.bias ? dbias.as<bf16>() : nullptr,
+        .q_norm = cs.norm ? dqn.as<bf16>() : nullptr,
+        .k_norm = cs.norm ? dkn.as<bf16>() : nullptr,
+        .norm_eps = 1e-6f,
+        .positions = dpos.as<int32_t>(),
+        .inv_freq = dinv.as<float>(),
+        .slots = dslots.as<int32_t>(),
+        .q_out = dq.as<bf16>(),
+        .cache = {.k = dk.as<bf16>(),
+                  .v = dv.as<bf16>(),
+                  .num_kv_heads = cs.kv_heads,
+                  .block_size = block_size,
+                  .head_dim = d},
+        .num_tokens = tokens,
+        .num_heads = cs.heads,
+    };
+    RS_ASSERT_OK(LaunchQkvPrepare(args, nullptr));
+    EXPECT_LT(RelL2(DownloadBf16(dq, q.size()), q), kBf16Tol);
+    const auto kc = DownloadBf16(dk, cache_elems), vc = DownloadBf16(dv, cache_elems);
+    std::vector<float> got_k, want_k, got_v, want_v;
+    for (int t = 0; t < tokens; ++t) {
+      if (slots[t] < 0) continue;
+      const int block = slots[t] / block_size, off = slots[t] % block_size;
+      for (int h = 0; h < cs.kv_heads; ++h) {
+        for (int i = 0; i < d; ++i) {
+          const size_t at =
+              ((static_cast<size_t>(block) * cs.kv_heads + h) * block_size + off) * d + i;
+          got_k.push_back(kc[at]);
+          got_v.push_back(vc[at]);
+          want_k.push_back(k[(t * cs.kv_heads + h) * d + i]);
+          want_v.push_back(v[(t * cs.kv_heads + h) * d + i]);
+        }
+      }
+    }
+    EXPECT_LT(RelL2(got_k, want_k), kBf16Tol);
+    EXPECT_LT(RelL2(got_v, want_v), kBf16Tol);
+  }
+}
+
+TEST(CudaSamplingTest, ArgmaxMatchesCpuGreedyIncludingTiesAndNan) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(15);
+  const int vocab = 5003, rows = 6;
+  std::vector<float> logits(rows * vocab);
+  std::normal_distribution<float> dist(0, 3);
+  for (float& v : logits) v = dist(rng);
+  logits[1 * vocab + 10] = 50;  // tie: lowest id wins
+  logits[1 * vocab + 4000] = 50;
+  logits[2 * vocab + 7] = std::numeric_limits<float>::quiet_NaN();
+  logits[2 * vocab + 3000] = 40;
+  std::fill_n(logits.begin() + 3 * vocab, vocab, -std::numeric_limits<float>::infinity());
+  logits[4 * vocab + vocab - 1] = 99;
+  DeviceBuffer dl = Upload(logits), dt;
+  ASSERT_TRUE(dt.Allocate(rows * 4).ok());
+  RS_ASSERT_OK(LaunchArgmax(dl.as<float>(), rows, vocab, dt.as<int32_t>(), nullptr));
+  const auto got = Download<int32_t>(dt, rows);
+  for (int r = 0; r < rows; ++r) {
+    EXPECT_EQ(got[r], GreedyToken(std::span<const float>(logits.data() + r * vocab, vocab)))
+        << "row " << r;
+  }
+  EXPECT_EQ(got[1], 10);
+  EXPECT_EQ(got[3], 0);
+}
+
+}  // namespace
+}  // namespace ringserve::cuda

@@ -1,0 +1,321 @@
+// Flash-attention style causal prefill over the paged cache, head_dim 128, mma.sync m16n8k16
+// bf16 with fp32 accumulation. CTA = 4 warps = 64 queries of one head; K/V tiles of 64 keys,
+// double-buffered with cp.async; shared-memory rows of 128 bf16 are XOR-swizzled in 16-byte
+// chunks (chunk c of row r stored at c ^ (r & 7)) so ldmatrix is conflict-free.
+#include <algorithm>
+#include <cfloat>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/device_utils.cuh"
+
+namespace ringserve::cuda {
+namespace {
+
+constexpr int kD = 128;
+constexpr int kBq = kPrefillTile;
+constexpr int kBk = 64;
+constexpr int kThreads = 128;
+constexpr int kTileElems = 64 * kD;
+constexpr int kSmemBytes = (kTileElems * 5) * 2;  // Q + 2 x (K, V)
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct PrefillArgs {
+  AttentionShape shape;
+  const bf16* q;
+  bf16* out;
+  PrefillBatch batch;
+};
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src),
+               "r"(src_size));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ int Swz(int row, int chunk) {
+  return row * kD + ((chunk ^ (row & 7)) << 3);
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(p)));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(p)));
+}
+
+__device__ __forceinline__ void Mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBF16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Loads keys [key0, key0 + 64) of kv head `kvh` into a swizzled tile; keys >= kv_end are zero.
+__device__ __forceinline__ void LoadKvTile(bf16* dst, const bf16* cache, const int32_t* table,
+                                           int key0, int kv_end, int kvh, const KvCacheLayer& c) {
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    const int i = threadIdx.x + kThreads * u;
+    const int r = i >> 4;
+    const int chunk = i & 15;
+    const int key = key0 + r;
+    const bool valid = key < kv_end;
+    const bf16* src = cache;
+    if (valid) {
+      const int blk_idx = key / c.block_size;
+      const int slot = key - blk_idx * c.block_size;
+      src = cache +
+            ((static_cast<int64_t>(table[blk_idx]) * c.num_kv_heads + kvh) * c.block_size + slot) *
+                kD +
+            chunk * 8;
+    }
+    CpAsync16(dst + Swz(r, chunk), src, valid);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sq = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sk[2] = {sq + kTileElems, sq + 2 * kTileElems};
+  bf16* sv[2] = {sq + 3 * kTileElems, sq + 4 * kTileElems};
+
+  const KvCacheLayer& c = a.shape.cache;
+  const int seq = a.batch.tiles[2 * blockIdx.x];
+  const int q0 = a.batch.tiles[2 * blockIdx.x + 1];
+  const int head = blockIdx.y;
+  const int group = a.shape.num_heads / c.num_kv_heads;
+  const int kvh = head / group;
+  const int q_start = a.batch.q_starts[seq];
+  const int ntok = a.batch.num_tokens[seq];
+  const int start_pos = a.batch.start_positions[seq];
+  const int32_t* table = a.batch.block_tables + static_cast<int64_t>(seq) * a.batch.max_blocks;
+  const int nq = min(kBq, ntok - q0);
+  const int kv_end = start_pos + q0 + nq;
+  const int num_kt = (kv_end + kBk - 1) / kBk;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+
+  // Q tile.
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    const int i = tid + kThreads * u;
+    const int r = i >> 4;
+    const int chunk = i & 15;
+    const bool valid = r < nq;
+    const bf16* src =
+        valid ? a.q + (static_cast<int64_t>(q_start + q0 + r) * a.shape.num_heads + head) * kD +
+                    chunk * 8
+              : a.q;
+    CpAsync16(sq + Swz(r, chunk), src, valid);
+  }
+  LoadKvTile(sk[0], c.k, table, 0, kv_end, kvh, c);
+  LoadKvTile(sv[0], c.v, table, 0, kv_end, kvh, c);
+  CpAsyncCommit();
+
+  uint32_t qa[8][4];
+  float o[16][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[i][j] = 0.0f;
+  }
+  float m_row[2] = {-FLT_MAX, -FLT_MAX};
+  float l_row[2] = {0.0f, 0.0f};
+  const float scale = a.shape.scale * kLog2e;
+  // Absolute positions of this thread's two query rows.
+  const int qpos0 = start_pos + q0 + warp * 16 + g;
+  const int qpos1 = qpos0 + 8;
+
+  for (int j = 0; j < num_kt; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < num_kt) {
+      LoadKvTile(sk[buf ^ 1], c.k, table, (j + 1) * kBk, kv_end, kvh, c);
+      LoadKvTile(sv[buf ^ 1], c.v, table, (j + 1) * kBk, kv_end, kvh, c);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        LdMatrixX4(qa[kk], sq + Swz(warp * 16 + (lane & 15), 2 * kk + (lane >> 4)));
+      }
+    }
+
+    // S = Q K^T for this warp's 16 rows x 64 keys.
+    float s[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = 0.0f;
+    }
+    const bf16* kt = sk[buf];
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        uint32_t b[4];
+        LdMatrixX4(b,
+                   kt + Swz(16 * p + ((lane >> 4) << 3) + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
+        Mma(s[2 * p], qa[kk], b[0], b[1]);
+        Mma(s[2 * p + 1], qa[kk], b[2], b[3]);
+      }
+    }
+
+    // Scale, causal mask, online softmax.
+    const int key_base = j * kBk;
+    const bool needs_mask = key_base + kBk - 1 > start_pos + q0;
+    float tile_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = s[nt][e] * scale;
+        if (needs_mask) {
+          const int key = key_base + 8 * nt + 2 * t4 + (e & 1);
+          const int qpos = e < 2 ? qpos0 : qpos1;
+          if (key > qpos) v = -FLT_MAX;
+        }
+        s[nt][e] = v;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], v);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(m_row[r], tile_max[r]);
+      alpha[r] = exp2f(m_row[r] - m_new);
+      m_row[r] = m_new;
+      l_row[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+      o[nt][0] *= alpha[0];
+      o[nt][1] *= alpha[0];
+      o[nt][2] *= alpha[1];
+      o[nt][3] *= alpha[1];
+    }
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float p0 = exp2f(s[nt][0] - m_row[0]);
+      const float p1 = exp2f(s[nt][1] - m_row[0]);
+      const float p2 = exp2f(s[nt][2] - m_row[1]);
+      const float p3 = exp2f(s[nt][3] - m_row[1]);
+      l_row[0] += p0 + p1;
+      l_row[1] += p2 + p3;
+      const int kk = nt >> 1;
+      const int hi = nt & 1;
+      pa[kk][hi * 2 + 0] = PackBF16(p0, p1);
+      pa[kk][hi * 2 + 1] = PackBF16(p2, p3);
+    }
+
+    // O += P V.
+    const bf16* vt = sv[buf];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int p = 0; p < 8; ++p) {
+        uint32_t b[4];
+        LdMatrixX4Trans(
+            b, vt + Swz(16 * kk + (((lane >> 3) & 1) << 3) + (lane & 7), 2 * p + (lane >> 4)));
+        Mma(o[2 * p], pa[kk], b[0], b[1]);
+        Mma(o[2 * p + 1], pa[kk], b[2], b[3]);
+      }
+    }
+    __syncthreads();
+  }
+
+  // Normalize and store.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
+    l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
+  }
+  const float inv0 = 1.0f / l_row[0];
+  const float inv1 = 1.0f / l_row[1];
+  const int r0 = warp * 16 + g;
+  const int r1 = r0 + 8;
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt) {
+    const int dim = 8 * nt + 2 * t4;
+    if (r0 < nq) {
+      bf16* dst = a.out + (static_cast<int64_t>(q_start + q0 + r0) * a.shape.num_heads + head) * kD;
+      *reinterpret_cast<__nv_bfloat162*>(dst + dim) =
+          __floats2bfloat162_rn(o[nt][0] * inv0, o[nt][1] * inv0);
+    }
+    if (r1 < nq) {
+      bf16* dst = a.out + (static_cast<int64_t>(q_start + q0 + r1) * a.shape.num_heads + head) * kD;
+      *reinterpret_cast<__nv_bfloat162*>(dst + dim) =
+          __floats2bfloat162_rn(o[nt][2] * inv1, o[nt][3] * inv1);
+    }
+  }
+}
+
+}  // namespace
+
+void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
+                      const std::vector<int32_t>& start_positions, std::vector<int32_t>* tiles) {
+  struct Tile {
+    int32_t seq, q0, keys;
+  };
+  std::vector<Tile> list;
+  for (size_t s = 0; s < num_tokens.size(); ++s) {
+    for (int32_t q0 = 0; q0 < num_tokens[s]; q0 += kPrefillTile) {
+      const int32_t nq = std::min(kPrefillTile, num_tokens[s] - q0);
+      list.push_back({static_cast<int32_t>(s), q0, start_positions[s] + q0 + nq});
+    }
+  }
+  std::stable_sort(list.begin(), list.end(),
+                   [](const Tile& x, const Tile& y) { return x.keys > y.keys; });
+  for (const Tile& t : list) {
+    tiles->push_back(t.seq);
+    tiles->push_back(t.q0);
+  }
+}
+
+absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, bf16* out,
+                                    const PrefillBatch& batch, cudaStream_t stream) {
+  const KvCacheLayer& c = shape.cache;
+  if (c.head_dim != kD || c.num_kv_heads <= 0 || shape.num_heads % c.num_kv_heads != 0 ||
+      c.block_size <= 0) {
+    return absl::InvalidArgumentError("LaunchPrefillAttention: needs head_dim 128 and GQA shape");
+  }
+  if (batch.num_tiles == 0) return absl::OkStatus();
+  // Once per process (one stage process drives one device).
+  static const cudaError_t attribute_error =
+      cudaFuncSetAttribute(PrefillKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  RS_CUDA_RETURN_IF_ERROR(attribute_error);
+  const PrefillArgs args{shape, q, out, batch};
+  PrefillKernel<<<dim3(batch.num_tiles, shape.num_heads), kThreads, kSmemBytes, stream>>>(args);
+  return LaunchStatus("PrefillKernel");
+}
+
+}  // namespace ringserve::cuda

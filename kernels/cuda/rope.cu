@@ -1,0 +1,107 @@
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/rope.h"
+
+namespace ringserve::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
+
+// One warp per (token, head). Lane l owns rotary pairs (i, i + half) for i = l, l + 32, ...
+__global__ void __launch_bounds__(kWarps * 32) QkvPrepareKernel(QkvPrepareArgs a) {
+  const int t = blockIdx.x;
+  const int head = blockIdx.y * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  const int num_kv = a.cache.num_kv_heads;
+  const int total_heads = a.num_heads + 2 * num_kv;
+  if (head >= total_heads) return;
+  const int d = a.cache.head_dim;
+  const int half = d / 2;
+  const int64_t col0 = static_cast<int64_t>(head) * d;
+  const bf16* src = a.qkv + static_cast<int64_t>(t) * total_heads * d + col0;
+  const bool is_q = head < a.num_heads;
+  const bool is_v = head >= a.num_heads + num_kv;
+
+  float x1[kMaxPairsPerLane], x2[kMaxPairsPerLane];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kMaxPairsPerLane; ++p) {
+    const int i = lane + 32 * p;
+    x1[p] = 0.0f;
+    x2[p] = 0.0f;
+    if (i < half) {
+      x1[p] = __bfloat162float(src[i]);
+      x2[p] = __bfloat162float(src[i + half]);
+      if (a.bias != nullptr) {
+        x1[p] += __bfloat162float(a.bias[col0 + i]);
+        x2[p] += __bfloat162float(a.bias[col0 + i + half]);
+      }
+      sum_sq += x1[p] * x1[p] + x2[p] * x2[p];
+    }
+  }
+  if (!is_v) {
+    if (a.q_norm != nullptr) {
+      const bf16* w = is_q ? a.q_norm : a.k_norm;
+      const float inv = rsqrtf(WarpSum(sum_sq) / d + a.norm_eps);
+#pragma unroll
+      for (int p = 0; p < kMaxPairsPerLane; ++p) {
+        const int i = lane + 32 * p;
+        if (i < half) {
+          x1[p] = x1[p] * inv * __bfloat162float(w[i]);
+          x2[p] = x2[p] * inv * __bfloat162float(w[i + half]);
+        }
+      }
+    }
+    const float pos = static_cast<float>(a.positions[t]);
+#pragma unroll
+    for (int p = 0; p < kMaxPairsPerLane; ++p) {
+      const int i = lane + 32 * p;
+      if (i < half) {
+        float s, c;
+        sincosf(pos * a.inv_freq[i], &s, &c);
+        const float r1 = x1[p] * c - x2[p] * s;
+        const float r2 = x2[p] * c + x1[p] * s;
+        x1[p] = r1;
+        x2[p] = r2;
+      }
+    }
+  }
+  bf16* dst;
+  if (is_q) {
+    dst = a.q_out + (static_cast<int64_t>(t) * a.num_heads + head) * d;
+  } else {
+    const int slot = a.slots[t];
+    if (slot < 0) return;
+    const int kvh = is_v ? head - a.num_heads - num_kv : head - a.num_heads;
+    const int block = slot / a.cache.block_size;
+    const int offset = slot - block * a.cache.block_size;
+    bf16* base = is_v ? a.cache.v : a.cache.k;
+    dst = base + ((static_cast<int64_t>(block) * num_kv + kvh) * a.cache.block_size + offset) * d;
+  }
+#pragma unroll
+  for (int p = 0; p < kMaxPairsPerLane; ++p) {
+    const int i = lane + 32 * p;
+    if (i < half) {
+      dst[i] = __float2bfloat16(x1[p]);
+      dst[i + half] = __float2bfloat16(x2[p]);
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchQkvPrepare(const QkvPrepareArgs& args, cudaStream_t stream) {
+  const int d = args.cache.head_dim;
+  if (args.num_tokens < 0 || args.num_heads <= 0 || args.cache.num_kv_heads <= 0 || d <= 0 ||
+      d % 2 != 0 || d > 2 * 32 * kMaxPairsPerLane || args.cache.block_size <= 0 ||
+      (args.q_norm == nullptr) != (args.k_norm == nullptr)) {
+    return absl::InvalidArgumentError("LaunchQkvPrepare: bad arguments");
+  }
+  if (args.num_tokens == 0) return absl::OkStatus();
+  const int total_heads = args.num_heads + 2 * args.cache.num_kv_heads;
+  const dim3 grid(args.num_tokens, (total_heads + kWarps - 1) / kWarps);
+  QkvPrepareKernel<<<grid, kWarps * 32, 0, stream>>>(args);
+  return LaunchStatus("QkvPrepareKernel");
+}
+
+}  // namespace ringserve::cuda

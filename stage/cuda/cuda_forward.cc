@@ -1,0 +1,443 @@
+// The CUDA slice's forward pass: micro-batch validation, the per-batch metadata plan, the layer
+// loop, and decode-step CUDA graphs.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/sampling.h"
+#include "stage/cuda/cuda_model_slice.h"
+
+namespace ringserve::cuda {
+
+struct CudaModelSlice::Plan {
+  int tokens = 0;  // rows of the activation buffers this batch uses (graph: the padded bucket)
+  int real_tokens = 0;
+  int64_t ids = 0, positions = 0, slots = 0;                 // [tokens]
+  int64_t dec_rows = 0, dec_ctx = 0, dec_tables = 0;         // [num_decode]
+  int64_t pre_q_starts = 0, pre_tokens = 0, pre_starts = 0;  // [chunks]
+  int64_t tiles = 0;                                         // [num_tiles, 2]
+  int64_t gather = 0;                                        // [logit_rows]
+  int64_t tables = 0;                                        // [chunks, table_stride]
+  int64_t meta_size = 0;
+  int table_stride = 1;
+  int num_decode = 0;
+  int num_tiles = 0;
+  int splits = 1;
+  int partition = kDecodePartition;  // decode keys per split
+  int logit_rows = 0;                // rows the lm_head computes
+  bool gather_identity = true;
+  bool graph = false;
+  std::pair<int, int> graph_key;
+  std::vector<int> output_rows;  // logits rows returned, in chunk order
+};
+
+namespace {
+
+int NextPow2(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+// Short contexts get small split-K pieces so that one sequence still spreads over many CTAs.
+int PartitionFor(int context) {
+  return std::clamp(NextPow2(std::max(context, 1)) / 8, 64, kDecodePartition);
+}
+
+int64_t LogitRows(const MicroBatch& batch) {
+  int64_t rows = 0;
+  for (const SequenceChunk& c : batch.chunks) {
+    if (c.logits == LogitsMode::kAllTokens) rows += c.num_tokens;
+    if (c.logits == LogitsMode::kLastToken) rows += 1;
+  }
+  return rows;
+}
+
+}  // namespace
+
+absl::Status CudaModelSlice::Validate(const MicroBatch& batch,
+                                      std::span<const float> hidden_in) const {
+  if (batch.chunks.empty()) return absl::InvalidArgumentError("micro-batch has no chunks");
+  const int64_t total = batch.TotalTokens();
+  if (total > cuda_.max_batch_tokens || static_cast<int>(batch.chunks.size()) > cuda_.max_seqs) {
+    return absl::InvalidArgumentError(
+        fmt::format("micro-batch of {} tokens in {} chunks exceeds the CUDA slice's capacity ({} "
+                    "tokens, {} chunks)",
+                    total, batch.chunks.size(), cuda_.max_batch_tokens, cuda_.max_seqs));
+  }
+  if (is_last() && LogitRows(batch) > cuda_.max_logit_rows) {
+    return absl::InvalidArgumentError(fmt::format("micro-batch asks for {} logits rows, max {}",
+                                                  LogitRows(batch), cuda_.max_logit_rows));
+  }
+  for (size_t c = 0; c < batch.chunks.size(); ++c) {
+    const SequenceChunk& chunk = batch.chunks[c];
+    if (chunk.num_tokens <= 0 || chunk.start_position < 0) {
+      return absl::InvalidArgumentError(
+          fmt::format("chunk {} (seq {}): num_tokens {} must be > 0 and start_position {} >= 0", c,
+                      chunk.seq_id, chunk.num_tokens, chunk.start_position));
+    }
+    const int64_t end = static_cast<int64_t>(chunk.start_position) + chunk.num_tokens;
+    if (end > cuda_.max_model_len) {
+      return absl::InvalidArgumentError(
+          fmt::format("chunk {} (seq {}): positions up to {} exceed max_model_len {}", c,
+                      chunk.seq_id, end, cuda_.max_model_len));
+    }
+    const int64_t blocks_needed = (end + options_.kv_block_size - 1) / options_.kv_block_size;
+    if (static_cast<int64_t>(chunk.block_table.size()) < blocks_needed) {
+      return absl::InvalidArgumentError(
+          fmt::format("chunk {} (seq {}): block table has {} blocks, positions [0, {}) need {}", c,
+                      chunk.seq_id, chunk.block_table.size(), end, blocks_needed));
+    }
+    for (int64_t i = 0; i < blocks_needed; ++i) {
+      const int32_t block = chunk.block_table[i];
+      if (block < 0 || block >= options_.kv_num_blocks) {
+        return absl::InvalidArgumentError(
+            fmt::format("chunk {} (seq {}): block id {} at table index {} outside [0, {})", c,
+                        chunk.seq_id, block, i, options_.kv_num_blocks));
+      }
+    }
+  }
+  if (is_first()) {
+    if (static_cast<int64_t>(batch.token_ids.size()) != total) {
+      return absl::InvalidArgumentError(
+          fmt::format("micro-batch has {} token ids for {} tokens", batch.token_ids.size(), total));
+    }
+    for (size_t t = 0; t < batch.token_ids.size(); ++t) {
+      if (batch.token_ids[t] < 0 || batch.token_ids[t] >= config_.vocab_size) {
+        return absl::InvalidArgumentError(
+            fmt::format("token id {} at index {} outside the vocabulary [0, {})",
+                        batch.token_ids[t], t, config_.vocab_size));
+      }
+    }
+  } else if (static_cast<int64_t>(hidden_in.size()) != total * config_.hidden_size) {
+    return absl::InvalidArgumentError(
+        fmt::format("hidden_in has {} floats, expected {} tokens x hidden {} = {}",
+                    hidden_in.size(), total, config_.hidden_size, total * config_.hidden_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
+  const int n = static_cast<int>(batch.chunks.size());
+  const int total = static_cast<int>(batch.TotalTokens());
+  const int bs = options_.kv_block_size;
+  bool all_decode = true;
+  int max_end = 0;
+  for (const SequenceChunk& c : batch.chunks) {
+    all_decode = all_decode && c.num_tokens == 1;
+    max_end = std::max(max_end, c.start_position + c.num_tokens);
+  }
+  p->real_tokens = total;
+  p->graph = cuda_.use_cuda_graphs && all_decode && n <= cuda_.max_graph_batch;
+  int chunk_cap = n;
+  if (p->graph) {
+    const int bucket = NextPow2(n);
+    const int padded_len =
+        (cuda_.max_model_len + kDecodePartition - 1) / kDecodePartition * kDecodePartition;
+    const int ctx = std::min(std::max(kDecodePartition, NextPow2(max_end)), padded_len);
+    p->tokens = bucket;
+    chunk_cap = bucket;
+    p->table_stride = (ctx + bs - 1) / bs;
+    p->partition = PartitionFor(ctx);
+    p->splits = DecodeSplitsFor(ctx, p->partition);
+    p->graph_key = {bucket, ctx};
+  } else {
+    p->tokens = total;
+    p->table_stride = (max_end + bs - 1) / bs;
+  }
+
+  // Per-token and per-entry vectors.
+  const bool tensor_core_prefill = config_.head_dim == 128;
+  std::vector<int32_t> ids(p->tokens, 0), positions(p->tokens, 0), slots(p->tokens, -1);
+  std::vector<int32_t> dec_rows, dec_ctx, dec_tables;
+  std::vector<int32_t> q_starts(chunk_cap, 0), pre_tokens(chunk_cap, 0), pre_starts(chunk_cap, 0);
+  std::vector<int32_t> gather;
+  p->output_rows.clear();
+  int row = 0;
+  int max_decode_ctx = 0;
+  for (int c = 0; c < n; ++c) {
+    const SequenceChunk& chunk = batch.chunks[c];
+    for (int i = 0; i < chunk.num_tokens; ++i) {
+      const int pos = chunk.start_position + i;
+      if (is_first()) ids[row + i] = batch.token_ids[row + i];
+      positions[row + i] = pos;
+      slots[row + i] = chunk.block_table[pos / bs] * bs + pos % bs;
+    }
+    q_starts[c] = row;
+    pre_starts[c] = chunk.start_position;
+    if (chunk.num_tokens > 1 && tensor_core_prefill) {
+      pre_tokens[c] = chunk.num_tokens;
+    } else {
+      for (int i = 0; i < chunk.num_tokens; ++i) {
+        dec_rows.push_back(row + i);
+        dec_ctx.push_back(chunk.start_position + i + 1);
+        dec_tables.push_back(c);
+        max_decode_ctx = std::max(max_decode_ctx, chunk.start_position + i + 1);
+      }
+    }
+    if (chunk.logits == LogitsMode::kAllTokens) {
+      for (int i = 0; i < chunk.num_tokens; ++i) gather.push_back(row + i);
+    } else if (chunk.logits == LogitsMode::kLastToken) {
+      gather.push_back(row + chunk.num_tokens - 1);
+    }
+    row += chunk.num_tokens;
+  }
+  if (p->graph) {
+    // Padding entries: no KV store (slot -1), no attention (context 0).
+    for (int e = n; e < p->tokens; ++e) {
+      dec_rows.push_back(e);
+      dec_ctx.push_back(0);
+      dec_tables.push_back(0);
+    }
+    p->output_rows.assign(gather.begin(), gather.end());
+    gather.resize(p->tokens);
+    for (int r = 0; r < p->tokens; ++r) gather[r] = r;
+    p->gather_identity = true;
+    p->logit_rows = p->tokens;
+  } else {
+    p->partition = PartitionFor(max_decode_ctx);
+    p->splits = DecodeSplitsFor(std::max(max_decode_ctx, 1), p->partition);
+    p->gather_identity = static_cast<int>(gather.size()) == total;
+    for (size_t r = 0; r < gather.size() && p->gather_identity; ++r) {
+      p->gather_identity = gather[r] == static_cast<int>(r);
+    }
+    p->logit_rows = static_cast<int>(gather.size());
+    for (int r = 0; r < p->logit_rows; ++r) p->output_rows.push_back(r);
+  }
+  std::vector<int32_t> tiles;
+  if (!p->graph) MakePrefillTiles(pre_tokens, pre_starts, &tiles);
+  p->num_decode = static_cast<int>(dec_rows.size());
+  p->num_tiles = static_cast<int>(tiles.size() / 2);
+
+  // Lay the regions out in the pinned buffer.
+  int64_t offset = 0;
+  auto put = [&](const std::vector<int32_t>& v) {
+    const int64_t at = offset;
+    std::copy(v.begin(), v.end(), meta_host_ + at);
+    offset += (static_cast<int64_t>(v.size()) + 3) / 4 * 4;
+    return at;
+  };
+  p->ids = put(ids);
+  p->positions = put(positions);
+  p->slots = put(slots);
+  p->dec_rows = put(dec_rows);
+  p->dec_ctx = put(dec_ctx);
+  p->dec_tables = put(dec_tables);
+  p->pre_q_starts = put(q_starts);
+  p->pre_tokens = put(pre_tokens);
+  p->pre_starts = put(pre_starts);
+  p->tiles = put(tiles);
+  p->gather = put(gather);
+  p->tables = offset;
+  const int64_t table_elems = static_cast<int64_t>(chunk_cap) * p->table_stride;
+  if (offset + table_elems > meta_capacity_) {
+    return absl::InternalError("CUDA slice metadata exceeds its buffer");
+  }
+  std::fill_n(meta_host_ + offset, table_elems, 0);
+  for (int c = 0; c < n; ++c) {
+    const auto& table = batch.chunks[c].block_table;
+    const int count = std::min(static_cast<int>(table.size()), p->table_stride);
+    std::copy_n(table.begin(), count, meta_host_ + offset + int64_t{c} * p->table_stride);
+  }
+  p->meta_size = offset + table_elems;
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_[l];
+  const int t = p.tokens;
+  const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int qkv_width = (c.num_heads + 2 * c.num_kv_heads) * d;
+  const int32_t* m = meta_.as<int32_t>();
+  const float eps = c.rms_norm_eps;
+  RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual_.as<float>(), l == 0 ? nullptr : proj_.as<bf16>(),
+                                      nullptr, w.input_norm, normed_.as<bf16>(), t, h, eps,
+                                      stream_));
+  RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.qkv, qkv_.get(), OutType::kBF16, t,
+                                   qkv_width, h, stream_));
+  const KvCacheLayer cache{.k = kv_buffer_.as<bf16>() + 2 * l * kv_layer_elems_,
+                           .v = kv_buffer_.as<bf16>() + (2 * l + 1) * kv_layer_elems_,
+                           .num_kv_heads = c.num_kv_heads,
+                           .block_size = options_.kv_block_size,
+                           .head_dim = d};
+  RS_RETURN_IF_ERROR(LaunchQkvPrepare({.qkv = qkv_.as<bf16>(),
+                                       .bias = w.qkv_bias,
+                                       .q_norm = w.q_norm,
+                                       .k_norm = w.k_norm,
+                                       .norm_eps = eps,
+                                       .positions = m + p.positions,
+                                       .inv_freq = inv_freq_.as<float>(),
+                                       .slots = m + p.slots,
+                                       .q_out = q_.as<bf16>(),
+                                       .cache = cache,
+                                       .num_tokens = t,
+                                       .num_heads = c.num_heads},
+                                      stream_));
+  const AttentionShape shape{
+      .num_heads = c.num_heads, .scale = 1.0f / std::sqrt(static_cast<float>(d)), .cache = cache};
+  if (p.num_decode > 0) {
+    const int64_t per_entry = DecodeWorkspaceFloats(1, c.num_heads, d, p.splits);
+    const int per_launch = p.splits == 1
+                               ? p.num_decode
+                               : static_cast<int>(std::max<int64_t>(
+                                     1, static_cast<int64_t>(decode_ws_.bytes() / 4) / per_entry));
+    for (int e0 = 0; e0 < p.num_decode; e0 += per_launch) {
+      const DecodeBatch batch{.q_rows = m + p.dec_rows + e0,
+                              .context_lens = m + p.dec_ctx + e0,
+                              .table_rows = m + p.dec_tables + e0,
+                              .block_tables = m + p.tables,
+                              .max_blocks = p.table_stride,
+                              .num_entries = std::min(per_launch, p.num_decode - e0),
+                              .num_splits = p.splits,
+                              .workspace = decode_ws_.as<float>(),
+                              .partition = p.partition};
+      RS_RETURN_IF_ERROR(
+          LaunchDecodeAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_));
+    }
+  }
+  if (p.num_tiles > 0) {
+    const PrefillBatch batch{.q_starts = m + p.pre_q_starts,
+                             .num_tokens = m + p.pre_tokens,
+                             .start_positions = m + p.pre_starts,
+                             .block_tables = m + p.tables,
+                             .max_blocks = p.table_stride,
+                             .tiles = m + p.tiles,
+                             .num_tiles = p.num_tiles};
+    RS_RETURN_IF_ERROR(
+        LaunchPrefillAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_));
+  }
+  RS_RETURN_IF_ERROR(gemm_->Linear(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
+                                   c.num_heads * d, stream_));
+  RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual_.as<float>(), proj_.as<bf16>(), w.o_bias,
+                                      w.post_norm, normed_.as<bf16>(), t, h, eps, stream_));
+  RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.gate_up, gate_up_.get(), OutType::kBF16, t,
+                                   2 * inter, h, stream_));
+  RS_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.as<bf16>(), act_.as<bf16>(), t, inter, stream_));
+  return gemm_->Linear(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_);
+}
+
+absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
+  const ModelConfig& c = config_;
+  const int32_t* m = meta_.as<int32_t>();
+  if (is_first()) {
+    RS_RETURN_IF_ERROR(LaunchEmbedding(embedding_, m + p.ids, residual_.as<float>(), p.tokens,
+                                       c.hidden_size, stream_));
+  }
+  for (int l = 0; l < options_.layers.size(); ++l) RS_RETURN_IF_ERROR(RunLayer(l, p));
+  if (!is_last()) {
+    return LaunchAddRmsNorm(residual_.as<float>(), proj_.as<bf16>(), nullptr, nullptr, nullptr,
+                            p.tokens, c.hidden_size, c.rms_norm_eps, stream_);
+  }
+  RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual_.as<float>(), proj_.as<bf16>(), nullptr, final_norm_,
+                                      normed_.as<bf16>(), p.tokens, c.hidden_size, c.rms_norm_eps,
+                                      stream_));
+  if (p.logit_rows == 0) return absl::OkStatus();
+  const bf16* x = normed_.as<bf16>();
+  if (!p.gather_identity) {
+    RS_RETURN_IF_ERROR(LaunchGatherRows(normed_.as<bf16>(), m + p.gather, gathered_.as<bf16>(),
+                                        p.logit_rows, c.hidden_size, stream_));
+    x = gathered_.as<bf16>();
+  }
+  RS_RETURN_IF_ERROR(gemm_->Linear(x, lm_head_, logits_.get(), OutType::kF32, p.logit_rows,
+                                   c.vocab_size, c.hidden_size, stream_));
+  if (!want_tokens) return absl::OkStatus();
+  return LaunchArgmax(logits_.as<float>(), p.logit_rows, c.vocab_size, tokens_.as<int32_t>(),
+                      stream_);
+}
+
+absl::Status CudaModelSlice::Run(const MicroBatch& batch, std::span<const float> hidden_in,
+                                 bool want_tokens, Plan* p) {
+  RS_RETURN_IF_ERROR(Validate(batch, hidden_in));
+  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  RS_RETURN_IF_ERROR(BuildPlan(batch, p));
+  RS_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(meta_.get(), meta_host_, p->meta_size * 4, cudaMemcpyHostToDevice, stream_));
+  if (!is_first()) {
+    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.get(), hidden_in.data(),
+                                            hidden_in.size() * sizeof(float),
+                                            cudaMemcpyHostToDevice, stream_));
+  }
+  if (!p->graph) return Enqueue(*p, want_tokens);
+
+  auto it = graphs_.find(p->graph_key);
+  if (it == graphs_.end()) {
+    cudaGraph_t graph = nullptr;
+    RS_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    const absl::Status status = Enqueue(*p, /*want_tokens=*/is_last());
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (!status.ok()) {
+      if (graph) cudaGraphDestroy(graph);
+      return status;
+    }
+    RS_CUDA_RETURN_IF_ERROR(end);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    RS_CUDA_RETURN_IF_ERROR(instantiated);
+    it = graphs_.emplace(p->graph_key, Graph{exec}).first;
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second.exec, stream_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> CudaModelSlice::Forward(const MicroBatch& batch,
+                                                           std::span<const float> hidden_in) {
+  Plan plan;
+  RS_RETURN_IF_ERROR(Run(batch, hidden_in, /*want_tokens=*/false, &plan));
+  std::vector<float> out;
+  if (is_last()) {
+    const int64_t vocab = config_.vocab_size;
+    out.resize(plan.output_rows.size() * vocab);
+    for (size_t r = 0; r < plan.output_rows.size(); ++r) {
+      RS_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(out.data() + r * vocab, logits_.as<float>() + plan.output_rows[r] * vocab,
+                          vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    }
+  } else {
+    out.resize(static_cast<size_t>(plan.real_tokens) * config_.hidden_size);
+    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), residual_.get(), out.size() * 4,
+                                            cudaMemcpyDeviceToHost, stream_));
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> CudaModelSlice::ForwardSample(
+    const MicroBatch& batch, std::span<const float> hidden_in, std::span<const RowSampling> rows) {
+  if (!is_last()) return absl::FailedPreconditionError("ForwardSample needs the last slice");
+  if (static_cast<int64_t>(rows.size()) != LogitRows(batch)) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} sampling rows for {} logits rows", rows.size(), LogitRows(batch)));
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const absl::Status valid = ValidateSamplingConfig(rows[r].config);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(fmt::format("row {}: {}", r, std::string(valid.message())));
+    }
+  }
+  const bool greedy = std::all_of(
+      rows.begin(), rows.end(), [](const RowSampling& r) { return r.config.temperature == 0.0f; });
+  if (!greedy) {
+    RS_ASSIGN_OR_RETURN(std::vector<float> logits, Forward(batch, hidden_in));
+    return SampleTokens(logits, config_.vocab_size, rows);
+  }
+  Plan plan;
+  RS_RETURN_IF_ERROR(Run(batch, hidden_in, /*want_tokens=*/true, &plan));
+  std::vector<int32_t> all(plan.logit_rows);
+  if (plan.logit_rows > 0) {
+    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all.data(), tokens_.get(), all.size() * 4,
+                                            cudaMemcpyDeviceToHost, stream_));
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  std::vector<int32_t> tokens;
+  for (int r : plan.output_rows) tokens.push_back(all[r]);
+  return tokens;
+}
+
+}  // namespace ringserve::cuda

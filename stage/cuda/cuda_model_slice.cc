@@ -1,0 +1,276 @@
+#include "stage/cuda/cuda_model_slice.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/sampling.h"
+
+namespace ringserve::cuda {
+
+namespace {
+
+constexpr int64_t kAlign = 256;
+constexpr int64_t kKvReserveBytes = int64_t{768} << 20;  // graphs, cuBLAS, fragmentation
+constexpr int64_t kDecodeWorkspaceBytes = int64_t{256} << 20;
+
+int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+absl::Status Unsupported(const ModelConfig& c) {
+  if (c.head_dim % 8 != 0 || c.hidden_size % 8 != 0 || c.intermediate_size % 8 != 0) {
+    return absl::InvalidArgumentError(fmt::format(
+        "CUDA backend needs head_dim, hidden_size and intermediate_size multiples of 8 (got {}, "
+        "{}, {})",
+        c.head_dim, c.hidden_size, c.intermediate_size));
+  }
+  const int d = c.head_dim;
+  const int group = c.num_heads / c.num_kv_heads;
+  if (!(d == 16 || d == 32 || d == 64 || d == 128 || d == 256) || group > 8 || group * d > 1024) {
+    return absl::InvalidArgumentError(fmt::format(
+        "CUDA attention supports head_dim in {{16,32,64,128,256}} with group (heads/kv_heads) <= "
+        "8 and group * head_dim <= 1024; model has head_dim {} and group {}",
+        d, group));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void CudaModelSlice::ResetGraphs() {
+  for (auto& [key, graph] : graphs_) {
+    if (graph.exec) cudaGraphExecDestroy(graph.exec);
+  }
+  graphs_.clear();
+}
+
+CudaModelSlice::~CudaModelSlice() {
+  ResetGraphs();
+  if (meta_host_) cudaFreeHost(meta_host_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+absl::StatusOr<std::unique_ptr<CudaModelSlice>> CudaModelSlice::Load(const SliceOptions& options,
+                                                                     const CudaSliceOptions& cuda) {
+  RS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
+  std::unique_ptr<CudaModelSlice> slice(new CudaModelSlice());
+  RS_RETURN_IF_ERROR(slice->Init(config, options, cuda));
+  RS_RETURN_IF_ERROR(slice->AllocateWeights());
+  RS_RETURN_IF_ERROR(slice->LoadWeights());
+  RS_RETURN_IF_ERROR(slice->AllocateRuntime());
+  return slice;
+}
+
+absl::StatusOr<std::unique_ptr<CudaModelSlice>> CudaModelSlice::CreateRandom(
+    const ModelConfig& config, const SliceOptions& options, const CudaSliceOptions& cuda,
+    uint64_t seed) {
+  std::unique_ptr<CudaModelSlice> slice(new CudaModelSlice());
+  RS_RETURN_IF_ERROR(slice->Init(config, options, cuda));
+  RS_RETURN_IF_ERROR(slice->AllocateWeights());
+  RS_RETURN_IF_ERROR(slice->RandomizeWeights(seed));
+  RS_RETURN_IF_ERROR(slice->AllocateRuntime());
+  return slice;
+}
+
+absl::Status CudaModelSlice::Init(const ModelConfig& config, const SliceOptions& options,
+                                  const CudaSliceOptions& cuda) {
+  config_ = config;
+  options_ = options;
+  cuda_ = cuda;
+  const LayerRange layers = options.layers;
+  if (layers.first < 0 || layers.first >= layers.last || layers.last > config.num_layers) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: layer range [{}, {}) is not a non-empty part of [0, {})",
+                    options.model_dir, layers.first, layers.last, config.num_layers));
+  }
+  if (options.kv_block_size <= 0 || (!cuda.kv_from_free_memory && options.kv_num_blocks <= 0) ||
+      cuda.max_batch_tokens <= 0 || cuda.max_seqs <= 0 || cuda.max_logit_rows <= 0 ||
+      !(cuda.memory_utilization > 0 && cuda.memory_utilization <= 1)) {
+    return absl::InvalidArgumentError(
+        "CUDA slice options: kv_block_size, kv_num_blocks (unless sized from memory), "
+        "max_batch_tokens, max_seqs and max_logit_rows must be positive and memory_utilization "
+        "in (0, 1]");
+  }
+  RS_RETURN_IF_ERROR(Unsupported(config));
+  if (cuda_.max_model_len <= 0) cuda_.max_model_len = config.max_position_embeddings;
+  cuda_.max_model_len = std::min(cuda_.max_model_len, config.max_position_embeddings);
+  cuda_.max_graph_batch = std::min({cuda_.max_graph_batch, cuda_.max_logit_rows, cuda_.max_seqs});
+  // Decode graphs round contexts up to multiples of the split-K partition.
+  const int64_t padded_len = AlignUp(cuda_.max_model_len, kDecodePartition);
+  max_blocks_per_seq_ =
+      static_cast<int>((padded_len + options.kv_block_size - 1) / options.kv_block_size);
+  if (CudaDeviceCount() <= cuda.device) {
+    return absl::FailedPreconditionError(fmt::format("no CUDA device {}", cuda.device));
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda.device));
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  RS_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create({.gemv_max_rows = cuda.gemv_max_rows}));
+  const std::vector<float> inv_freq = RopeInverseFrequencies(config.rope, config.head_dim);
+  RS_RETURN_IF_ERROR(inv_freq_.Allocate(inv_freq.size() * sizeof(float)));
+  RS_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_.get(), inv_freq.data(),
+                                     inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelSlice::AllocateWeights() {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t qkv_rows = (c.num_heads + 2 * c.num_kv_heads) * d;
+  // Two passes: sizes with a null base, then pointers into one allocation.
+  auto carve = [&](char* base) {
+    int64_t offset = 0;
+    auto take = [&](int64_t elems) -> bf16* {
+      bf16* p = base ? reinterpret_cast<bf16*>(base + offset) : nullptr;
+      offset += AlignUp(elems * 2, kAlign);
+      return p;
+    };
+    layers_.assign(options_.layers.size(), LayerWeights{});
+    for (LayerWeights& w : layers_) {
+      w.input_norm = take(h);
+      w.qkv = take(qkv_rows * h);
+      if (c.qkv_bias) w.qkv_bias = take(qkv_rows);
+      if (c.qk_norm) {
+        w.q_norm = take(d);
+        w.k_norm = take(d);
+      }
+      w.o = take(h * c.num_heads * d);
+      if (c.o_bias) w.o_bias = take(h);
+      w.post_norm = take(h);
+      w.gate_up = take(2 * inter * h);
+      w.down = take(h * inter);
+    }
+    embedding_ = is_first() ? take(int64_t{c.vocab_size} * h) : nullptr;
+    if (is_last()) {
+      final_norm_ = take(h);
+      lm_head_ =
+          (is_first() && c.tie_word_embeddings) ? embedding_ : take(int64_t{c.vocab_size} * h);
+    }
+    return offset;
+  };
+  const int64_t bytes = carve(nullptr);
+  RS_RETURN_IF_ERROR(weight_buffer_.Allocate(bytes));
+  carve(weight_buffer_.as<char>());
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelSlice::RandomizeWeights(uint64_t seed) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t qkv_rows = (c.num_heads + 2 * c.num_kv_heads) * d;
+  const float lin = 0.02f * std::sqrt(3.0f);  // uniform with std 0.02
+  uint64_t stream_id = seed * 1000003u;
+  auto fill = [&](bf16* p, int64_t n, float center, float scale) {
+    return p ? LaunchFillRandom(p, n, ++stream_id, center, scale, stream_) : absl::OkStatus();
+  };
+  for (LayerWeights& w : layers_) {
+    RS_RETURN_IF_ERROR(fill(w.input_norm, h, 1.0f, 0.1f));
+    RS_RETURN_IF_ERROR(fill(w.qkv, qkv_rows * h, 0.0f, lin));
+    RS_RETURN_IF_ERROR(fill(w.qkv_bias, qkv_rows, 0.0f, lin));
+    RS_RETURN_IF_ERROR(fill(w.q_norm, d, 1.0f, 0.1f));
+    RS_RETURN_IF_ERROR(fill(w.k_norm, d, 1.0f, 0.1f));
+    RS_RETURN_IF_ERROR(fill(w.o, h * c.num_heads * d, 0.0f, lin));
+    RS_RETURN_IF_ERROR(fill(w.o_bias, h, 0.0f, lin));
+    RS_RETURN_IF_ERROR(fill(w.post_norm, h, 1.0f, 0.1f));
+    RS_RETURN_IF_ERROR(fill(w.gate_up, 2 * inter * h, 0.0f, lin));
+    RS_RETURN_IF_ERROR(fill(w.down, h * inter, 0.0f, lin));
+  }
+  RS_RETURN_IF_ERROR(fill(embedding_, int64_t{c.vocab_size} * h, 0.0f, 1.0f));
+  RS_RETURN_IF_ERROR(fill(final_norm_, h, 1.0f, 0.1f));
+  if (lm_head_ != embedding_)
+    RS_RETURN_IF_ERROR(fill(lm_head_, int64_t{c.vocab_size} * h, 0.0f, lin));
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelSlice::AllocateRuntime() {
+  const ModelConfig& c = config_;
+  const int64_t t = cuda_.max_batch_tokens;
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t qkv_w = (c.num_heads + 2 * c.num_kv_heads) * d;
+  const int64_t rows = cuda_.max_logit_rows;
+  struct Item {
+    DeviceBuffer* buf;
+    int64_t bytes;
+  };
+  const Item items[] = {
+      {&residual_, t * h * 4},
+      {&normed_, t * h * 2},
+      {&qkv_, t * qkv_w * 2},
+      {&q_, t * c.num_heads * d * 2},
+      {&attn_, t * c.num_heads * d * 2},
+      {&proj_, t * h * 2},
+      {&gate_up_, t * 2 * inter * 2},
+      {&act_, t * inter * 2},
+      {&gathered_, rows * h * 2},
+      {&logits_, rows * int64_t{c.vocab_size} * 4},
+      {&tokens_, std::max<int64_t>(rows, cuda_.max_graph_batch) * 4},
+      {&decode_ws_, kDecodeWorkspaceBytes},
+  };
+  activation_bytes_ = 0;
+  for (const Item& item : items) {
+    RS_RETURN_IF_ERROR(item.buf->Allocate(item.bytes));
+    RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(item.buf->get(), 0, item.bytes, stream_));
+    activation_bytes_ += item.bytes;
+  }
+  const int64_t s = cuda_.max_seqs;
+  const int64_t tok_cap = std::max<int64_t>(t, cuda_.max_graph_batch);
+  meta_capacity_ =
+      7 * tok_cap + 3 * s + 2 * (tok_cap / kPrefillTile + s) + rows + s * max_blocks_per_seq_ + 64;
+  RS_RETURN_IF_ERROR(meta_.Allocate(meta_capacity_ * 4));
+  RS_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&meta_host_), meta_capacity_ * 4));
+  activation_bytes_ += meta_capacity_ * 4;
+
+  // KV pool.
+  const int64_t block_elems = int64_t{c.num_kv_heads} * options_.kv_block_size * d;
+  const int64_t block_bytes = block_elems * 2 * 2 * options_.layers.size();
+  if (cuda_.kv_from_free_memory) {
+    size_t free = 0, total = 0;
+    RS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+    const int64_t used = static_cast<int64_t>(total - free);
+    const int64_t budget =
+        static_cast<int64_t>(cuda_.memory_utilization * total) - used - kKvReserveBytes;
+    const int64_t blocks = budget / block_bytes;
+    if (blocks < 1) {
+      return absl::ResourceExhaustedError(fmt::format(
+          "no device memory left for the KV cache: {} MiB free of {} MiB, utilization {}",
+          free >> 20, total >> 20, cuda_.memory_utilization));
+    }
+    // Cache slots (block * block_size + offset) are int32.
+    options_.kv_num_blocks = static_cast<int>(
+        std::min<int64_t>(blocks, (int64_t{1} << 31) / options_.kv_block_size - 1));
+  }
+  kv_layer_elems_ = block_elems * options_.kv_num_blocks;
+  RS_RETURN_IF_ERROR(kv_buffer_.Allocate(kv_layer_elems_ * 2 * 2 * options_.layers.size()));
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  const CudaMemoryReport m = memory();
+  RS_LOG_INFO(
+      "CUDA slice [{}, {}): weights {} MiB, KV {} MiB ({} blocks of {}), activations {} "
+      "MiB, device free {} / {} MiB",
+      options_.layers.first, options_.layers.last, m.weight_bytes >> 20, m.kv_bytes >> 20,
+      m.kv_num_blocks, options_.kv_block_size, m.activation_bytes >> 20, m.device_free_bytes >> 20,
+      m.device_total_bytes >> 20);
+  return absl::OkStatus();
+}
+
+CudaMemoryReport CudaModelSlice::memory() const {
+  CudaMemoryReport r;
+  r.weight_bytes = static_cast<int64_t>(weight_buffer_.bytes());
+  r.kv_bytes = static_cast<int64_t>(kv_buffer_.bytes());
+  r.activation_bytes = activation_bytes_;
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    r.device_free_bytes = static_cast<int64_t>(free);
+    r.device_total_bytes = static_cast<int64_t>(total);
+  }
+  r.kv_num_blocks = options_.kv_num_blocks;
+  return r;
+}
+
+}  // namespace ringserve::cuda

@@ -1,0 +1,161 @@
+// The CUDA implementation of ModelSlice (stage/model/model_slice.h): bf16 weights and KV cache
+// on one GPU, fp32 residual stream, the kernels of kernels/cuda, cuBLASLt GEMMs and CUDA graphs
+// for decode steps.
+//
+// Beyond the host-vector ModelSlice interface it offers ForwardSample (the last slice returns
+// token ids, sampled on the GPU when greedy, so logits never leave the device) and memory
+// reporting. Weights are loaded tensor by tensor from the memory-mapped safetensors straight to
+// the GPU (never the whole model in host memory); fp32/fp16 checkpoints are converted to bf16
+// on the GPU. The KV pool is sized from free device memory and a utilization fraction unless a
+// block count is given.
+//
+// Decode micro-batches (every chunk has one token) replay a CUDA graph captured per (batch
+// bucket, context bucket): the batch is padded to the bucket (padding rows write no KV and
+// attend to nothing), the context bucket fixes the block-table stride and split-K count.
+// Graphs are captured lazily on first use of a key.
+//
+// Not thread-safe: one caller runs micro-batches in order. Owns its device memory; the device
+// is selected (cudaSetDevice) by Load/CreateRandom and by every call.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/gemm.h"
+#include "stage/model/model_config.h"
+#include "stage/model/model_slice.h"
+#include "stage/sampling/sampler.h"
+
+namespace ringserve::cuda {
+
+struct CudaSliceOptions {
+  int device = 0;
+  // Size the KV pool from memory: blocks = (memory_utilization * total - already used) / block
+  // bytes, after weights and activations are allocated. When false, SliceOptions::kv_num_blocks.
+  bool kv_from_free_memory = false;
+  double memory_utilization = 0.90;
+  int max_batch_tokens = 8192;  // tokens per micro-batch (activation buffers)
+  int max_seqs = 256;           // chunks per micro-batch
+  int max_model_len = 0;        // positions per sequence; 0 = config.max_position_embeddings
+  int max_logit_rows = 256;     // logits rows per lm_head pass (more rows run in several passes)
+  bool use_cuda_graphs = true;
+  int max_graph_batch = 128;  // decode batches above this run eagerly
+  // GemmOptions::gemv_max_rows. Measured on H200: our GEMV wins only at m = 1 (cuBLASLt is
+  // about 2x faster from m = 4 on).
+  int gemv_max_rows = 1;
+};
+
+struct CudaMemoryReport {
+  int64_t weight_bytes = 0;
+  int64_t kv_bytes = 0;
+  int64_t activation_bytes = 0;  // activations, metadata, workspaces
+  int64_t device_free_bytes = 0;
+  int64_t device_total_bytes = 0;
+  int kv_num_blocks = 0;
+};
+
+class CudaModelSlice : public ModelSlice {
+ public:
+  // Loads config.json and the slice's tensors from options.model_dir. InvalidArgument for a bad
+  // range, options or an unsupported model; ResourceExhausted when it does not fit.
+  static absl::StatusOr<std::unique_ptr<CudaModelSlice>> Load(const SliceOptions& options,
+                                                              const CudaSliceOptions& cuda);
+  // Random bf16 weights in the shape of `config` (benchmarks; no checkpoint needed).
+  // options.model_dir is ignored.
+  static absl::StatusOr<std::unique_ptr<CudaModelSlice>> CreateRandom(const ModelConfig& config,
+                                                                      const SliceOptions& options,
+                                                                      const CudaSliceOptions& cuda,
+                                                                      uint64_t seed);
+  ~CudaModelSlice() override;
+
+  const ModelConfig& config() const override { return config_; }
+  const SliceOptions& options() const override { return options_; }
+
+  // As ModelSlice::Forward: hidden_in/out fp32 host [tokens, hidden]; logits fp32 host.
+  absl::StatusOr<std::vector<float>> Forward(const MicroBatch& batch,
+                                             std::span<const float> hidden_in) override;
+  // Last slice only: one token per logits row (rows as Forward's). Greedy rows are chosen on
+  // the GPU (argmax); if any row samples, the logits are copied back and every row goes
+  // through the CPU sampler (stage/sampling), so the seeded results are the same as there.
+  // InvalidArgument if rows.size() differs from the logits row count.
+  absl::StatusOr<std::vector<int32_t>> ForwardSample(const MicroBatch& batch,
+                                                     std::span<const float> hidden_in,
+                                                     std::span<const RowSampling> rows);
+
+  CudaMemoryReport memory() const;
+  const CudaSliceOptions& cuda_options() const { return cuda_; }
+  // Number of decode graphs captured so far.
+  int num_graphs() const { return static_cast<int>(graphs_.size()); }
+  GemmRunner& gemm() { return *gemm_; }
+  // Drops the captured graphs (e.g. after changing gemm() settings), and turns graphs on/off.
+  void ResetGraphs();
+  void set_use_cuda_graphs(bool use) { cuda_.use_cuda_graphs = use; }
+
+ private:
+  struct LayerWeights {
+    bf16* input_norm = nullptr;
+    bf16* qkv = nullptr;  // [(heads + 2 kv_heads) * head_dim, hidden]
+    bf16* qkv_bias = nullptr;
+    bf16* q_norm = nullptr;
+    bf16* k_norm = nullptr;
+    bf16* o = nullptr;  // [hidden, heads * head_dim]
+    bf16* o_bias = nullptr;
+    bf16* post_norm = nullptr;
+    bf16* gate_up = nullptr;  // [2 * intermediate, hidden]
+    bf16* down = nullptr;     // [hidden, intermediate]
+  };
+  struct Plan;  // one micro-batch's layout (cuda_model_slice.cc)
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  CudaModelSlice() = default;
+  absl::Status Init(const ModelConfig& config, const SliceOptions& options,
+                    const CudaSliceOptions& cuda);
+  absl::Status AllocateWeights();
+  absl::Status LoadWeights();
+  absl::Status RandomizeWeights(uint64_t seed);
+  absl::Status AllocateRuntime();
+  absl::Status Validate(const MicroBatch& batch, std::span<const float> hidden_in) const;
+  absl::Status BuildPlan(const MicroBatch& batch, Plan* plan);
+  // Runs the batch; leaves logits (last slice; tokens too when want_tokens) or the complete
+  // residual in device buffers. The stream is not synchronized.
+  absl::Status Run(const MicroBatch& batch, std::span<const float> hidden_in, bool want_tokens,
+                   Plan* plan);
+  absl::Status Enqueue(const Plan& plan, bool want_tokens);
+  absl::Status RunLayer(int layer, const Plan& plan);
+
+  ModelConfig config_;
+  SliceOptions options_;
+  CudaSliceOptions cuda_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GemmRunner> gemm_;
+  int max_blocks_per_seq_ = 0;
+
+  DeviceBuffer weight_buffer_;
+  std::vector<LayerWeights> layers_;
+  bf16* embedding_ = nullptr;
+  bf16* final_norm_ = nullptr;
+  bf16* lm_head_ = nullptr;
+  DeviceBuffer inv_freq_;
+  DeviceBuffer kv_buffer_;
+  int64_t kv_layer_elems_ = 0;  // per layer, K (V the same)
+
+  // Activations [max_batch_tokens, ...] and metadata.
+  DeviceBuffer residual_, normed_, qkv_, q_, attn_, proj_, gate_up_, act_, gathered_, logits_,
+      tokens_, meta_, decode_ws_;
+  int32_t* meta_host_ = nullptr;  // pinned, same capacity as meta_
+  int64_t meta_capacity_ = 0;     // int32 elements
+  int64_t activation_bytes_ = 0;
+
+  std::map<std::pair<int, int>, Graph> graphs_;
+};
+
+}  // namespace ringserve::cuda

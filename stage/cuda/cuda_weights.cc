@@ -1,0 +1,116 @@
+// Loading a slice's checkpoint tensors straight into the CUDA slice's weight buffer: one tensor
+// at a time through a small pinned staging buffer (never the whole model in host memory),
+// converting fp32/fp16 to bf16 on the GPU, and fusing q/k/v and gate/up into one matrix each.
+#include <cstring>
+#include <map>
+
+#include "absl/status/status.h"
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "kernels/cuda/elementwise.h"
+#include "stage/cuda/cuda_model_slice.h"
+#include "stage/model/safetensors.h"
+#include "stage/model/slice_weights.h"
+
+namespace ringserve::cuda {
+namespace {
+
+constexpr int64_t kStagingBytes = int64_t{16} << 20;
+
+class Uploader {
+ public:
+  explicit Uploader(cudaStream_t stream) : stream_(stream) {}
+  ~Uploader() {
+    if (pinned_) cudaFreeHost(pinned_);
+  }
+
+  absl::Status Init() {
+    RS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, kStagingBytes));
+    return convert_.Allocate(kStagingBytes);
+  }
+
+  // Copies the tensor's elements to dst[0, n) as bf16.
+  absl::Status Upload(const TensorView& view, bf16* dst) {
+    const DType dtype = view.info->dtype;
+    const int64_t elem = static_cast<int64_t>(DTypeSize(dtype));
+    const int64_t n = view.info->NumElements();
+    const int64_t chunk_elems = kStagingBytes / elem;
+    for (int64_t e0 = 0; e0 < n; e0 += chunk_elems) {
+      const int64_t count = std::min(chunk_elems, n - e0);
+      std::memcpy(pinned_, view.bytes.data() + e0 * elem, count * elem);
+      if (dtype == DType::kBF16) {
+        RS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(dst + e0, pinned_, count * elem, cudaMemcpyHostToDevice, stream_));
+      } else {
+        RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(convert_.get(), pinned_, count * elem,
+                                                cudaMemcpyHostToDevice, stream_));
+        if (dtype == DType::kF32) {
+          RS_RETURN_IF_ERROR(LaunchF32ToBF16(convert_.as<float>(), dst + e0, count, stream_));
+        } else {
+          RS_RETURN_IF_ERROR(LaunchF16ToBF16(convert_.as<uint16_t>(), dst + e0, count, stream_));
+        }
+      }
+      // The pinned buffer is reused by the next chunk.
+      RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  cudaStream_t stream_;
+  void* pinned_ = nullptr;
+  DeviceBuffer convert_;
+};
+
+}  // namespace
+
+absl::Status CudaModelSlice::LoadWeights() {
+  const ModelConfig& c = config_;
+  RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> weights,
+                      SafetensorsModel::Open(options_.model_dir));
+  Uploader uploader(stream_);
+  RS_RETURN_IF_ERROR(uploader.Init());
+  auto load = [&](const TensorSpec& spec, bf16* dst) -> absl::Status {
+    RS_ASSIGN_OR_RETURN(TensorView view, weights->Get(spec.name, spec.shape));
+    return uploader.Upload(view, dst);
+  };
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t q_rows = int64_t{c.num_heads} * d, kv_rows = int64_t{c.num_kv_heads} * d;
+  for (int i = 0; i < options_.layers.size(); ++i) {
+    const int layer = options_.layers.first + i;
+    const LayerWeights& w = layers_[i];
+    const std::string prefix = fmt::format("model.layers.{}.", layer);
+    const std::map<std::string, bf16*> where = {
+        {"input_layernorm.weight", w.input_norm},
+        {"self_attn.q_proj.weight", w.qkv},
+        {"self_attn.k_proj.weight", w.qkv + q_rows * h},
+        {"self_attn.v_proj.weight", w.qkv + (q_rows + kv_rows) * h},
+        {"self_attn.q_proj.bias", w.qkv_bias},
+        {"self_attn.k_proj.bias", w.qkv_bias ? w.qkv_bias + q_rows : nullptr},
+        {"self_attn.v_proj.bias", w.qkv_bias ? w.qkv_bias + q_rows + kv_rows : nullptr},
+        {"self_attn.q_norm.weight", w.q_norm},
+        {"self_attn.k_norm.weight", w.k_norm},
+        {"self_attn.o_proj.weight", w.o},
+        {"self_attn.o_proj.bias", w.o_bias},
+        {"post_attention_layernorm.weight", w.post_norm},
+        {"mlp.gate_proj.weight", w.gate_up},
+        {"mlp.up_proj.weight", w.gate_up + inter * h},
+        {"mlp.down_proj.weight", w.down},
+    };
+    for (const TensorSpec& spec : LayerTensorSpecs(c, layer)) {
+      const auto it = where.find(spec.name.substr(prefix.size()));
+      if (it == where.end() || it->second == nullptr) {
+        return absl::InternalError(fmt::format("no CUDA destination for tensor {}", spec.name));
+      }
+      RS_RETURN_IF_ERROR(load(spec, it->second));
+    }
+  }
+  if (is_first()) RS_RETURN_IF_ERROR(load(EmbeddingSpec(c), embedding_));
+  if (is_last()) {
+    RS_RETURN_IF_ERROR(load(FinalNormSpec(c), final_norm_));
+    if (lm_head_ != embedding_) RS_RETURN_IF_ERROR(load(LmHeadSpec(c, *weights), lm_head_));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ringserve::cuda

@@ -1,0 +1,104 @@
+#include "stage/plan_proto.h"
+
+#include "fmt/format.h"
+
+namespace ringserve {
+
+absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_first, bool is_last,
+                                           int kv_block_size) {
+  DecodedPlan out;
+  const uint64_t id = plan.micro_batch_id();
+  if (plan.chunks().empty()) {
+    return absl::InvalidArgumentError(fmt::format("micro-batch {}: no chunks", id));
+  }
+  int64_t total = 0;
+  for (int i = 0; i < plan.chunks_size(); ++i) {
+    const v1::ChunkPlan& c = plan.chunks(i);
+    std::string where = fmt::format("micro-batch {} chunk {} (seq {})", id, i, c.seq_id());
+    if (c.num_tokens() <= 0) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: num_tokens {} <= 0", where, c.num_tokens()));
+    }
+    if (c.start_position() < 0) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: start_position {} < 0", where, c.start_position()));
+    }
+    int64_t end = static_cast<int64_t>(c.start_position()) + c.num_tokens();
+    if (kv_block_size > 0 && static_cast<int64_t>(c.block_table_size()) * kv_block_size < end) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: {} blocks of {} positions do not cover {} positions", where,
+                      c.block_table_size(), kv_block_size, end));
+    }
+    SequenceChunk chunk;
+    chunk.seq_id = c.seq_id();
+    chunk.start_position = c.start_position();
+    chunk.num_tokens = c.num_tokens();
+    chunk.block_table.assign(c.block_table().begin(), c.block_table().end());
+    switch (c.logits()) {
+      case v1::LOGITS_NONE:
+        chunk.logits = LogitsMode::kNone;
+        break;
+      case v1::LOGITS_LAST_TOKEN:
+        chunk.logits = LogitsMode::kLastToken;
+        break;
+      default:
+        return absl::InvalidArgumentError(fmt::format(
+            "{}: logits mode {} is not supported in plans", where, static_cast<int>(c.logits())));
+    }
+    if (is_last && chunk.logits == LogitsMode::kLastToken) {
+      RowSampling row;
+      row.config.temperature = c.sampling().temperature();
+      row.config.top_k = c.sampling().top_k();
+      row.config.top_p = c.sampling().top_p() == 0.0f ? 1.0f : c.sampling().top_p();
+      row.config.seed = c.sampling().seed();
+      row.token_index = static_cast<uint64_t>(std::max(0, c.sampling().token_index()));
+      absl::Status valid = ValidateSamplingConfig(row.config);
+      if (!valid.ok()) {
+        return absl::InvalidArgumentError(
+            fmt::format("{}: {}", where, std::string(valid.message())));
+      }
+      out.sampling.push_back(row);
+    }
+    total += c.num_tokens();
+    out.batch.chunks.push_back(std::move(chunk));
+  }
+  if (is_first) {
+    if (plan.token_ids_size() != total) {
+      return absl::InvalidArgumentError(fmt::format(
+          "micro-batch {}: {} token ids for {} planned tokens", id, plan.token_ids_size(), total));
+    }
+    out.batch.token_ids.assign(plan.token_ids().begin(), plan.token_ids().end());
+  }
+  return out;
+}
+
+v1::StepPlan EncodeStepPlan(uint64_t micro_batch_id, const MicroBatch& batch,
+                            const std::vector<ChunkSamplingWire>& sampling, bool is_first,
+                            bool is_last) {
+  v1::StepPlan plan;
+  plan.set_micro_batch_id(micro_batch_id);
+  for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    const SequenceChunk& chunk = batch.chunks[i];
+    v1::ChunkPlan* c = plan.add_chunks();
+    c->set_seq_id(chunk.seq_id);
+    c->set_start_position(chunk.start_position);
+    c->set_num_tokens(chunk.num_tokens);
+    c->mutable_block_table()->Add(chunk.block_table.begin(), chunk.block_table.end());
+    c->set_logits(chunk.logits == LogitsMode::kLastToken   ? v1::LOGITS_LAST_TOKEN
+                  : chunk.logits == LogitsMode::kAllTokens ? v1::LOGITS_ALL_TOKENS
+                                                           : v1::LOGITS_NONE);
+    if (is_last && chunk.logits != LogitsMode::kNone && i < sampling.size()) {
+      v1::ChunkSampling* s = c->mutable_sampling();
+      s->set_temperature(sampling[i].config.temperature);
+      s->set_top_k(sampling[i].config.top_k);
+      s->set_top_p(sampling[i].config.top_p);
+      s->set_seed(sampling[i].config.seed);
+      s->set_has_seed(true);
+      s->set_token_index(sampling[i].token_index);
+    }
+  }
+  if (is_first) plan.mutable_token_ids()->Add(batch.token_ids.begin(), batch.token_ids.end());
+  return plan;
+}
+
+}  // namespace ringserve

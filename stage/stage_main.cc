@@ -1,0 +1,138 @@
+// `stage --listen HOST:PORT [--ready-fd N]`: a stage process. Starts empty and waits for the
+// coordinator to configure it (stage/stage_service.h). Exits on SIGTERM/SIGINT or a Shutdown
+// RPC. Under systemd (Type=notify) it reports READY=1 once its weights are loaded.
+//
+// --debug-step-delay-ms N: testing aid, every step takes N ms longer (a slow stage).
+// --ready-fd N: once serving, writes the bound control address ("host:port\n") to file
+// descriptor N and closes it; how a parent that asked for port 0 learns the port.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "common/logging.h"
+#include "fmt/format.h"
+#include "grpcpp/grpcpp.h"
+#include "stage/notify/notify.h"
+#include "stage/stage_service.h"
+#include "stage/tcp_channel.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: stage --listen HOST:PORT [--ready-fd N] [--debug-step-delay-ms N]\n";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "stage: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ringserve;
+  std::string listen;
+  int ready_fd = -1;
+  int debug_step_delay_ms = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) return nullptr;
+      (void)name;
+      return argv[++i];
+    };
+    if (arg == "--listen") {
+      const char* v = value("--listen");
+      if (v == nullptr) return Fail("--listen needs HOST:PORT");
+      listen = v;
+    } else if (arg.rfind("--listen=", 0) == 0) {
+      listen = arg.substr(9);
+    } else if (arg == "--ready-fd") {
+      const char* v = value("--ready-fd");
+      if (v == nullptr) return Fail("--ready-fd needs a number");
+      ready_fd = std::atoi(v);
+    } else if (arg == "--debug-step-delay-ms") {
+      const char* v = value("--debug-step-delay-ms");
+      if (v == nullptr) return Fail("--debug-step-delay-ms needs a number");
+      debug_step_delay_ms = std::atoi(v);
+    } else if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      return Fail(fmt::format("unknown argument '{}'\n{}", arg, kUsage));
+    }
+  }
+  if (listen.empty()) return Fail(std::string("--listen is required\n") + kUsage);
+  std::string host;
+  int port = 0;
+  if (absl::Status s = SplitHostPort(listen, "--listen", &host, &port); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+
+  // Signals go to a dedicated thread (sigwait); every other thread blocks them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  InitLogging("stage");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  auto request_stop = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+    cv.notify_all();
+  };
+
+  StageServiceOptions options;
+  options.bind_host = host;
+  options.on_status = [](const std::string& status) { (void)NotifyStatus(status); };
+  options.on_ready = [](const std::string& status) { (void)NotifyReady(status); };
+  options.on_shutdown = request_stop;
+  options.debug_step_delay = absl::Milliseconds(debug_step_delay_ms);
+  StageService service(options);
+
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || selected_port == 0) {
+    return Fail(fmt::format("cannot listen on {} (address in use or not local?)", listen));
+  }
+  std::string bound = fmt::format("{}:{}", host, selected_port);
+  RS_LOG_INFO("stage listening on {}, waiting to be configured", bound);
+  (void)NotifyStatus("waiting to be configured on " + bound);
+  if (ready_fd >= 0) {
+    std::string line = bound + "\n";
+    if (write(ready_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      RS_LOG_WARN("could not write the address to --ready-fd {}", ready_fd);
+    }
+    close(ready_fd);
+  }
+
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != 0) request_stop();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return stop; });
+  }
+  RS_LOG_INFO("stage shutting down");
+  (void)NotifyStopping();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Wake the signal thread if the stop came from the Shutdown RPC.
+  pthread_kill(signal_thread.native_handle(), SIGTERM);
+  signal_thread.join();
+  return 0;
+}

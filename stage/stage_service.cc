@@ -1,0 +1,364 @@
+#include "stage/stage_service.h"
+
+#include <condition_variable>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "common/logging.h"
+#include "fmt/format.h"
+#include "proto/grpc_status.h"
+
+namespace ringserve {
+namespace {
+
+grpc::Status Invalid(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+// Field checks of a ConfigureRequest that need no model; errors name the field.
+grpc::Status CheckConfigureRequest(const v1::ConfigureRequest& r) {
+  if (r.num_stages() < 1) return Invalid(fmt::format("num_stages: {} < 1", r.num_stages()));
+  if (r.stage_index() < 0 || r.stage_index() >= r.num_stages()) {
+    return Invalid(
+        fmt::format("stage_index: {} is not in [0, {})", r.stage_index(), r.num_stages()));
+  }
+  if (r.model_dir().empty()) return Invalid("model_dir: empty");
+  if (r.first_layer() < 0 || r.last_layer() <= r.first_layer()) {
+    return Invalid(
+        fmt::format("layers: [{}, {}) is not a non-empty range", r.first_layer(), r.last_layer()));
+  }
+  if (r.kv_block_size() < 1)
+    return Invalid(fmt::format("kv_block_size: {} < 1", r.kv_block_size()));
+  if (r.kv_num_blocks() < 1)
+    return Invalid(fmt::format("kv_num_blocks: {} < 1", r.kv_num_blocks()));
+  if (!r.channel().empty() && r.channel() != "tcp") {
+    return grpc::Status(
+        grpc::StatusCode::UNIMPLEMENTED,
+        fmt::format("channel: '{}' is not available in this stage (only tcp)", r.channel()));
+  }
+  if (!r.device().empty() && r.device() != "cpu") {
+    return grpc::Status(
+        grpc::StatusCode::UNIMPLEMENTED,
+        fmt::format("device: '{}' is not available in this stage (only cpu)", r.device()));
+  }
+  if (r.data_port() < 0 || r.data_port() > 65535) {
+    return Invalid(fmt::format("data_port: {} is not in [0, 65535]", r.data_port()));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+StageService::StageService(StageServiceOptions options) : options_(std::move(options)) {}
+
+StageService::~StageService() = default;
+
+void StageService::SetStatus(const std::string& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+  }
+  RS_LOG_INFO("{}", status);
+  if (options_.on_status) options_.on_status(status);
+}
+
+void StageService::ResetLocked() {
+  executor_.reset();
+  slice_.reset();
+  listener_.reset();
+}
+
+grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRequest* request,
+                                     grpc::ServerWriter<v1::LoadProgress>* writer) {
+  grpc::Status check = CheckConfigureRequest(*request);
+  if (!check.ok()) return check;
+  std::string data_endpoint;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (configuring_ || steps_active_) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          steps_active_ ? "stage is running a Steps stream" : "stage is already being configured");
+    }
+    configuring_ = true;
+    ResetLocked();
+    config_ = *request;
+    status_ = "configuring";
+  }
+  InitLogging("stage", request->stage_index());
+  auto finish = [&](grpc::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    configuring_ = false;
+    if (!status.ok()) {
+      ResetLocked();
+      status_ = "failed: " + status.error_message();
+    }
+    return status;
+  };
+
+  // The previous stage connects to us; bind first so the coordinator learns the endpoint.
+  std::unique_ptr<TcpListener> listener;
+  if (request->stage_index() > 0) {
+    auto bound = TcpListener::Listen(options_.bind_host, request->data_port());
+    if (!bound.ok()) return finish(ToGrpcStatus(bound.status()));
+    listener = std::move(*bound);
+    int port = 0;
+    std::string ignored_host;
+    (void)SplitHostPort(listener->endpoint(), "data endpoint", &ignored_host, &port);
+    std::string host = request->data_host().empty() ? options_.bind_host : request->data_host();
+    data_endpoint = fmt::format("{}:{}", host, port);
+  }
+  v1::LoadProgress progress;
+  progress.set_phase("binding");
+  progress.set_data_endpoint(data_endpoint);
+  progress.set_message(data_endpoint.empty() ? "first stage: no activation listener"
+                                             : "activations in on " + data_endpoint);
+  writer->Write(progress);
+
+  std::string what = fmt::format(
+      "stage {}/{}: loading layers [{}, {}) of {}", request->stage_index(), request->num_stages(),
+      request->first_layer(), request->last_layer(), request->model_dir());
+  SetStatus(what);
+  progress.set_phase("loading");
+  progress.set_message(what);
+  progress.set_done(0);
+  progress.set_total(1);
+  writer->Write(progress);
+
+  absl::Time start = absl::Now();
+  SliceOptions slice_options;
+  slice_options.model_dir = request->model_dir();
+  slice_options.layers = LayerRange{request->first_layer(), request->last_layer()};
+  slice_options.kv_block_size = request->kv_block_size();
+  slice_options.kv_num_blocks = request->kv_num_blocks();
+  auto slice = ModelSlice::LoadCpu(slice_options);
+  if (!slice.ok()) return finish(ToGrpcStatus(slice.status()));
+  const bool want_first = request->stage_index() == 0;
+  const bool want_last = request->stage_index() == request->num_stages() - 1;
+  if ((*slice)->is_first() != want_first || (*slice)->is_last() != want_last) {
+    return finish(Invalid(fmt::format(
+        "layers: [{}, {}) of a {}-layer model do not fit stage {} of {} (the first stage starts "
+        "at layer 0, the last ends at layer {})",
+        request->first_layer(), request->last_layer(), (*slice)->config().num_layers,
+        request->stage_index(), request->num_stages(), (*slice)->config().num_layers)));
+  }
+  std::string ready =
+      fmt::format("stage {}/{}: ready, layers [{}, {}) loaded in {:.2f} s", request->stage_index(),
+                  request->num_stages(), request->first_layer(), request->last_layer(),
+                  absl::ToDoubleSeconds(absl::Now() - start));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slice_ = std::move(*slice);
+    listener_ = std::move(listener);
+  }
+  SetStatus(ready);
+  progress.set_phase("ready");
+  progress.set_message(ready);
+  progress.set_done(1);
+  progress.set_ready(true);
+  writer->Write(progress);
+  if (options_.on_ready) options_.on_ready(ready);
+  return finish(grpc::Status::OK);
+}
+
+grpc::Status StageService::ConnectPeers(grpc::ServerContext*,
+                                        const v1::ConnectPeersRequest* request,
+                                        v1::ConnectPeersResponse*) {
+  std::unique_ptr<ModelSlice> slice;
+  std::unique_ptr<TcpListener> listener;
+  v1::ConfigureRequest config;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slice_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          executor_ ? "peers are already connected" : "stage is not configured");
+    }
+    slice = std::move(slice_);
+    listener = std::move(listener_);
+    config = config_;
+  }
+  const int index = config.stage_index();
+  const bool first = index == 0;
+  const bool last = index == config.num_stages() - 1;
+  absl::Duration timeout =
+      absl::Milliseconds(request->timeout_ms() > 0 ? request->timeout_ms() : 30000);
+  auto fail = [&](const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = "failed: " + std::string(status.message());
+    RS_LOG_ERROR("{}", status_);
+    return ToGrpcStatus(status);
+  };
+  if (!first && request->prev_data_endpoint().empty()) {
+    return fail(
+        absl::InvalidArgumentError("prev_data_endpoint: empty on a stage that is not first"));
+  }
+  if (!last && request->next_data_endpoint().empty()) {
+    return fail(
+        absl::InvalidArgumentError("next_data_endpoint: empty on a stage that is not last"));
+  }
+
+  absl::StatusOr<std::unique_ptr<ActivationReceiver>> receiver =
+      std::unique_ptr<ActivationReceiver>();
+  std::thread accept_thread;
+  if (!first) {
+    accept_thread = std::thread([&] { receiver = listener->Accept(index - 1, timeout); });
+  }
+  absl::StatusOr<std::unique_ptr<ActivationSender>> sender = std::unique_ptr<ActivationSender>();
+  if (!last) sender = TcpConnect(request->next_data_endpoint(), index, timeout);
+  if (accept_thread.joinable()) accept_thread.join();
+  if (!sender.ok()) return fail(sender.status());
+  if (!receiver.ok()) return fail(receiver.status());
+
+  StepExecutorOptions executor_options;
+  executor_options.stage_index = index;
+  executor_options.debug_step_delay = options_.debug_step_delay;
+  if (config.recv_timeout_ms() > 0) {
+    executor_options.recv_timeout = absl::Milliseconds(config.recv_timeout_ms());
+    executor_options.send_timeout = executor_options.recv_timeout;
+  }
+  auto executor = std::make_shared<StepExecutor>(executor_options, std::move(slice),
+                                                 std::move(*receiver), std::move(*sender));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    executor_ = std::move(executor);
+    status_ = fmt::format("stage {}/{}: ready, connected", index, config.num_stages());
+  }
+  RS_LOG_INFO("connected: prev {}, next {}", first ? "-" : request->prev_data_endpoint(),
+              last ? "-" : request->next_data_endpoint());
+  return grpc::Status::OK;
+}
+
+grpc::Status StageService::Steps(grpc::ServerContext*,
+                                 grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
+  std::shared_ptr<StepExecutor> executor;
+  int index = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (executor_ == nullptr || steps_active_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          steps_active_ ? "a Steps stream is already running"
+                                        : "stage is not configured and connected");
+    }
+    steps_active_ = true;
+    executor = executor_;
+    index = config_.stage_index();
+  }
+
+  // The handler thread reads plans into a queue; the worker runs them in order and writes
+  // results, so a long step never stops plans from being received. After a failed step the
+  // worker writes a result carrying the error and stops; the handler returns once the
+  // coordinator closes its side (it does on seeing the error) or sends another plan.
+  std::mutex queue_mu;
+  std::condition_variable queue_cv;
+  std::deque<v1::StepPlan> queue;
+  bool reading_done = false;
+  std::string error;
+  std::thread worker([&] {
+    while (true) {
+      v1::StepPlan plan;
+      {
+        std::unique_lock<std::mutex> lock(queue_mu);
+        queue_cv.wait(lock, [&] { return !queue.empty() || reading_done; });
+        if (queue.empty()) return;
+        plan = std::move(queue.front());
+        queue.pop_front();
+      }
+      absl::StatusOr<StepOutcome> outcome = executor->Run(plan);
+      v1::StepResult result;
+      result.set_micro_batch_id(plan.micro_batch_id());
+      result.set_stage_index(index);
+      in_flight_.fetch_sub(1);
+      if (!outcome.ok()) {
+        std::string message(outcome.status().message());
+        RS_LOG_ERROR("{}", message);
+        result.set_error(message);
+        stream->Write(result);
+        {
+          std::lock_guard<std::mutex> lock(queue_mu);
+          error = message;
+          in_flight_.fetch_sub(static_cast<int>(queue.size()));
+          queue.clear();
+        }
+        return;
+      }
+      for (auto& token : outcome->tokens) *result.add_tokens() = std::move(token);
+      result.set_busy_us(outcome->busy_us);
+      result.set_wait_us(outcome->wait_us);
+      result.set_bytes_sent(outcome->bytes_sent);
+      result.set_num_tokens(outcome->num_tokens);
+      busy_us_.fetch_add(outcome->busy_us);
+      steps_.fetch_add(1);
+      bytes_sent_.store(executor->bytes_sent());
+      bytes_received_.store(executor->bytes_received());
+      if (!stream->Write(result)) {
+        std::lock_guard<std::mutex> lock(queue_mu);
+        error = "the coordinator went away";
+        in_flight_.fetch_sub(static_cast<int>(queue.size()));
+        queue.clear();
+        return;
+      }
+    }
+  });
+
+  v1::StepPlan plan;
+  while (stream->Read(&plan)) {
+    std::lock_guard<std::mutex> lock(queue_mu);
+    if (!error.empty()) break;
+    in_flight_.fetch_add(1);
+    queue.push_back(std::move(plan));
+    queue_cv.notify_one();
+  }
+  {
+    std::lock_guard<std::mutex> lock(queue_mu);
+    reading_done = true;
+    queue_cv.notify_one();
+  }
+  worker.join();
+  executor->CloseChannels();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    steps_active_ = false;
+    ResetLocked();
+    status_ = error.empty() ? "waiting for configuration (the ring was closed)"
+                            : "waiting for configuration (last ring failed: " + error + ")";
+  }
+  RS_LOG_INFO("steps stream ended{}", error.empty() ? "" : ": " + error);
+  if (!error.empty()) return grpc::Status(grpc::StatusCode::ABORTED, error);
+  return grpc::Status::OK;
+}
+
+grpc::Status StageService::Health(grpc::ServerContext*, const v1::StageHealthRequest*,
+                                  v1::StageHealthResponse* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  response->set_configured(slice_ != nullptr || executor_ != nullptr);
+  response->set_ready(executor_ != nullptr);
+  response->set_status(status_);
+  return grpc::Status::OK;
+}
+
+grpc::Status StageService::Stats(grpc::ServerContext*, const v1::StageStatsRequest*,
+                                 v1::StageStatsResponse* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  response->set_stage_index(config_.stage_index());
+  response->set_busy_us(busy_us_.load());
+  response->set_steps(steps_.load());
+  response->set_in_flight(in_flight_.load());
+  response->set_bytes_sent(bytes_sent_.load());
+  response->set_bytes_received(bytes_received_.load());
+  response->set_uptime_us(absl::ToInt64Microseconds(absl::Now() - start_time_));
+  response->set_load_status(status_);
+  response->set_first_layer(config_.first_layer());
+  response->set_last_layer(config_.last_layer());
+  response->set_kv_blocks_total(config_.kv_num_blocks());
+  return grpc::Status::OK;
+}
+
+grpc::Status StageService::Shutdown(grpc::ServerContext*, const v1::ShutdownRequest*,
+                                    v1::ShutdownResponse*) {
+  RS_LOG_INFO("shutdown requested");
+  if (options_.on_shutdown) options_.on_shutdown();
+  return grpc::Status::OK;
+}
+
+}  // namespace ringserve

@@ -1,0 +1,76 @@
+// The stage control service (ringserve.v1.StageControl, proto/stage.proto): one per stage
+// process. It starts empty; Configure loads the model slice and binds the activation listener,
+// ConnectPeers joins the ring, and one Steps stream then runs plans in order until the
+// coordinator closes it. After the stream ends (or fails) the stage drops its slice and
+// channels and waits to be configured again, so a restarted coordinator can take it over.
+//
+// Thread-safe: gRPC calls it from its threads.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "proto/stage.grpc.pb.h"
+#include "stage/step_executor.h"
+#include "stage/tcp_channel.h"
+
+namespace ringserve {
+
+struct StageServiceOptions {
+  // Host the activation listener binds (the control --listen host, e.g. 0.0.0.0).
+  std::string bind_host = "127.0.0.1";
+  // Called with human-readable progress while configuring ("loading layers [0, 2) ...").
+  std::function<void(const std::string& status)> on_status;
+  // Called once the weights are loaded and the stage can serve plans (sd_notify READY=1).
+  std::function<void(const std::string& status)> on_ready;
+  // Called when a Shutdown RPC arrives; the owner stops the server (not from this call).
+  std::function<void()> on_shutdown;
+  // Testing aid (stage --debug-step-delay-ms): extra time in every step.
+  absl::Duration debug_step_delay = absl::ZeroDuration();
+};
+
+class StageService final : public v1::StageControl::Service {
+ public:
+  explicit StageService(StageServiceOptions options);
+  ~StageService() override;
+
+  grpc::Status Configure(grpc::ServerContext* context, const v1::ConfigureRequest* request,
+                         grpc::ServerWriter<v1::LoadProgress>* writer) override;
+  grpc::Status ConnectPeers(grpc::ServerContext* context, const v1::ConnectPeersRequest* request,
+                            v1::ConnectPeersResponse* response) override;
+  grpc::Status Steps(grpc::ServerContext* context,
+                     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override;
+  grpc::Status Health(grpc::ServerContext* context, const v1::StageHealthRequest* request,
+                      v1::StageHealthResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StageStatsRequest* request,
+                     v1::StageStatsResponse* response) override;
+  grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
+                        v1::ShutdownResponse* response) override;
+
+ private:
+  void SetStatus(const std::string& status);
+  void ResetLocked();
+
+  const StageServiceOptions options_;
+  const absl::Time start_time_ = absl::Now();
+
+  std::mutex mu_;
+  std::string status_ = "waiting for configuration";
+  bool configuring_ = false;
+  bool steps_active_ = false;
+  v1::ConfigureRequest config_;
+  std::unique_ptr<TcpListener> listener_;
+  std::unique_ptr<ModelSlice> slice_;  // loaded, not yet handed to the executor
+  std::shared_ptr<StepExecutor> executor_;
+
+  std::atomic<int64_t> busy_us_{0};
+  std::atomic<int64_t> steps_{0};
+  std::atomic<int> in_flight_{0};
+  std::atomic<int64_t> bytes_sent_{0};
+  std::atomic<int64_t> bytes_received_{0};
+};
+
+}  // namespace ringserve

@@ -1,0 +1,70 @@
+// Runs step plans on one stage, in order: receive the previous stage's activations (unless
+// first), run the model slice, then send the activations on (unless last) or sample one token
+// per sampling chunk (last). Owns the slice and the stage's two channel ends.
+//
+// Not thread-safe: one thread calls Run, plan after plan. Counters are atomics, readable from
+// any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "stage/activation_channel.h"
+#include "stage/model/model_slice.h"
+#include "stage/plan_proto.h"
+
+namespace ringserve {
+
+struct StepOutcome {
+  std::vector<v1::SampledToken> tokens;  // last stage: one per sampling chunk, in chunk order
+  int64_t busy_us = 0;                   // slice forward + sampling
+  int64_t wait_us = 0;                   // waiting for the previous stage's activations
+  int64_t bytes_sent = 0;
+  int num_tokens = 0;
+};
+
+struct StepExecutorOptions {
+  int stage_index = 0;
+  absl::Duration recv_timeout = absl::Seconds(120);
+  absl::Duration send_timeout = absl::Seconds(120);
+  // Testing aid: extra time spent in every step, as if the slice were slower.
+  absl::Duration debug_step_delay = absl::ZeroDuration();
+};
+
+class StepExecutor {
+ public:
+  // `receiver` is null exactly on the first stage, `sender` exactly on the last.
+  StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice,
+               std::unique_ptr<ActivationReceiver> receiver,
+               std::unique_ptr<ActivationSender> sender);
+  ~StepExecutor();
+
+  // Runs one plan. Any error (bad plan, channel failure, model error) names the stage and the
+  // micro-batch; the caller must then stop using this executor (the channels are closed, so
+  // the neighbours fail fast too).
+  absl::StatusOr<StepOutcome> Run(const v1::StepPlan& plan);
+
+  // Closes both channel ends (neighbours' pending calls fail).
+  void CloseChannels();
+
+  const ModelSlice& slice() const { return *slice_; }
+  int64_t bytes_sent() const { return bytes_sent_.load(); }
+  int64_t bytes_received() const { return bytes_received_.load(); }
+
+ private:
+  absl::StatusOr<StepOutcome> RunChecked(const v1::StepPlan& plan);
+
+  StepExecutorOptions options_;
+  std::unique_ptr<ModelSlice> slice_;
+  std::unique_ptr<ActivationReceiver> receiver_;
+  std::unique_ptr<ActivationSender> sender_;
+  std::vector<float> hidden_in_;
+  std::atomic<int64_t> bytes_sent_{0};
+  std::atomic<int64_t> bytes_received_{0};
+};
+
+}  // namespace ringserve

@@ -1,0 +1,40 @@
+#include "tests/ops/ops_ring.h"
+
+#include "common/status_macros.h"
+#include "coordinator/http/http_api.h"
+#include "fmt/format.h"
+
+namespace ringserve::ops {
+
+absl::StatusOr<std::unique_ptr<OpsRing>> OpsRing::Start(const OpsRingOptions& options) {
+  std::unique_ptr<OpsRing> ring(new OpsRing());
+  RS_ASSIGN_OR_RETURN(std::string model_dir, MakeTestModel(ring->dir_.path()));
+  RS_ASSIGN_OR_RETURN(ring->config_, DefaultRingConfig({.model_dir = model_dir,
+                                                        .num_layers = 4,
+                                                        .num_stages = options.num_stages,
+                                                        .grpc_listen = "127.0.0.1:0",
+                                                        .http_listen = "127.0.0.1:0"}));
+  RS_ASSIGN_OR_RETURN(LocalStages stages, LocalStages::Launch(BinaryDir() + "/stage/stage",
+                                                              ring->config_, absl::Seconds(30)));
+  ring->stages_.emplace(std::move(stages));
+  RingEngineOptions engine_options;
+  engine_options.ring = ring->config_;
+  engine_options.connect_timeout = absl::Seconds(30);
+  engine_options.configure_timeout = absl::Seconds(60);
+  RS_ASSIGN_OR_RETURN(ring->engine_, RingEngine::Start(engine_options));
+  RS_ASSIGN_OR_RETURN(ring->http_, http::StartHttpApi(*ring->engine_, model_dir,
+                                                      {.listen = ring->config_.http_listen,
+                                                       .api_key = options.api_key}));
+  return ring;
+}
+
+OpsRing::~OpsRing() {
+  if (http_) http_->Stop();
+  if (engine_) engine_->Shutdown(/*stop_stages=*/true);
+  engine_.reset();
+  if (stages_) stages_->TerminateAll();
+}
+
+std::string OpsRing::url() const { return fmt::format("http://127.0.0.1:{}", http_->port()); }
+
+}  // namespace ringserve::ops

@@ -1,0 +1,179 @@
+#include "tests/ring/ring_harness.h"
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ringserve::testing {
+
+std::string SourceDir() {
+  const char* dir = std::getenv("RINGSERVE_SOURCE_DIR");
+  return dir ? dir : ".";
+}
+
+std::string BinaryDir() {
+  const char* dir = std::getenv("RINGSERVE_BINARY_DIR");
+  return dir ? dir : "build";
+}
+
+std::string FixtureModel(const std::string& arch) {
+  return SourceDir() + "/tests/fixtures/models/" + arch;
+}
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base ? base : "/tmp") + "/ringserve-test-XXXXXX";
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (mkdtemp(buffer.data()) != nullptr) path_ = buffer.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ringserve::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int max_tokens) {
+  ringserve::v1::GenerateRequest request;
+  request.mutable_token_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  request.mutable_sampling()->set_max_tokens(max_tokens);
+  request.mutable_sampling()->set_ignore_eos(true);
+  return request;
+}
+
+absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
+  std::unique_ptr<Ring> ring(new Ring());
+  if (ring->dir_.path().empty()) return absl::InternalError("mkdtemp failed");
+  const std::string stage_binary = BinaryDir() + "/stage/stage";
+  const std::string coordinator_binary = BinaryDir() + "/coordinator/coordinator";
+  const std::string stage_log = ring->dir_.path() + "/stages.log";
+
+  std::vector<std::string> endpoints;
+  for (size_t i = 0; i < options.partition.size(); ++i) {
+    SubprocessOptions spawn;
+    spawn.argv = {stage_binary, "--listen", "127.0.0.1:0", "--ready-fd", "3"};
+    if (options.stage_step_delay_ms > 0) {
+      spawn.argv.push_back("--debug-step-delay-ms");
+      spawn.argv.push_back(std::to_string(options.stage_step_delay_ms));
+    }
+    spawn.ready_fd = true;
+    spawn.stderr_path = stage_log;
+    spawn.stdout_path = stage_log;
+    RS_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(spawn));
+    ring->stages_.push_back(std::move(process));
+  }
+  for (Subprocess& stage : ring->stages_) {
+    RS_ASSIGN_OR_RETURN(std::string endpoint, stage.ReadReadyLine(absl::Seconds(20)));
+    endpoints.push_back(endpoint);
+  }
+
+  std::string yaml = fmt::format("model: {}\nchannel: tcp\n", options.model_dir);
+  std::string sched;
+  if (options.micro_batches_in_flight > 0) {
+    sched += fmt::format("  micro_batches_in_flight: {}\n", options.micro_batches_in_flight);
+  }
+  if (options.max_tokens_per_micro_batch > 0) {
+    sched += fmt::format("  max_tokens_per_micro_batch: {}\n", options.max_tokens_per_micro_batch);
+  }
+  if (options.kv_blocks > 0) sched += fmt::format("  kv_blocks: {}\n", options.kv_blocks);
+  if (!sched.empty()) yaml += "scheduler:\n" + sched;
+  yaml += "stages:\n";
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    size_t colon = endpoints[i].rfind(':');
+    yaml += fmt::format("  - {{host: {}, port: {}, device: cpu, layers: {}}}\n",
+                        endpoints[i].substr(0, colon), endpoints[i].substr(colon + 1),
+                        options.partition[i]);
+  }
+  const std::string hosts = ring->dir_.path() + "/hosts.yaml";
+  std::ofstream(hosts) << yaml;
+
+  SubprocessOptions spawn;
+  spawn.argv = {
+      coordinator_binary,  "--stages", hosts, "--listen", "127.0.0.1:0", "--ready-fd", "3",
+      "--connect-timeout", "10"};
+  spawn.ready_fd = true;
+  spawn.stderr_path = ring->dir_.path() + "/coordinator.log";
+  RS_ASSIGN_OR_RETURN(Subprocess coordinator, Subprocess::Spawn(spawn));
+  ring->coordinator_ = std::make_unique<Subprocess>(std::move(coordinator));
+  auto address = ring->coordinator_->ReadReadyLine(absl::Seconds(30));
+  if (!address.ok()) {
+    return absl::Status(address.status().code(),
+                        fmt::format("{}\ncoordinator log:\n{}\nstage log:\n{}",
+                                    std::string(address.status().message()), ring->CoordinatorLog(),
+                                    ReadFile(stage_log)));
+  }
+  ring->address_ = *address;
+  ring->stub_ = ringserve::v1::Generate::NewStub(
+      grpc::CreateChannel(ring->address_, grpc::InsecureChannelCredentials()));
+  return ring;
+}
+
+Ring::~Ring() {
+  // Coordinator first (it closes the ring), then the stages.
+  if (coordinator_) coordinator_->Terminate(absl::Seconds(10));
+  for (Subprocess& stage : stages_) stage.Terminate(absl::Seconds(5));
+}
+
+std::string Ring::CoordinatorLog() const { return ReadFile(dir_.path() + "/coordinator.log"); }
+
+Generation Ring::Generate(const ringserve::v1::GenerateRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub_->Generate(&context, request);
+  Generation out;
+  ringserve::v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    out.events++;
+    out.tokens.insert(out.tokens.end(), response.token_ids().begin(), response.token_ids().end());
+    out.text += response.text();
+    if (response.finished()) out.finish_reason = response.finish_reason();
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+absl::StatusOr<ringserve::v1::StatsResponse> Ring::Stats() {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ringserve::v1::StatsResponse stats;
+  grpc::Status status = stub_->Stats(&context, ringserve::v1::StatsRequest(), &stats);
+  if (!status.ok()) return absl::UnavailableError(status.error_message());
+  return stats;
+}
+
+absl::StatusOr<ExitResult> RunCoordinatorToExit(const std::vector<std::string>& args,
+                                                absl::Duration timeout) {
+  TempDir dir;
+  SubprocessOptions spawn;
+  spawn.argv = {BinaryDir() + "/coordinator/coordinator"};
+  spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
+  spawn.stderr_path = dir.path() + "/stderr.log";
+  absl::Time start = absl::Now();
+  RS_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(spawn));
+  ExitResult result;
+  auto code = process.Wait(timeout);
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result.stderr_text = ReadFile(spawn.stderr_path);
+  if (!code.ok()) {
+    return absl::DeadlineExceededError(
+        fmt::format("{}\nstderr:\n{}", std::string(code.status().message()), result.stderr_text));
+  }
+  result.exit_code = *code;
+  return result;
+}
+
+}  // namespace ringserve::testing

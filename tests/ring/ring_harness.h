@@ -1,0 +1,90 @@
+// Test harness for the ring end to end: real `stage` and `coordinator` processes on loopback
+// (CPU backend, tcp channel), found through RINGSERVE_BINARY_DIR, driven through the real gRPC
+// Generate API. Every child process is terminated when the harness goes away (and dies with
+// the test process if that crashes: PR_SET_PDEATHSIG).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/subprocess.h"
+#include "proto/generate.grpc.pb.h"
+
+namespace ringserve::testing {
+
+// $RINGSERVE_SOURCE_DIR (or "."), $RINGSERVE_BINARY_DIR (or "build").
+std::string SourceDir();
+std::string BinaryDir();
+std::string FixtureModel(const std::string& arch);  // tests/fixtures/models/<arch>
+
+// A fresh directory under $TMPDIR, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct RingOptions {
+  std::string model_dir;
+  std::vector<int> partition;  // layer counts, one per stage
+  int micro_batches_in_flight = 0;
+  int max_tokens_per_micro_batch = 0;  // 0 = default
+  int kv_blocks = 0;                   // 0 = default
+  int stage_step_delay_ms = 0;         // stage --debug-step-delay-ms (a slow ring)
+};
+
+struct Generation {
+  std::vector<int32_t> tokens;
+  std::string text;
+  ringserve::v1::FinishReason finish_reason = ringserve::v1::FINISH_REASON_UNSPECIFIED;
+  int events = 0;
+  grpc::Status status;
+};
+
+class Ring {
+ public:
+  // Starts one stage per partition entry, writes hosts.yaml, starts the coordinator on it and
+  // waits (bounded) until it serves.
+  static absl::StatusOr<std::unique_ptr<Ring>> Start(const RingOptions& options);
+  ~Ring();
+
+  ringserve::v1::Generate::Stub& stub() { return *stub_; }
+  const std::string& address() const { return address_; }
+  // Everything the coordinator wrote to stderr so far.
+  std::string CoordinatorLog() const;
+  Subprocess& stage_process(int i) { return stages_[i]; }
+
+  // Runs one Generate call to the end.
+  Generation Generate(const ringserve::v1::GenerateRequest& request);
+  absl::StatusOr<ringserve::v1::StatsResponse> Stats();
+
+ private:
+  Ring() = default;
+  TempDir dir_;
+  std::vector<Subprocess> stages_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::string address_;
+  std::unique_ptr<ringserve::v1::Generate::Stub> stub_;
+};
+
+// Runs `coordinator` with `args` (stderr captured) and waits up to `timeout` for it to exit.
+struct ExitResult {
+  int exit_code = -1;
+  std::string stderr_text;
+  double seconds = 0;
+};
+absl::StatusOr<ExitResult> RunCoordinatorToExit(const std::vector<std::string>& args,
+                                                absl::Duration timeout);
+
+// Reads a whole file ("" if missing).
+std::string ReadFile(const std::string& path);
+
+ringserve::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int max_tokens);
+
+}  // namespace ringserve::testing
