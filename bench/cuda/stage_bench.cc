@@ -333,8 +333,10 @@ void KernelTable(const ModelConfig& c, std::string* out) {
   });
   for (int ctx : {256, 2048, 32768}) {
     m[1] = ctx;
-    int partition = 64;  // as the slice picks it: next_pow2(ctx) / 8 in [64, 512]
-    while (partition < 512 && partition * 8 < ctx) partition *= 2;
+    int num_sms = 132;
+    cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0);
+    const DecodeSplitPlan split =
+        PlanDecodeSplits(1, c.num_kv_heads, ctx, num_sms);  // as the slice
     cudaMemcpy(meta.get(), m.data(), m.size() * 4, cudaMemcpyHostToDevice);
     const AttentionShape shape{.num_heads = c.num_heads, .scale = 0.088f, .cache = cache};
     const DecodeBatch batch{.q_rows = md,
@@ -343,9 +345,9 @@ void KernelTable(const ModelConfig& c, std::string* out) {
                             .block_tables = md + 8,
                             .max_blocks = blocks,
                             .num_entries = 1,
-                            .num_splits = DecodeSplitsFor(ctx, partition),
+                            .num_splits = split.splits,
                             .workspace = ws.as<float>(),
-                            .partition = partition};
+                            .partition = split.partition};
     time(fmt::format("decode_attention 1 seq ctx {}", ctx).c_str(), [&] {
       return LaunchDecodeAttention(shape, q.as<bf16>(), attn.as<bf16>(), batch, nullptr);
     });

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace ringserve::chat::jinja {
@@ -142,7 +143,7 @@ absl::StatusOr<bool> PyLess(const Value& a, const Value& b);
 // UTF-8 <-> code points (invalid bytes map to U+FFFD).
 std::vector<char32_t> DecodeUtf8(const std::string& s);
 std::string EncodeUtf8(const std::vector<char32_t>& cps);
-void AppendUtf8(char32_t cp, std::string* out);
+using ::ringserve::AppendUtf8;
 size_t CodePointLength(const std::string& s);
 // Python str.isspace() for one code point.
 bool IsPySpace(char32_t cp);

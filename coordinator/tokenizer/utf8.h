@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "common/utf8.h"
 
 namespace ringserve::tokenizer_internal {
 
@@ -42,7 +43,8 @@ inline char32_t NextCodePoint(absl::string_view s, size_t* pos) {
   return ((p[0] & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) | (p[3] & 0x3Fu);
 }
 
-void AppendCodePoint(char32_t cp, std::string* out);
+// UTF-8 encoding of one code point (common/utf8.h).
+inline void AppendCodePoint(char32_t cp, std::string* out) { AppendUtf8(cp, out); }
 
 // GPT-2's reversible byte <-> printable character mapping ("Ġ" for a space).
 char32_t ByteToCodePoint(uint8_t byte);

@@ -6,9 +6,10 @@
 // Two kernels:
 //  - Decode (LaunchDecodeAttention): one query token per entry. One CTA per (entry, kv head,
 //    context split) processes all query heads of the kv head's group, so K/V are read once per
-//    group. Contexts are split into kDecodePartition-key pieces (split-K) and a second kernel
-//    merges the pieces when num_splits > 1. Any head_dim in {16, 32, 64, 128, 256} with
-//    group * head_dim <= 1024.
+//    group, in one pass (online softmax; K and V loads in flight together). Contexts are split
+//    into `partition`-key pieces (split-K, PlanDecodeSplits) and a second kernel merges the
+//    pieces when num_splits > 1. Any head_dim in {16, 32, 64, 128, 256} with group * head_dim
+//    <= 1024.
 //  - Prefill (LaunchPrefillAttention): flash-attention style, tensor cores (mma.sync bf16,
 //    fp32 accumulation), 64 queries x 64 keys tiles, online softmax, variable-length batch.
 //    head_dim 128 only; other head dims go through the decode kernel, one entry per query
@@ -47,9 +48,30 @@ struct DecodeBatch {
   int num_entries = 0;
   int num_splits = 1;
   float* workspace = nullptr;
-  // Keys per split, 1..kDecodePartition: smaller pieces give short contexts more CTAs.
+  // Keys per split (>= 1): smaller pieces give short contexts more CTAs.
   int partition = kDecodePartition;
 };
+
+// Split-K choice: enough splits that num_entries x num_kv_heads x splits CTAs give ~2 CTAs per
+// SM (num_sms SMs), but no split shorter than kMinDecodePartition keys (a multiple of it);
+// partition * splits >= max_context.
+inline constexpr int kMinDecodePartition = 32;
+struct DecodeSplitPlan {
+  int partition = kDecodePartition;
+  int splits = 1;
+};
+inline DecodeSplitPlan PlanDecodeSplits(int num_entries, int num_kv_heads, int max_context,
+                                        int num_sms) {
+  const int ctx = max_context < 1 ? 1 : max_context;
+  const int base = num_entries * num_kv_heads < 1 ? 1 : num_entries * num_kv_heads;
+  int splits = (2 * num_sms + base - 1) / base;
+  const int max_splits = (ctx + kMinDecodePartition - 1) / kMinDecodePartition;
+  if (splits > max_splits) splits = max_splits;
+  if (splits < 1) splits = 1;
+  int partition = (ctx + splits - 1) / splits;
+  partition = (partition + kMinDecodePartition - 1) / kMinDecodePartition * kMinDecodePartition;
+  return {partition, (ctx + partition - 1) / partition};
+}
 
 int64_t DecodeWorkspaceFloats(int num_entries, int num_heads, int head_dim, int num_splits);
 // Splits needed so that every context up to max_context fits.

@@ -119,6 +119,26 @@ TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
   RunDecodeCase(32, 4, 2, {1, 2, 33}, seed + 3);
   RunDecodeCase(64, 16, 2, {1030, 5}, seed + 4);  // group 8
   RunDecodeCase(128, 32, 8, {1, 63, 64, 65, 300}, seed + 5, /*partition=*/64);
+  RunDecodeCase(128, 32, 8, {1, 31, 32, 33, 2000}, seed + 6, /*partition=*/96);
+  RunDecodeCase(128, 8, 2, {3000, 17, 1025}, seed + 7, /*partition=*/1024);  // long splits
+  RunDecodeCase(64, 12, 4, {777, 2}, seed + 8, /*partition=*/32);            // group 3
+}
+
+TEST(CudaDecodeAttentionTest, SplitPlanCoversContextAndFillsSms) {
+  for (int entries : {1, 3, 32, 256}) {
+    for (int ctx : {0, 1, 31, 200, 512, 4097, 32768}) {
+      const DecodeSplitPlan plan = PlanDecodeSplits(entries, 8, ctx, 132);
+      SCOPED_TRACE(::testing::Message() << "entries " << entries << " ctx " << ctx);
+      EXPECT_GE(plan.splits, 1);
+      EXPECT_EQ(plan.partition % kMinDecodePartition, 0);
+      EXPECT_GE(int64_t{plan.partition} * plan.splits, ctx);
+      EXPECT_LT(int64_t{plan.partition} * (plan.splits - 1), std::max(ctx, 1));  // no empty split
+      EXPECT_EQ(plan.splits, DecodeSplitsFor(std::max(ctx, 1), plan.partition));
+    }
+  }
+  EXPECT_EQ(PlanDecodeSplits(1, 8, 32768, 132).splits, 32);  // one stream: ~2 CTAs per SM
+  EXPECT_EQ(PlanDecodeSplits(1, 8, 512, 132).splits, 16);    // capped by 32-key pieces
+  EXPECT_EQ(PlanDecodeSplits(256, 8, 512, 132).splits, 1);   // batch fills the GPU
 }
 
 TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {

@@ -1,4 +1,5 @@
-// Paged decode attention with split-K over the context. See attention.h.
+// Paged decode attention, one pass with online softmax and split-K over the context. See
+// attention.h.
 #include <cfloat>
 
 #include "kernels/cuda/attention.h"
@@ -21,19 +22,21 @@ struct DecodeArgs {
   DecodeBatch batch;
 };
 
-__device__ __forceinline__ const bf16* CacheRow(const bf16* base, const int32_t* table, int key,
-                                                const KvCacheLayer& c, int kvh) {
+__device__ __forceinline__ int64_t CacheOffset(const int32_t* table, int key, const KvCacheLayer& c,
+                                               int kvh) {
   const int block = table[key / c.block_size];
   const int slot = key - (key / c.block_size) * c.block_size;
-  return base +
-         ((static_cast<int64_t>(block) * c.num_kv_heads + kvh) * c.block_size + slot) * c.head_dim;
+  return ((static_cast<int64_t>(block) * c.num_kv_heads + kvh) * c.block_size + slot) * c.head_dim;
 }
 
+// One CTA per (entry, kv head, split). A key is handled by head_dim / 8 lanes (16 bytes of K
+// and of V each); every lane keeps a running max / sum / unnormalized output per query head of
+// the group over the keys it saw (online softmax), and the states are merged across lanes,
+// then warps, at the end. K and V of kUnroll keys are loaded together before any math.
+template <int G>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
-  __shared__ float scores[kMaxGroup][kDecodePartition];
   __shared__ float partial[kWarps][kMaxGroupDim];
-  __shared__ float row_max[kMaxGroup];
-  __shared__ float row_sum[kMaxGroup];
+  __shared__ float warp_ml[kWarps][kMaxGroup][2];
 
   const KvCacheLayer& c = a.shape.cache;
   const int e = blockIdx.x;
@@ -43,7 +46,6 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   const int k_begin = split * a.batch.partition;
   if (k_begin >= ctx) return;
   const int k_end = min(ctx, k_begin + a.batch.partition);
-  const int n = k_end - k_begin;
   const int d = c.head_dim;
   const int group = a.shape.num_heads / c.num_kv_heads;
   const int lanes_per_key = d / 8;
@@ -59,9 +61,17 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
 
   // q, pre-scaled so that scores are in log2 units.
   const float qscale = a.shape.scale * kLog2e;
-  float qf[kMaxGroup][8];
+  float qf[G][8];
+  float m[G], l[G], acc[G][8];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < G; ++g) {
+    m[g] = -FLT_MAX;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      acc[g][j] = 0.0f;
+      qf[g][j] = 0.0f;
+    }
     if (g < group) {
       const bf16* qp =
           a.q + (static_cast<int64_t>(q_row) * a.shape.num_heads + kvh * group + g) * d + sl * 8;
@@ -71,98 +81,86 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
     }
   }
 
-  // Phase 1: scores.
-  for (int wb = k_begin + warp * keys_per_warp; wb < k_end; wb += stride * kUnroll) {
-    uint4 kv[kUnroll];
+  for (int wb = k_begin + warp * keys_per_warp + sub; wb < k_end + sub; wb += stride * kUnroll) {
+    uint4 kr[kUnroll], vr[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int key = wb + sub + u * stride;
-      kv[u] = key < k_end
-                  ? *reinterpret_cast<const uint4*>(CacheRow(c.k, table, key, c, kvh) + sl * 8)
-                  : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int key = wb + sub + u * stride;
-      float kf[8];
-      Unpack8(kv[u], kf);
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < group) {
-          float dot = 0.0f;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) dot = fmaf(qf[g][j], kf[j], dot);
-          for (int off = lanes_per_key / 2; off > 0; off >>= 1) {
-            dot += __shfl_xor_sync(0xffffffffu, dot, off);
-          }
-          if (sl == 0 && key < k_end) scores[g][key - k_begin] = dot;
-        }
-      }
-    }
-  }
-  __syncthreads();
-
-  // Phase 2: softmax numerators per query head.
-  for (int g = warp; g < group; g += kWarps) {
-    float mx = -FLT_MAX;
-    for (int i = lane; i < n; i += 32) mx = fmaxf(mx, scores[g][i]);
-    mx = WarpMax(mx);
-    float sum = 0.0f;
-    for (int i = lane; i < n; i += 32) {
-      const float p = exp2f(scores[g][i] - mx);
-      scores[g][i] = p;
-      sum += p;
-    }
-    sum = WarpSum(sum);
-    if (lane == 0) {
-      row_max[g] = mx;
-      row_sum[g] = sum;
-    }
-  }
-  __syncthreads();
-
-  // Phase 3: p . V.
-  float acc[kMaxGroup][8];
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
-  }
-  for (int wb = k_begin + warp * keys_per_warp; wb < k_end; wb += stride * kUnroll) {
-    uint4 vv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int key = wb + sub + u * stride;
-      vv[u] = key < k_end
-                  ? *reinterpret_cast<const uint4*>(CacheRow(c.v, table, key, c, kvh) + sl * 8)
-                  : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int key = wb + sub + u * stride;
+      const int key = wb + u * stride;
       if (key < k_end) {
-        float vf[8];
-        Unpack8(vv[u], vf);
+        const int64_t off = CacheOffset(table, key, c, kvh) + sl * 8;
+        kr[u] = LoadStreaming(c.k + off);
+        vr[u] = LoadStreaming(c.v + off);
+      } else {
+        kr[u] = make_uint4(0, 0, 0, 0);
+        vr[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    float s[G][kUnroll];
 #pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-          if (g < group) {
-            const float p = scores[g][key - k_begin];
+    for (int u = 0; u < kUnroll; ++u) {
+      float kf[8];
+      Unpack8(kr[u], kf);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(p, vf[j], acc[g][j]);
-          }
+      for (int g = 0; g < G; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dot = fmaf(qf[g][j], kf[j], dot);
+        for (int o = lanes_per_key / 2; o > 0; o >>= 1) {
+          dot += __shfl_xor_sync(0xffffffffu, dot, o);
         }
+        s[g][u] = wb + u * stride < k_end ? dot : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) mx = fmaxf(mx, s[g][u]);
+      const float corr = exp2f(m[g] - mx);
+      m[g] = mx;
+      l[g] *= corr;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[g][j] *= corr;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const float p = exp2f(s[g][u] - mx);
+        l[g] += p;
+        float vf[8];
+        Unpack8(vr[u], vf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(p, vf[j], acc[g][j]);
       }
     }
   }
+
+  // Merge the key subgroups of the warp (lanes with the same sl), then the warps.
+  for (int o = lanes_per_key; o < 32; o <<= 1) {
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    if (g < group) {
+    for (int g = 0; g < G; ++g) {
+      const float om = __shfl_xor_sync(0xffffffffu, m[g], o);
+      const float ol = __shfl_xor_sync(0xffffffffu, l[g], o);
+      const float mx = fmaxf(m[g], om);
+      const float a0 = exp2f(m[g] - mx);
+      const float a1 = exp2f(om - mx);
+      m[g] = mx;
+      l[g] = l[g] * a0 + ol * a1;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        for (int off = lanes_per_key; off < 32; off <<= 1) {
-          acc[g][j] += __shfl_xor_sync(0xffffffffu, acc[g][j], off);
+        const float oa = __shfl_xor_sync(0xffffffffu, acc[g][j], o);
+        acc[g][j] = acc[g][j] * a0 + oa * a1;
+      }
+    }
+  }
+  if (sub == 0) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      if (g < group) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) partial[warp][g * d + sl * 8 + j] = acc[g][j];
+        if (sl == 0) {
+          warp_ml[warp][g][0] = m[g];
+          warp_ml[warp][g][1] = l[g];
         }
-        if (sub == 0) partial[warp][g * d + sl * 8 + j] = acc[g][j];
       }
     }
   }
@@ -170,15 +168,22 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
 
   const int num_splits = gridDim.z;
   for (int idx = threadIdx.x; idx < group * d; idx += kThreads) {
-    float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += partial[w][idx];
     const int g = idx / d;
     const int dim = idx - g * d;
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, warp_ml[w][g][0]);
+    float v = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(warp_ml[w][g][0] - mx);
+      v += f * partial[w][idx];
+      sum += f * warp_ml[w][g][1];
+    }
     const int head = kvh * group + g;
     if (num_splits == 1) {
       a.out[(static_cast<int64_t>(q_row) * a.shape.num_heads + head) * d + dim] =
-          __float2bfloat16(v / row_sum[g]);
+          __float2bfloat16(v / sum);
     } else {
       const int64_t part =
           (static_cast<int64_t>(e) * a.shape.num_heads + head) * num_splits + split;
@@ -186,8 +191,8 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
       if (dim == 0) {
         float* ml = a.batch.workspace +
                     static_cast<int64_t>(a.batch.num_entries) * a.shape.num_heads * num_splits * d;
-        ml[2 * part] = row_max[g];
-        ml[2 * part + 1] = row_sum[g];
+        ml[2 * part] = mx;
+        ml[2 * part + 1] = sum;
       }
     }
   }
@@ -235,7 +240,7 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
       !(d == 16 || d == 32 || d == 64 || d == 128 || d == 256) ||
       (shape.num_heads / c.num_kv_heads) * d > kMaxGroupDim || batch.num_splits < 1 ||
       (batch.num_splits > 1 && batch.workspace == nullptr) || c.block_size <= 0 ||
-      batch.partition < 1 || batch.partition > kDecodePartition) {
+      batch.partition < 1) {
     return absl::InvalidArgumentError(
         "LaunchDecodeAttention: unsupported shape (head_dim in {16,32,64,128,256}, group <= 8, "
         "group * head_dim <= 1024)");
@@ -243,7 +248,16 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
   if (batch.num_entries == 0) return absl::OkStatus();
   const DecodeArgs args{shape, q, out, batch};
   const dim3 grid(batch.num_entries, c.num_kv_heads, batch.num_splits);
-  DecodeKernel<<<grid, kThreads, 0, stream>>>(args);
+  const int group = shape.num_heads / c.num_kv_heads;
+  if (group == 1) {
+    DecodeKernel<1><<<grid, kThreads, 0, stream>>>(args);
+  } else if (group == 2) {
+    DecodeKernel<2><<<grid, kThreads, 0, stream>>>(args);
+  } else if (group <= 4) {
+    DecodeKernel<4><<<grid, kThreads, 0, stream>>>(args);
+  } else {
+    DecodeKernel<8><<<grid, kThreads, 0, stream>>>(args);
+  }
   if (batch.num_splits > 1) {
     DecodeReduceKernel<<<dim3(batch.num_entries, shape.num_heads), 128, 0, stream>>>(args);
   }

@@ -36,6 +36,76 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
+// Vectorized variant for dim % 4 == 0 and dim / 4 <= kNormCache * kNormThreads: each thread
+// keeps its (up to kNormCache) float4 pieces of the row in registers between the add and the
+// scale, loads 16 bytes of fp32 / 8 bytes of bf16 at a time.
+constexpr int kNormCache = 8;
+
+__device__ __forceinline__ void Unpack4(const uint2& packed, float* out) {
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+  const float2 a = __bfloat1622float2(pairs[0]);
+  const float2 b = __bfloat1622float2(pairs[1]);
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = b.x;
+  out[3] = b.y;
+}
+
+__global__ void __launch_bounds__(kNormThreads)
+    AddRmsNormKernel4(float* __restrict__ residual, const bf16* __restrict__ delta,
+                      const bf16* __restrict__ bias, const bf16* __restrict__ weight,
+                      bf16* __restrict__ out, int dim, float eps) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int vecs = dim / 4;
+  float4* res = reinterpret_cast<float4*>(residual + row * dim);
+  const uint2* dl = delta != nullptr ? reinterpret_cast<const uint2*>(delta + row * dim) : nullptr;
+  const uint2* bs = reinterpret_cast<const uint2*>(bias);
+  float4 x[kNormCache];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kNormCache; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < vecs) {
+      x[k] = res[i];
+      if (dl != nullptr) {
+        float d[4];
+        Unpack4(dl[i], d);
+        if (bs != nullptr) {
+          float b[4];
+          Unpack4(bs[i], b);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) d[j] += b[j];
+        }
+        x[k].x += d[0];
+        x[k].y += d[1];
+        x[k].z += d[2];
+        x[k].w += d[3];
+        res[i] = x[k];
+      }
+      sum_sq += x[k].x * x[k].x + x[k].y * x[k].y + x[k].z * x[k].z + x[k].w * x[k].w;
+    }
+  }
+  if (out == nullptr) return;
+  sum_sq = BlockSum(sum_sq, scratch);
+  const float inv = rsqrtf(sum_sq / dim + eps);
+  const uint2* wt = reinterpret_cast<const uint2*>(weight);
+  uint2* o = reinterpret_cast<uint2*>(out + row * dim);
+#pragma unroll
+  for (int k = 0; k < kNormCache; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < vecs) {
+      float w[4];
+      Unpack4(wt[i], w);
+      uint2 packed;
+      __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
+      pairs[0] = __floats2bfloat162_rn(x[k].x * inv * w[0], x[k].y * inv * w[1]);
+      pairs[1] = __floats2bfloat162_rn(x[k].z * inv * w[2], x[k].w * inv * w[3]);
+      o[i] = packed;
+    }
+  }
+}
+
 __global__ void SiluMulKernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out,
                               int64_t rows, int inter) {
   const int64_t total = rows * inter;
@@ -138,8 +208,17 @@ absl::Status LaunchAddRmsNorm(float* residual, const bf16* delta, const bf16* bi
     return absl::InvalidArgumentError("LaunchAddRmsNorm: bad shape");
   }
   if (rows == 0) return absl::OkStatus();
-  AddRmsNormKernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(residual, delta, bias,
-                                                                             weight, out, dim, eps);
+  const auto aligned = [](const void* p, uintptr_t a) {
+    return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0;
+  };
+  if (dim % 4 == 0 && dim / 4 <= kNormCache * kNormThreads && aligned(residual, 16) &&
+      aligned(delta, 8) && aligned(bias, 8) && aligned(weight, 8) && aligned(out, 8)) {
+    AddRmsNormKernel4<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
+        residual, delta, bias, weight, out, dim, eps);
+  } else {
+    AddRmsNormKernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
+        residual, delta, bias, weight, out, dim, eps);
+  }
   return LaunchStatus("AddRmsNormKernel");
 }
 

@@ -92,7 +92,7 @@ TEST(CudaGemmTest, GemvFusedWithSiluMulMatchesCpu) {
 TEST(CudaElementwiseTest, AddRmsNormMatchesCpu) {
   RS_SKIP_WITHOUT_GPU();
   std::mt19937 rng(11);
-  for (int dim : {64, 4096, 5000}) {
+  for (int dim : {64, 4096, 5000, 5002, 9216}) {  // vectorized and scalar kernels
     const int rows = 5;
     auto residual = RandomBf16Values(rng, rows * dim);
     const auto delta = RandomBf16Values(rng, rows * dim);

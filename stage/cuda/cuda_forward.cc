@@ -11,6 +11,7 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "stage/cuda/cuda_model_slice.h"
+#include "stage/model/micro_batch_check.h"
 
 namespace ringserve::cuda {
 
@@ -44,11 +45,6 @@ int NextPow2(int x) {
   return p;
 }
 
-// Short contexts get small split-K pieces so that one sequence still spreads over many CTAs.
-int PartitionFor(int context) {
-  return std::clamp(NextPow2(std::max(context, 1)) / 8, 64, kDecodePartition);
-}
-
 int64_t LogitRows(const MicroBatch& batch) {
   int64_t rows = 0;
   for (const SequenceChunk& c : batch.chunks) {
@@ -74,52 +70,14 @@ absl::Status CudaModelSlice::Validate(const MicroBatch& batch,
     return absl::InvalidArgumentError(fmt::format("micro-batch asks for {} logits rows, max {}",
                                                   LogitRows(batch), cuda_.max_logit_rows));
   }
-  for (size_t c = 0; c < batch.chunks.size(); ++c) {
-    const SequenceChunk& chunk = batch.chunks[c];
-    if (chunk.num_tokens <= 0 || chunk.start_position < 0) {
-      return absl::InvalidArgumentError(
-          fmt::format("chunk {} (seq {}): num_tokens {} must be > 0 and start_position {} >= 0", c,
-                      chunk.seq_id, chunk.num_tokens, chunk.start_position));
-    }
-    const int64_t end = static_cast<int64_t>(chunk.start_position) + chunk.num_tokens;
-    if (end > cuda_.max_model_len) {
-      return absl::InvalidArgumentError(
-          fmt::format("chunk {} (seq {}): positions up to {} exceed max_model_len {}", c,
-                      chunk.seq_id, end, cuda_.max_model_len));
-    }
-    const int64_t blocks_needed = (end + options_.kv_block_size - 1) / options_.kv_block_size;
-    if (static_cast<int64_t>(chunk.block_table.size()) < blocks_needed) {
-      return absl::InvalidArgumentError(
-          fmt::format("chunk {} (seq {}): block table has {} blocks, positions [0, {}) need {}", c,
-                      chunk.seq_id, chunk.block_table.size(), end, blocks_needed));
-    }
-    for (int64_t i = 0; i < blocks_needed; ++i) {
-      const int32_t block = chunk.block_table[i];
-      if (block < 0 || block >= options_.kv_num_blocks) {
-        return absl::InvalidArgumentError(
-            fmt::format("chunk {} (seq {}): block id {} at table index {} outside [0, {})", c,
-                        chunk.seq_id, block, i, options_.kv_num_blocks));
-      }
-    }
-  }
-  if (is_first()) {
-    if (static_cast<int64_t>(batch.token_ids.size()) != total) {
-      return absl::InvalidArgumentError(
-          fmt::format("micro-batch has {} token ids for {} tokens", batch.token_ids.size(), total));
-    }
-    for (size_t t = 0; t < batch.token_ids.size(); ++t) {
-      if (batch.token_ids[t] < 0 || batch.token_ids[t] >= config_.vocab_size) {
-        return absl::InvalidArgumentError(
-            fmt::format("token id {} at index {} outside the vocabulary [0, {})",
-                        batch.token_ids[t], t, config_.vocab_size));
-      }
-    }
-  } else if (static_cast<int64_t>(hidden_in.size()) != total * config_.hidden_size) {
-    return absl::InvalidArgumentError(
-        fmt::format("hidden_in has {} floats, expected {} tokens x hidden {} = {}",
-                    hidden_in.size(), total, config_.hidden_size, total * config_.hidden_size));
-  }
-  return absl::OkStatus();
+  return ValidateMicroBatch(batch, hidden_in,
+                            {.max_positions = cuda_.max_model_len,
+                             .max_positions_name = "max_model_len",
+                             .kv_block_size = options_.kv_block_size,
+                             .kv_num_blocks = options_.kv_num_blocks,
+                             .vocab_size = config_.vocab_size,
+                             .hidden_size = config_.hidden_size,
+                             .is_first = is_first()});
 }
 
 absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
@@ -143,8 +101,9 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->tokens = bucket;
     chunk_cap = bucket;
     p->table_stride = (ctx + bs - 1) / bs;
-    p->partition = PartitionFor(ctx);
-    p->splits = DecodeSplitsFor(ctx, p->partition);
+    const DecodeSplitPlan split = PlanDecodeSplits(bucket, config_.num_kv_heads, ctx, num_sms_);
+    p->partition = split.partition;
+    p->splits = split.splits;
     p->graph_key = {bucket, ctx};
   } else {
     p->tokens = total;
@@ -200,8 +159,10 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->gather_identity = true;
     p->logit_rows = p->tokens;
   } else {
-    p->partition = PartitionFor(max_decode_ctx);
-    p->splits = DecodeSplitsFor(std::max(max_decode_ctx, 1), p->partition);
+    const DecodeSplitPlan split = PlanDecodeSplits(static_cast<int>(dec_rows.size()),
+                                                   config_.num_kv_heads, max_decode_ctx, num_sms_);
+    p->partition = split.partition;
+    p->splits = split.splits;
     p->gather_identity = static_cast<int>(gather.size()) == total;
     for (size_t r = 0; r < gather.size() && p->gather_identity; ++r) {
       p->gather_identity = gather[r] == static_cast<int>(r);

@@ -138,6 +138,7 @@ class CudaModelSlice : public ModelSlice {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmRunner> gemm_;
   int max_blocks_per_seq_ = 0;
+  int num_sms_ = 132;  // of cuda_.device; sizes the decode attention split-K
 
   DeviceBuffer weight_buffer_;
   std::vector<LayerWeights> layers_;

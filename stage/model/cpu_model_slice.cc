@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
+#include "stage/model/micro_batch_check.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
 
@@ -90,54 +91,14 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
 
 absl::Status CpuModelSlice::Validate(const MicroBatch& batch,
                                      std::span<const float> hidden_in) const {
-  if (batch.chunks.empty()) return absl::InvalidArgumentError("micro-batch has no chunks");
-  const int64_t total = batch.TotalTokens();
-  for (size_t c = 0; c < batch.chunks.size(); ++c) {
-    const SequenceChunk& chunk = batch.chunks[c];
-    if (chunk.num_tokens <= 0 || chunk.start_position < 0) {
-      return absl::InvalidArgumentError(
-          fmt::format("chunk {} (seq {}): num_tokens {} must be > 0 and start_position {} >= 0", c,
-                      chunk.seq_id, chunk.num_tokens, chunk.start_position));
-    }
-    const int64_t end = static_cast<int64_t>(chunk.start_position) + chunk.num_tokens;
-    if (end > config_.max_position_embeddings) {
-      return absl::InvalidArgumentError(
-          fmt::format("chunk {} (seq {}): positions up to {} exceed max_position_embeddings {}", c,
-                      chunk.seq_id, end, config_.max_position_embeddings));
-    }
-    const int64_t blocks_needed = (end + options_.kv_block_size - 1) / options_.kv_block_size;
-    if (static_cast<int64_t>(chunk.block_table.size()) < blocks_needed) {
-      return absl::InvalidArgumentError(
-          fmt::format("chunk {} (seq {}): block table has {} blocks, positions [0, {}) need {}", c,
-                      chunk.seq_id, chunk.block_table.size(), end, blocks_needed));
-    }
-    for (int64_t i = 0; i < blocks_needed; ++i) {
-      const int32_t block = chunk.block_table[i];
-      if (block < 0 || block >= options_.kv_num_blocks) {
-        return absl::InvalidArgumentError(
-            fmt::format("chunk {} (seq {}): block id {} at table index {} outside [0, {})", c,
-                        chunk.seq_id, block, i, options_.kv_num_blocks));
-      }
-    }
-  }
-  if (is_first()) {
-    if (static_cast<int64_t>(batch.token_ids.size()) != total) {
-      return absl::InvalidArgumentError(
-          fmt::format("micro-batch has {} token ids for {} tokens", batch.token_ids.size(), total));
-    }
-    for (size_t t = 0; t < batch.token_ids.size(); ++t) {
-      if (batch.token_ids[t] < 0 || batch.token_ids[t] >= config_.vocab_size) {
-        return absl::InvalidArgumentError(
-            fmt::format("token id {} at index {} outside the vocabulary [0, {})",
-                        batch.token_ids[t], t, config_.vocab_size));
-      }
-    }
-  } else if (static_cast<int64_t>(hidden_in.size()) != total * config_.hidden_size) {
-    return absl::InvalidArgumentError(
-        fmt::format("hidden_in has {} floats, expected {} tokens x hidden {} = {}",
-                    hidden_in.size(), total, config_.hidden_size, total * config_.hidden_size));
-  }
-  return absl::OkStatus();
+  return ValidateMicroBatch(batch, hidden_in,
+                            {.max_positions = config_.max_position_embeddings,
+                             .max_positions_name = "max_position_embeddings",
+                             .kv_block_size = options_.kv_block_size,
+                             .kv_num_blocks = options_.kv_num_blocks,
+                             .vocab_size = config_.vocab_size,
+                             .hidden_size = config_.hidden_size,
+                             .is_first = is_first()});
 }
 
 void CpuModelSlice::RunLayer(int local_layer, const MicroBatch& batch,
