@@ -569,16 +569,17 @@ absl::StatusOr<std::vector<int>> ParsePartition(std::string_view text) {
   std::string trimmed = Trim(text);
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(
-        fmt::format("bad partition '{}': {} (expected counts such as 14,14,12 or NxL such as 5x8)",
+        fmt::format("bad partition '{}': {} (expected counts such as 14,14,12 or LxN such as 5x8 = "
+                    "8 stages of 5 layers)",
                     trimmed, why));
   };
   if (trimmed.empty()) return bad("empty");
   std::vector<int> counts;
   size_t x = trimmed.find_first_of("xX");
   if (x != std::string::npos) {
-    std::optional<int64_t> stages = ParseInt(trimmed.substr(0, x));
-    std::optional<int64_t> layers = ParseInt(trimmed.substr(x + 1));
-    if (!stages || !layers) return bad("not NxL");
+    std::optional<int64_t> layers = ParseInt(trimmed.substr(0, x));
+    std::optional<int64_t> stages = ParseInt(trimmed.substr(x + 1));
+    if (!stages || !layers) return bad("not LxN");
     if (*stages < 1 || *stages > 4096 || *layers < 1 || *layers > (1 << 20)) {
       return bad("counts must be >= 1");
     }

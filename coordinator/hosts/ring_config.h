@@ -15,7 +15,7 @@
 //     kv_block_size: 16                  # positions per KV block
 //     kv_blocks: 2048                    # blocks per stage pool, or instead:
 //     kv_budget: 8GiB                    # bytes of KV per stage (B, KB/KiB, MB/MiB, GB/GiB)
-//   partition: 14,14,12                  # or "5x8" (5 stages of 8 layers) or [14, 14, 12]
+//   partition: 14,14,12                  # or "5x8" (5 layers x 8 stages) or [14, 14, 12]
 //   stages:
 //     - host: 10.0.0.1
 //       port: 7001                       # the stage's control port (`stage --listen`)
@@ -125,7 +125,8 @@ absl::Status ValidateRingConfig(const RingConfig& config);
 // 1 <= num_stages <= num_layers.
 absl::StatusOr<std::vector<int>> EvenPartition(int num_layers, int num_stages);
 
-// Parses a partition spelling: "14,14,12" (counts) or "NxL" (N stages of L layers each).
+// Parses a partition spelling: "14,14,12" (counts) or "LxN" (N stages of L layers each, as in
+// the field's "5x8" for 8 stages of 5 layers).
 // InvalidArgument for anything else (empty, zero or negative counts, junk).
 absl::StatusOr<std::vector<int>> ParsePartition(std::string_view text);
 

@@ -82,7 +82,7 @@ stages:
   EXPECT_EQ(config->stages[2].last_layer, 40);
 }
 
-TEST(RingConfigTest, PartitionListAndNxL) {
+TEST(RingConfigTest, PartitionListAndLxN) {
   const std::string stages = R"(
 stages:
   - {host: a, port: 1}
@@ -98,14 +98,14 @@ stages:
   EXPECT_EQ(sequence->stages[1].first_layer, 10);
   EXPECT_EQ(sequence->stages[1].last_layer, 30);
 
-  std::string five;
-  for (int i = 0; i < 5; ++i) five += "  - {host: h, port: " + std::to_string(100 + i) + "}\n";
-  auto nxl = Parse("model: m\npartition: 5x8\nstages:\n" + five);
-  ASSERT_TRUE(nxl.ok()) << nxl.status();
-  ASSERT_EQ(nxl->num_stages(), 5);
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(nxl->stages[i].first_layer, 8 * i);
-    EXPECT_EQ(nxl->stages[i].num_layers(), 8);
+  std::string eight;
+  for (int i = 0; i < 8; ++i) eight += "  - {host: h, port: " + std::to_string(100 + i) + "}\n";
+  auto lxn = Parse("model: m\npartition: 5x8\nstages:\n" + eight);  // 8 stages of 5 layers
+  ASSERT_TRUE(lxn.ok()) << lxn.status();
+  ASSERT_EQ(lxn->num_stages(), 8);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(lxn->stages[i].first_layer, 5 * i);
+    EXPECT_EQ(lxn->stages[i].num_layers(), 5);
   }
 }
 
@@ -239,7 +239,7 @@ const BadCase kBadCases[] = {
      {"partition", "sums to 39", "has 40"}},
     {"PartitionWrongCount",
      "model: m\npartition: 5x8\nstages: [{host: a, port: 1}]",
-     {"partition", "5 entries", "1 stages"}},
+     {"partition", "8 entries", "1 stages"}},
     {"PartitionJunk",
      "model: m\npartition: lots\nstages: [{host: a, port: 1}]",
      {"partition", "lots"}},
@@ -329,7 +329,8 @@ TEST(RingConfigTest, ValidateCatchesConfigsBuiltInCode) {
 
 TEST(RingConfigTest, ParsePartitionAndEvenPartition) {
   EXPECT_EQ(*ParsePartition("14,14,12"), (std::vector<int>{14, 14, 12}));
-  EXPECT_EQ(*ParsePartition(" 5x8 "), (std::vector<int>{8, 8, 8, 8, 8}));
+  EXPECT_EQ(*ParsePartition(" 8x5 "), (std::vector<int>{8, 8, 8, 8, 8}));
+  EXPECT_EQ(*ParsePartition("5x8"), (std::vector<int>(8, 5)));
   EXPECT_EQ(*ParsePartition("40"), (std::vector<int>{40}));
   for (const char* bad : {"", "1,,2", "a,b", "2x", "x3", "0x5", "3x0", "1,-2", "1,2,"}) {
     EXPECT_FALSE(ParsePartition(bad).ok()) << bad;
