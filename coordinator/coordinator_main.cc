@@ -10,23 +10,29 @@
 // Other flags: --http-listen HOST:PORT (the OpenAI HTTP API, /metrics and the dashboard;
 // overrides hosts.yaml's api.http), --connect-timeout SECONDS (default 10), --stage-binary PATH,
 // --packing spread|packed, --ready-fd N (writes the bound API address and a newline once
-// serving). Exits on SIGINT/SIGTERM.
+// serving). The HTTP front starts before the ring and shows each stage's load progress on
+// /dashboard (503 until the ring is up). Exits 0 on SIGINT/SIGTERM; exits 3 when the ring
+// becomes unhealthy (a stage failed), so that a supervisor restarts it; 1 when start-up fails.
 #include <signal.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "common/logging.h"
 #include "coordinator/generate_service.h"
 #include "coordinator/hosts/ring_config.h"
 #include "coordinator/http/http_api.h"
+#include "coordinator/http/starting_engine.h"
 #include "coordinator/local_stages.h"
 #include "coordinator/ring_engine.h"
 #include "fmt/format.h"
@@ -43,13 +49,14 @@ namespace {
 constexpr char kUsage[] =
     "usage: coordinator --stages hosts.yaml [--listen HOST:PORT] [--connect-timeout S]\n"
     "       coordinator [--model DIR] [--num-stages N] [--listen HOST:PORT]\n"
-    "other flags: --http-listen HOST:PORT, --stage-binary PATH, --packing spread|packed,\n"
-    "             --ready-fd N\n";
+    "other flags: --http-listen HOST:PORT, --api-key-file PATH (Bearer key for /v1/*),\n"
+    "             --stage-binary PATH, --packing spread|packed, --ready-fd N\n";
 
 struct Flags {
   std::string stages_file;
   std::string listen;
   std::string http_listen;
+  std::string api_key_file;  // empty: the HTTP API needs no key
   std::string model_dir = RINGSERVE_DEFAULT_MODEL_DIR;
   int num_stages = 2;
   double connect_timeout_s = 10;
@@ -83,6 +90,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       flags.listen = value;
     } else if (arg == "--http-listen") {
       flags.http_listen = value;
+    } else if (arg == "--api-key-file") {
+      flags.api_key_file = value;
     } else if (arg == "--model") {
       flags.model_dir = value;
     } else if (arg == "--num-stages") {
@@ -167,16 +176,59 @@ int Run(int argc, char** argv) {
     local.emplace(std::move(*launched));
   }
 
+  // The HTTP front (dashboard, /health, /metrics) starts before the ring does, on a stand-in
+  // engine that shows each stage's load progress and answers 503 until the ring is up.
+  std::vector<http::StartingEngine::StageLayout> layout;
+  for (const StageConfig& stage : ring->stages) {
+    layout.push_back({stage.endpoint(), stage.first_layer, stage.last_layer});
+  }
+  std::string model_id = std::filesystem::path(ring->model_dir).filename().string();
+  if (model_id.empty()) model_id = ring->model_dir;
+  http::StartingEngine front(model_id, std::move(layout));
+  std::unique_ptr<http::HttpServer> http_server;
+  const std::string http_listen =
+      flags->http_listen.empty() ? ring->http_listen : flags->http_listen;
+  std::string api_key;
+  if (!flags->api_key_file.empty()) {
+    auto key = http::ReadApiKeyFile(flags->api_key_file);
+    if (!key.ok()) {
+      if (local) local->TerminateAll();
+      return fail(key.status());
+    }
+    api_key = *std::move(key);
+  }
+  if (!http_listen.empty()) {
+    auto started =
+        http::StartHttpApi(front, ring->model_dir, {.listen = http_listen, .api_key = api_key});
+    if (!started.ok()) {
+      if (local) local->TerminateAll();
+      return fail(started.status());
+    }
+    http_server = std::move(*started);
+    std::fprintf(stderr,
+                 "coordinator: serving the OpenAI HTTP API, /metrics and /dashboard on %s "
+                 "(port %d)\n",
+                 http_listen.c_str(), http_server->port());
+  }
+  auto stop_http = [&] {
+    if (http_server) http_server->Stop();
+  };
+
   RingEngineOptions engine_options;
   engine_options.ring = *ring;
   engine_options.connect_timeout = absl::Seconds(flags->connect_timeout_s);
   engine_options.decode_packing =
       flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread;
-  engine_options.on_progress = [](const std::string& line) {
+  engine_options.on_progress = [&front](const std::string& line) {
     std::fprintf(stderr, "coordinator: %s\n", line.c_str());
+    front.OnProgressLine(line);
   };
   auto engine = RingEngine::Start(engine_options);
-  if (!engine.ok()) return fail(engine.status());
+  if (!engine.ok()) {
+    front.Fail(engine.status());
+    stop_http();
+    return fail(engine.status());
+  }
 
   RingEngine* e = engine->get();
   GenerateService service(e, {.num_stages = ring->num_stages(), .health = [e] {
@@ -188,26 +240,12 @@ int Run(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
+    stop_http();
     (*engine)->Shutdown(/*stop_stages=*/local.has_value());
     return fail(absl::UnavailableError(
         fmt::format("api.grpc: cannot listen on {} (in use?)", ring->grpc_listen)));
   }
-  std::unique_ptr<http::HttpServer> http_server;
-  const std::string http_listen =
-      flags->http_listen.empty() ? ring->http_listen : flags->http_listen;
-  if (!http_listen.empty()) {
-    auto started = http::StartHttpApi(*e, ring->model_dir, {.listen = http_listen});
-    if (!started.ok()) {
-      server->Shutdown(std::chrono::system_clock::now());
-      (*engine)->Shutdown(/*stop_stages=*/local.has_value());
-      return fail(started.status());
-    }
-    http_server = std::move(*started);
-    std::fprintf(stderr,
-                 "coordinator: serving the OpenAI HTTP API, /metrics and /dashboard on %s "
-                 "(port %d)\n",
-                 http_listen.c_str(), http_server->port());
-  }
+  front.Attach(e);
   std::string bound =
       ring->grpc_listen.substr(0, ring->grpc_listen.rfind(':')) + ":" + std::to_string(port);
   std::fprintf(stderr, "coordinator: serving ringserve.v1.Generate on %s (%d stage(s), %s)\n",
@@ -218,15 +256,30 @@ int Run(int argc, char** argv) {
     close(flags->ready_fd);
   }
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  std::fprintf(stderr, "coordinator: signal %d, shutting down\n", sig);
-  if (http_server) http_server->Stop();
+  // Serve until signalled, checking the engine's health every second: once a stage has failed
+  // the ring cannot serve again, so exit non-zero and let the supervisor (systemd
+  // Restart=on-failure) restart the coordinator, which configures the whole ring again.
+  int exit_code = 0;
+  while (true) {
+    const timespec poll = {.tv_sec = 1, .tv_nsec = 0};
+    int sig = sigtimedwait(&signals, nullptr, &poll);
+    if (sig > 0) {
+      std::fprintf(stderr, "coordinator: signal %d, shutting down\n", sig);
+      break;
+    }
+    if (!e->healthy()) {
+      std::fprintf(stderr, "coordinator: the ring is unhealthy (%s), exiting\n",
+                   e->health_message().c_str());
+      exit_code = 3;
+      break;
+    }
+  }
+  stop_http();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   (*engine)->Shutdown(/*stop_stages=*/local.has_value());
   engine->reset();
   if (local) local->TerminateAll();
-  return 0;
+  return exit_code;
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -119,6 +121,14 @@ int main(int argc, char** argv) {
     close(ready_fd);
   }
 
+  // Under systemd with WatchdogSec=, ping the watchdog while the stage serves, including while
+  // it is idle (waiting to be configured); pings stop once shutdown has begun. The check runs
+  // on the pinger thread: an atomic load, cheap and thread-safe as the pinger requires.
+  std::atomic<bool> serving{true};
+  std::optional<WatchdogPinger> watchdog;
+  watchdog.emplace([&serving] { return serving.load(); });
+  if (watchdog->active()) RS_LOG_INFO("pinging the systemd watchdog while serving");
+
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -129,6 +139,8 @@ int main(int argc, char** argv) {
     cv.wait(lock, [&] { return stop; });
   }
   RS_LOG_INFO("stage shutting down");
+  serving = false;
+  watchdog.reset();
   (void)NotifyStopping();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // Wake the signal thread if the stop came from the Shutdown RPC.

@@ -1,7 +1,7 @@
 // The readiness protocol of a real `stage` process under a service manager: started with
 // NOTIFY_SOCKET pointing at a datagram socket this test owns, it reports progress but not
 // READY=1 while it waits to be configured, and sends READY=1 only after the coordinator has
-// configured it and its weights are loaded.
+// configured it and its weights are loaded. An idle stage pings the watchdog.
 #include <stdlib.h>
 
 #include <chrono>
@@ -83,6 +83,45 @@ TEST(StageReadinessTest, ReadyOnlyAfterWeightsAreLoaded) {
   bool stopping = false;
   for (const std::string& message : listener->Drain()) {
     stopping = stopping || HasAssignment(message, "STOPPING=1");
+  }
+  EXPECT_TRUE(stopping) << "the stage did not say STOPPING=1 on its way out";
+}
+
+// Under `WatchdogSec=` an idle stage (never configured) must keep pinging the watchdog, or
+// systemd would restart it; the pings stop before it says STOPPING=1.
+TEST(StageReadinessTest, IdleStagePingsTheWatchdogUntilStopping) {
+  TempDir dir;
+  absl::StatusOr<NotifyListener> listener = NotifyListener::Create(dir.path());
+  ASSERT_TRUE(listener.ok()) << listener.status();
+
+  // WATCHDOG_PID unset: the interval applies to the child (systemd sets it to the main pid).
+  setenv("NOTIFY_SOCKET", listener->path().c_str(), 1);
+  setenv("WATCHDOG_USEC", "200000", 1);
+  unsetenv("WATCHDOG_PID");
+  absl::StatusOr<Subprocess> stage = Subprocess::Spawn(
+      {.argv = {BinaryDir() + "/stage/stage", "--listen", "127.0.0.1:0", "--ready-fd", "3"},
+       .ready_fd = true,
+       .stdout_path = "",
+       .stderr_path = ""});
+  unsetenv("NOTIFY_SOCKET");
+  unsetenv("WATCHDOG_USEC");
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  ASSERT_TRUE(stage->ReadReadyLine(absl::Seconds(30)).ok());
+
+  int pings = 0;
+  while (pings < 3) {
+    std::optional<std::string> message = listener->Receive(milliseconds(10000));
+    ASSERT_TRUE(message.has_value()) << "an idle stage stopped pinging the watchdog";
+    EXPECT_FALSE(HasAssignment(*message, "READY=1")) << *message;
+    if (HasAssignment(*message, "WATCHDOG=1")) ++pings;
+  }
+
+  EXPECT_EQ(stage->Terminate(absl::Seconds(10)), 0);
+  bool stopping = false;
+  for (const std::string& message : listener->Drain()) {
+    if (HasAssignment(message, "STOPPING=1")) stopping = true;
+    EXPECT_FALSE(stopping && HasAssignment(message, "WATCHDOG=1"))
+        << "a watchdog ping after STOPPING=1";
   }
   EXPECT_TRUE(stopping) << "the stage did not say STOPPING=1 on its way out";
 }
