@@ -79,7 +79,7 @@ TEST_P(RingGoldenTest, GreedyTokensMatchTransformers) {
     EXPECT_EQ(got[i].finish_reason, v1::FINISH_REASON_LENGTH);
     EXPECT_EQ(got[i].events, static_cast<int>(golden[i].greedy.size()));
   }
-  auto stats = (*ring)->Stats();
+  auto stats = (*ring)->SettledStats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   ASSERT_EQ(stats->stages_size(), static_cast<int>(c.partition.size()));
   for (const auto& stage : stats->stages()) {
@@ -138,7 +138,7 @@ TEST(RingE2ETest, ThirtyTwoConcurrentRequestsGetTheReferenceTokens) {
     ASSERT_TRUE(got[i].status.ok()) << "request " << i << ": " << got[i].status.error_message();
     EXPECT_EQ(got[i].tokens, expected[i]) << "request " << i << " (seed " << seed << ")";
   }
-  auto stats = (*ring)->Stats();
+  auto stats = (*ring)->SettledStats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->requests_finished(), 32);
   EXPECT_EQ(stats->running(), 0);

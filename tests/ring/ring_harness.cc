@@ -155,6 +155,20 @@ absl::StatusOr<ringserve::v1::StatsResponse> Ring::Stats() {
   return stats;
 }
 
+absl::StatusOr<ringserve::v1::StatsResponse> Ring::SettledStats(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    absl::StatusOr<ringserve::v1::StatsResponse> stats = Stats();
+    if (!stats.ok()) return stats;
+    bool settled = true;
+    for (const auto& stage : stats->stages()) {
+      settled = settled && stage.micro_batches_in_flight() == 0;
+    }
+    if (settled || absl::Now() >= deadline) return stats;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
 absl::StatusOr<ExitResult> RunCoordinatorToExit(const std::vector<std::string>& args,
                                                 absl::Duration timeout) {
   TempDir dir;

@@ -63,6 +63,12 @@ class Ring {
   // Runs one Generate call to the end.
   Generation Generate(const ringserve::v1::GenerateRequest& request);
   absl::StatusOr<ringserve::v1::StatsResponse> Stats();
+  // Statistics once every stage has reported its last result. A request finishes when the
+  // last stage's result arrives; earlier stages report on their own streams and may still be
+  // in transit, so a stage's micro_batches_in_flight reaches 0 a moment later. Polls Stats()
+  // until that happens or `timeout` passes (then returns the last statistics).
+  absl::StatusOr<ringserve::v1::StatsResponse> SettledStats(
+      absl::Duration timeout = absl::Seconds(10));
 
  private:
   Ring() = default;
