@@ -3,9 +3,11 @@
 //   coordinator --stages hosts.yaml [--listen HOST:PORT]
 //       Reads and validates hosts.yaml (coordinator/hosts/ring_config.h), connects to every
 //       stage (bounded wait), configures them, and serves the gRPC Generate API.
-//   coordinator [--model DIR] [--num-stages N] [--listen HOST:PORT]
-//       The embedded default: starts N local `stage` processes (the binary next to this one)
-//       on a small model and serves; the stages exit with the coordinator.
+//   coordinator [--model DIR] [--num-stages N | --partition 8x4] [--device cpu|cuda:N]
+//               [--channel tcp|cuda_ipc] [--listen HOST:PORT]
+//       The embedded default: starts local `stage` processes (the binary next to this one),
+//       all on one device (several CUDA stages may share one GPU over cuda_ipc), and serves;
+//       the stages exit with the coordinator.
 //
 // Other flags: --http-listen HOST:PORT (the OpenAI HTTP API, /metrics and the dashboard;
 // overrides hosts.yaml's api.http), --connect-timeout SECONDS (default 10), --stage-binary PATH,
@@ -48,7 +50,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: coordinator --stages hosts.yaml [--listen HOST:PORT] [--connect-timeout S]\n"
-    "       coordinator [--model DIR] [--num-stages N] [--listen HOST:PORT]\n"
+    "       coordinator [--model DIR] [--num-stages N | --partition SPEC] [--device cpu|cuda:N]\n"
+    "                   [--channel tcp|cuda_ipc|nccl] [--max-batch-tokens N] [--listen HOST:PORT]\n"
     "other flags: --http-listen HOST:PORT, --api-key-file PATH (Bearer key for /v1/*),\n"
     "             --stage-binary PATH, --packing spread|packed, --ready-fd N\n";
 
@@ -59,6 +62,10 @@ struct Flags {
   std::string api_key_file;  // empty: the HTTP API needs no key
   std::string model_dir = RINGSERVE_DEFAULT_MODEL_DIR;
   int num_stages = 2;
+  std::vector<int> partition;  // --partition; empty = --num-stages even split
+  Device device;
+  ChannelKind channel = ChannelKind::kTcp;
+  int max_batch_tokens = 0;  // --max-batch-tokens: scheduler max_tokens_per_micro_batch
   double connect_timeout_s = 10;
   std::string stage_binary;
   std::string packing = "spread";
@@ -98,6 +105,31 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       double n = 0;
       if (absl::Status s = number(&n); !s.ok()) return s;
       flags.num_stages = static_cast<int>(n);
+    } else if (arg == "--partition") {
+      auto partition = ParsePartition(value);
+      if (!partition.ok()) {
+        return absl::InvalidArgumentError(
+            fmt::format("--partition: {}", std::string(partition.status().message())));
+      }
+      flags.partition = *partition;
+    } else if (arg == "--device") {
+      auto device = ParseDevice(value);
+      if (!device.ok()) {
+        return absl::InvalidArgumentError(
+            fmt::format("--device: {}", std::string(device.status().message())));
+      }
+      flags.device = *device;
+    } else if (arg == "--channel") {
+      std::optional<ChannelKind> channel = ParseChannelKind(value);
+      if (!channel) {
+        return absl::InvalidArgumentError(
+            fmt::format("--channel: '{}' is not one of tcp, cuda_ipc, nccl", value));
+      }
+      flags.channel = *channel;
+    } else if (arg == "--max-batch-tokens") {
+      double n = 0;
+      if (absl::Status s = number(&n); !s.ok()) return s;
+      flags.max_batch_tokens = static_cast<int>(n);
     } else if (arg == "--connect-timeout") {
       if (absl::Status s = number(&flags.connect_timeout_s); !s.ok()) return s;
     } else if (arg == "--stage-binary") {
@@ -160,6 +192,10 @@ int Run(int argc, char** argv) {
     options.model_dir = flags->model_dir;
     options.num_layers = *num_layers;
     options.num_stages = flags->num_stages;
+    options.partition = flags->partition;
+    options.device = flags->device;
+    options.channel = flags->channel;
+    options.max_tokens_per_micro_batch = flags->max_batch_tokens;
     if (!flags->listen.empty()) options.grpc_listen = flags->listen;
     ring = DefaultRingConfig(options);
     if (!ring.ok()) return fail(ring.status());

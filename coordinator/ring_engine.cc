@@ -58,11 +58,6 @@ int64_t RingEngine::NowUs() const { return absl::ToInt64Microseconds(absl::Now()
 
 absl::StatusOr<std::unique_ptr<RingEngine>> RingEngine::Start(RingEngineOptions options) {
   RS_RETURN_IF_ERROR(ValidateRingConfig(options.ring));
-  if (options.ring.channel != ChannelKind::kTcp) {
-    return absl::UnimplementedError(fmt::format("{}: channel: '{}' is not available yet; use tcp",
-                                                options.ring.source,
-                                                ChannelKindName(options.ring.channel)));
-  }
   std::unique_ptr<RingEngine> engine(new RingEngine(std::move(options)));
   RS_RETURN_IF_ERROR(engine->Connect());
   engine->engine_thread_ = std::thread([e = engine.get()] { e->EngineLoop(); });
@@ -92,21 +87,34 @@ absl::Status RingEngine::Connect() {
   }
 
   // KV pool per stage: capacity is the minimum over stages (the scheduler's global view).
+  // kv_blocks fixes it; kv_budget converts bytes with each stage's KV element size (fp32 on
+  // the CPU, bf16 on CUDA); otherwise CUDA stages size their pools from memory (0 asks them
+  // to) and CPU stages take the engine's default. The stages report what they hold.
   const int block_size = ring.scheduler.kv_block_size;
-  kv_num_blocks_ =
-      ring.scheduler.kv_blocks > 0 ? ring.scheduler.kv_blocks : options_.default_kv_blocks;
-  if (ring.scheduler.kv_budget_bytes > 0) {
-    int max_layers = 0;
-    for (const StageConfig& s : ring.stages) max_layers = std::max(max_layers, s.num_layers());
-    // The CPU backend keeps K and V in fp32.
-    int64_t block_bytes = static_cast<int64_t>(block_size) * 2 * model_.kv_size() * 4 * max_layers;
-    kv_num_blocks_ = static_cast<int>(std::min<int64_t>(
-        ring.scheduler.kv_budget_bytes / std::max<int64_t>(block_bytes, 1), 1 << 24));
-    if (kv_num_blocks_ < 1) {
-      return absl::InvalidArgumentError(
-          fmt::format("{}: scheduler.kv_budget: {} bytes hold no {}-byte KV block", ring.source,
-                      ring.scheduler.kv_budget_bytes, block_bytes));
+  std::vector<int> stage_kv_blocks(ring.num_stages());
+  for (int i = 0; i < ring.num_stages(); ++i) {
+    const StageConfig& stage = ring.stages[i];
+    int blocks = options_.default_kv_blocks;
+    if (stage.device.is_cuda()) blocks = 0;
+    if (ring.scheduler.kv_blocks > 0) blocks = ring.scheduler.kv_blocks;
+    if (ring.scheduler.kv_budget_bytes > 0) {
+      const int64_t element_bytes = stage.device.is_cuda() ? 2 : 4;
+      const int64_t block_bytes = static_cast<int64_t>(block_size) * 2 * model_.kv_size() *
+                                  element_bytes * stage.num_layers();
+      blocks = static_cast<int>(std::min<int64_t>(
+          ring.scheduler.kv_budget_bytes / std::max<int64_t>(block_bytes, 1), 1 << 24));
+      if (blocks < 1) {
+        return absl::InvalidArgumentError(
+            fmt::format("{}: scheduler.kv_budget: {} bytes hold no {}-byte KV block of stage {}",
+                        ring.source, ring.scheduler.kv_budget_bytes, block_bytes, i));
+      }
     }
+    stage_kv_blocks[i] = blocks;
+  }
+  // Stages sharing one GPU split its memory.
+  std::map<std::pair<std::string, int>, int> stages_per_gpu;
+  for (const StageConfig& stage : ring.stages) {
+    if (stage.device.is_cuda()) stages_per_gpu[{stage.host, stage.device.index}]++;
   }
 
   const int num_stages = ring.num_stages();
@@ -148,7 +156,12 @@ absl::Status RingEngine::Connect() {
     request.set_last_layer(stage.last_layer);
     request.set_device(stage.device.ToString());
     request.set_kv_block_size(block_size);
-    request.set_kv_num_blocks(kv_num_blocks_);
+    request.set_kv_num_blocks(stage_kv_blocks[i]);
+    request.set_max_batch_tokens(ring.scheduler.max_tokens_per_micro_batch);
+    if (stage.device.is_cuda()) {
+      request.set_memory_fraction(options_.gpu_memory_utilization /
+                                  stages_per_gpu[{stage.host, stage.device.index}]);
+    }
     request.set_channel(std::string(ChannelKindName(ring.channel)));
     request.set_data_host(stage.host == "localhost" ? "127.0.0.1" : stage.host);
     request.set_recv_timeout_ms(
@@ -158,10 +171,16 @@ absl::Status RingEngine::Connect() {
         stages_[i]->Configure(request, options_.configure_timeout, [&](const v1::LoadProgress& p) {
           std::lock_guard<std::mutex> lock(progress_mu);
           tracks_[i]->load_status = p.message();
+          if (p.ready()) stage_kv_blocks[i] = p.kv_num_blocks();
           progress(fmt::format("stage {} ({}): {}", i, stage.endpoint(), p.message()));
         }));
     return absl::OkStatus();
   }));
+  kv_num_blocks_ = *std::min_element(stage_kv_blocks.begin(), stage_kv_blocks.end());
+  if (kv_num_blocks_ < 1) {
+    return absl::ResourceExhaustedError(fmt::format(
+        "{}: a stage reported an empty KV pool ({} blocks)", ring.source, kv_num_blocks_));
+  }
   RS_RETURN_IF_ERROR(parallel([&](int i) -> absl::Status {
     v1::ConnectPeersRequest request;
     if (i > 0) request.set_prev_data_endpoint(data_endpoints[i]);

@@ -43,8 +43,11 @@ struct RingEngineOptions {
   absl::Duration configure_timeout = absl::Minutes(30);
   // Bound on a stage waiting for its neighbour's activations during a step.
   absl::Duration step_timeout = absl::Seconds(120);
-  // Per-stage KV pool when the RingConfig sets neither kv_blocks nor kv_budget.
+  // Per-stage KV pool of CPU stages when the RingConfig sets neither kv_blocks nor kv_budget
+  // (CUDA stages then size theirs from memory).
   int default_kv_blocks = 512;
+  // Share of each GPU's memory the CUDA stages on it may take together (split evenly).
+  double gpu_memory_utilization = 0.9;
   DecodePacking decode_packing = DecodePacking::kSpread;
   // Start-up progress, e.g. "stage 1 (127.0.0.1:7001): loading layers [2, 4) ...".
   std::function<void(const std::string& line)> on_progress;

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "fmt/format.h"
 #include "proto/grpc_status.h"
+#include "stage/stage_backend.h"
 
 namespace ringserve {
 namespace {
@@ -30,18 +31,16 @@ grpc::Status CheckConfigureRequest(const v1::ConfigureRequest& r) {
   }
   if (r.kv_block_size() < 1)
     return Invalid(fmt::format("kv_block_size: {} < 1", r.kv_block_size()));
-  if (r.kv_num_blocks() < 1)
-    return Invalid(fmt::format("kv_num_blocks: {} < 1", r.kv_num_blocks()));
-  if (!r.channel().empty() && r.channel() != "tcp") {
-    return grpc::Status(
-        grpc::StatusCode::UNIMPLEMENTED,
-        fmt::format("channel: '{}' is not available in this stage (only tcp)", r.channel()));
+  if (r.kv_num_blocks() < 0) {
+    return Invalid(fmt::format("kv_num_blocks: {} < 0", r.kv_num_blocks()));
   }
-  if (!r.device().empty() && r.device() != "cpu") {
-    return grpc::Status(
-        grpc::StatusCode::UNIMPLEMENTED,
-        fmt::format("device: '{}' is not available in this stage (only cpu)", r.device()));
+  if (r.max_batch_tokens() < 0) {
+    return Invalid(fmt::format("max_batch_tokens: {} < 0", r.max_batch_tokens()));
   }
+  if (!(r.memory_fraction() >= 0 && r.memory_fraction() <= 1)) {
+    return Invalid(fmt::format("memory_fraction: {} is not in [0, 1]", r.memory_fraction()));
+  }
+  if (absl::Status backend = CheckBackend(r); !backend.ok()) return ToGrpcStatus(backend);
   if (r.data_port() < 0 || r.data_port() > 65535) {
     return Invalid(fmt::format("data_port: {} is not in [0, 65535]", r.data_port()));
   }
@@ -127,12 +126,8 @@ grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRe
   writer->Write(progress);
 
   absl::Time start = absl::Now();
-  SliceOptions slice_options;
-  slice_options.model_dir = request->model_dir();
-  slice_options.layers = LayerRange{request->first_layer(), request->last_layer()};
-  slice_options.kv_block_size = request->kv_block_size();
-  slice_options.kv_num_blocks = request->kv_num_blocks();
-  auto slice = ModelSlice::LoadCpu(slice_options);
+  std::string summary;
+  auto slice = LoadStageSlice(*request, &summary);
   if (!slice.ok()) return finish(ToGrpcStatus(slice.status()));
   const bool want_first = request->stage_index() == 0;
   const bool want_last = request->stage_index() == request->num_stages() - 1;
@@ -144,9 +139,10 @@ grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRe
         request->stage_index(), request->num_stages(), (*slice)->config().num_layers)));
   }
   std::string ready =
-      fmt::format("stage {}/{}: ready, layers [{}, {}) loaded in {:.2f} s", request->stage_index(),
-                  request->num_stages(), request->first_layer(), request->last_layer(),
-                  absl::ToDoubleSeconds(absl::Now() - start));
+      fmt::format("stage {}/{}: ready, layers [{}, {}) loaded in {:.2f} s ({})",
+                  request->stage_index(), request->num_stages(), request->first_layer(),
+                  request->last_layer(), absl::ToDoubleSeconds(absl::Now() - start), summary);
+  const int kv_num_blocks = (*slice)->options().kv_num_blocks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     slice_ = std::move(*slice);
@@ -157,6 +153,7 @@ grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRe
   progress.set_message(ready);
   progress.set_done(1);
   progress.set_ready(true);
+  progress.set_kv_num_blocks(kv_num_blocks);
   writer->Write(progress);
   if (options_.on_ready) options_.on_ready(ready);
   return finish(grpc::Status::OK);
@@ -198,17 +195,9 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext*,
         absl::InvalidArgumentError("next_data_endpoint: empty on a stage that is not last"));
   }
 
-  absl::StatusOr<std::unique_ptr<ActivationReceiver>> receiver =
-      std::unique_ptr<ActivationReceiver>();
-  std::thread accept_thread;
-  if (!first) {
-    accept_thread = std::thread([&] { receiver = listener->Accept(index - 1, timeout); });
-  }
-  absl::StatusOr<std::unique_ptr<ActivationSender>> sender = std::unique_ptr<ActivationSender>();
-  if (!last) sender = TcpConnect(request->next_data_endpoint(), index, timeout);
-  if (accept_thread.joinable()) accept_thread.join();
-  if (!sender.ok()) return fail(sender.status());
-  if (!receiver.ok()) return fail(receiver.status());
+  auto channels =
+      ConnectStageChannels(config, *slice, listener.get(), request->next_data_endpoint(), timeout);
+  if (!channels.ok()) return fail(channels.status());
 
   StepExecutorOptions executor_options;
   executor_options.stage_index = index;
@@ -217,8 +206,8 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext*,
     executor_options.recv_timeout = absl::Milliseconds(config.recv_timeout_ms());
     executor_options.send_timeout = executor_options.recv_timeout;
   }
-  auto executor = std::make_shared<StepExecutor>(executor_options, std::move(slice),
-                                                 std::move(*receiver), std::move(*sender));
+  auto executor =
+      std::make_shared<StepExecutor>(executor_options, std::move(slice), std::move(*channels));
   {
     std::lock_guard<std::mutex> lock(mu_);
     executor_ = std::move(executor);

@@ -12,30 +12,22 @@ namespace {
 
 int64_t MicrosSince(absl::Time start) { return absl::ToInt64Microseconds(absl::Now() - start); }
 
-// log softmax of `token` in `row`.
-float LogProb(std::span<const float> row, int32_t token) {
-  float max = -INFINITY;
-  for (float v : row) max = std::max(max, v);
-  double sum = 0;
-  for (float v : row) sum += std::exp(static_cast<double>(v - max));
-  return static_cast<float>(row[token] - max - std::log(sum));
-}
-
 }  // namespace
 
 StepExecutor::StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice,
-                           std::unique_ptr<ActivationReceiver> receiver,
-                           std::unique_ptr<ActivationSender> sender)
+                           StageChannels channels)
     : options_(options),
       slice_(std::move(slice)),
-      receiver_(std::move(receiver)),
-      sender_(std::move(sender)) {}
+      resident_(dynamic_cast<ResidentSlice*>(slice_.get())),
+      channels_(std::move(channels)) {}
 
 StepExecutor::~StepExecutor() { CloseChannels(); }
 
 void StepExecutor::CloseChannels() {
-  if (receiver_) receiver_->Close();
-  if (sender_) sender_->Close();
+  if (channels_.receiver) channels_.receiver->Close();
+  if (channels_.sender) channels_.sender->Close();
+  if (channels_.device_receiver) channels_.device_receiver->Close();
+  if (channels_.device_sender) channels_.device_sender->Close();
 }
 
 absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
@@ -50,6 +42,67 @@ absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
   return outcome;
 }
 
+absl::Status StepExecutor::ReceiveInput(uint64_t micro_batch_id, int64_t total_tokens) {
+  const size_t values = static_cast<size_t>(total_tokens) * slice_->config().hidden_size;
+  if (channels_.device_receiver != nullptr) {
+    if (resident_ == nullptr) {
+      return absl::FailedPreconditionError("a GPU channel needs a CUDA slice");
+    }
+    if (total_tokens > resident_->max_batch_tokens()) {
+      return absl::InvalidArgumentError(fmt::format("{} tokens exceed the stage's {}", total_tokens,
+                                                    resident_->max_batch_tokens()));
+    }
+    RS_RETURN_IF_ERROR(channels_.device_receiver->Recv(
+        micro_batch_id, resident_->device_hidden(), values * sizeof(float), resident_->gpu_stream(),
+        options_.recv_timeout));
+    bytes_received_.store(channels_.device_receiver->bytes_received());
+    return absl::OkStatus();
+  }
+  if (channels_.receiver == nullptr) {
+    return absl::FailedPreconditionError("no previous stage connected");
+  }
+  hidden_in_.resize(values);
+  RS_RETURN_IF_ERROR(channels_.receiver->Recv(
+      micro_batch_id, std::as_writable_bytes(std::span<float>(hidden_in_)), options_.recv_timeout));
+  bytes_received_.store(channels_.receiver->bytes_received());
+  if (resident_ != nullptr) RS_RETURN_IF_ERROR(resident_->CopyHiddenIn(hidden_in_));
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::SendOutput(uint64_t micro_batch_id, std::span<const float> host_out,
+                                      int64_t total_tokens, StepOutcome* outcome) {
+  const size_t values = static_cast<size_t>(total_tokens) * slice_->config().hidden_size;
+  if (channels_.device_sender != nullptr) {
+    if (resident_ == nullptr) {
+      return absl::FailedPreconditionError("a GPU channel needs a CUDA slice");
+    }
+    const int64_t before = channels_.device_sender->bytes_sent();
+    RS_RETURN_IF_ERROR(channels_.device_sender->Send(
+        micro_batch_id, resident_->device_hidden(), values * sizeof(float), resident_->gpu_stream(),
+        options_.send_timeout));
+    outcome->bytes_sent = channels_.device_sender->bytes_sent() - before;
+    bytes_sent_.store(channels_.device_sender->bytes_sent());
+    return absl::OkStatus();
+  }
+  if (channels_.sender == nullptr) return absl::FailedPreconditionError("no next stage connected");
+  if (resident_ != nullptr) {
+    hidden_out_.resize(values);
+    RS_RETURN_IF_ERROR(resident_->CopyHiddenOut(hidden_out_));
+    host_out = hidden_out_;
+  }
+  if (host_out.size() != values) {
+    return absl::InternalError(fmt::format("slice returned {} values, expected {} x {}",
+                                           host_out.size(), total_tokens,
+                                           slice_->config().hidden_size));
+  }
+  const int64_t before = channels_.sender->bytes_sent();
+  RS_RETURN_IF_ERROR(
+      channels_.sender->Send(micro_batch_id, std::as_bytes(host_out), options_.send_timeout));
+  outcome->bytes_sent = channels_.sender->bytes_sent() - before;
+  bytes_sent_.store(channels_.sender->bytes_sent());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
   const bool first = slice_->is_first();
   const bool last = slice_->is_last();
@@ -57,54 +110,58 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
                       DecodeStepPlan(plan, first, last, slice_->options().kv_block_size));
   StepOutcome outcome;
   const int64_t total_tokens = decoded.batch.TotalTokens();
-  const int hidden = slice_->config().hidden_size;
   outcome.num_tokens = static_cast<int>(total_tokens);
 
   absl::Time wait_start = absl::Now();
-  if (!first) {
-    if (receiver_ == nullptr) return absl::FailedPreconditionError("no previous stage connected");
-    hidden_in_.resize(static_cast<size_t>(total_tokens) * hidden);
-    RS_RETURN_IF_ERROR(receiver_->Recv(plan.micro_batch_id(),
-                                       std::as_writable_bytes(std::span<float>(hidden_in_)),
-                                       options_.recv_timeout));
-    bytes_received_.store(receiver_->bytes_received());
-  }
+  if (!first) RS_RETURN_IF_ERROR(ReceiveInput(plan.micro_batch_id(), total_tokens));
   outcome.wait_us = MicrosSince(wait_start);
 
   absl::Time busy_start = absl::Now();
   if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
-  RS_ASSIGN_OR_RETURN(
-      std::vector<float> out,
-      slice_->Forward(decoded.batch, first ? std::span<const float>() : hidden_in_));
   if (!last) {
-    if (out.size() != static_cast<size_t>(total_tokens) * hidden) {
-      return absl::InternalError(fmt::format("slice returned {} values, expected {} x {}",
-                                             out.size(), total_tokens, hidden));
+    std::vector<float> out;
+    if (resident_ != nullptr) {
+      RS_RETURN_IF_ERROR(resident_->ForwardResident(decoded.batch));
+    } else {
+      RS_ASSIGN_OR_RETURN(
+          out, slice_->Forward(decoded.batch, first ? std::span<const float>() : hidden_in_));
     }
+    // Sending waits for the forward pass on the GPU: its time counts as busy.
+    RS_RETURN_IF_ERROR(SendOutput(plan.micro_batch_id(), out, total_tokens, &outcome));
     outcome.busy_us = MicrosSince(busy_start);
-    if (sender_ == nullptr) return absl::FailedPreconditionError("no next stage connected");
-    int64_t before = sender_->bytes_sent();
-    RS_RETURN_IF_ERROR(sender_->Send(
-        plan.micro_batch_id(), std::as_bytes(std::span<const float>(out)), options_.send_timeout));
-    outcome.bytes_sent = sender_->bytes_sent() - before;
-    bytes_sent_.store(sender_->bytes_sent());
     return outcome;
   }
 
-  const int vocab = slice_->config().vocab_size;
-  if (out.size() != decoded.sampling.size() * static_cast<size_t>(vocab)) {
-    return absl::InternalError(fmt::format("slice returned {} logits, expected {} rows x {}",
-                                           out.size(), decoded.sampling.size(), vocab));
+  SampledRows sampled;
+  if (resident_ != nullptr) {
+    RS_ASSIGN_OR_RETURN(sampled, resident_->SampleResident(decoded.batch, decoded.sampling));
+  } else {
+    const int vocab = slice_->config().vocab_size;
+    RS_ASSIGN_OR_RETURN(
+        std::vector<float> logits,
+        slice_->Forward(decoded.batch, first ? std::span<const float>() : hidden_in_));
+    if (logits.size() != decoded.sampling.size() * static_cast<size_t>(vocab)) {
+      return absl::InternalError(fmt::format("slice returned {} logits, expected {} rows x {}",
+                                             logits.size(), decoded.sampling.size(), vocab));
+    }
+    RS_ASSIGN_OR_RETURN(sampled.tokens, SampleTokens(logits, vocab, decoded.sampling));
+    for (size_t row = 0; row < sampled.tokens.size(); ++row) {
+      sampled.logprobs.push_back(TokenLogprob(
+          std::span<const float>(logits).subspan(row * vocab, vocab), sampled.tokens[row]));
+    }
   }
-  RS_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, SampleTokens(out, vocab, decoded.sampling));
+  if (sampled.tokens.size() != decoded.sampling.size() ||
+      sampled.logprobs.size() != sampled.tokens.size()) {
+    return absl::InternalError(fmt::format("slice sampled {} tokens for {} rows",
+                                           sampled.tokens.size(), decoded.sampling.size()));
+  }
   size_t row = 0;
   for (const SequenceChunk& chunk : decoded.batch.chunks) {
     if (chunk.logits != LogitsMode::kLastToken) continue;
     v1::SampledToken token;
     token.set_seq_id(chunk.seq_id);
-    token.set_token_id(tokens[row]);
-    token.set_logprob(
-        LogProb(std::span<const float>(out).subspan(row * vocab, vocab), tokens[row]));
+    token.set_token_id(sampled.tokens[row]);
+    token.set_logprob(sampled.logprobs[row]);
     outcome.tokens.push_back(token);
     ++row;
   }

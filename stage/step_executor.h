@@ -1,6 +1,10 @@
 // Runs step plans on one stage, in order: receive the previous stage's activations (unless
 // first), run the model slice, then send the activations on (unless last) or sample one token
-// per sampling chunk (last). Owns the slice and the stage's two channel ends.
+// per sampling chunk (last). Owns the slice and the stage's channel ends.
+//
+// A slice that is also a ResidentSlice (CUDA) keeps activations on its GPU: device channel ends
+// move them GPU to GPU, host (tcp) ends copy them through the host, and the last slice samples
+// its logits rows itself.
 //
 // Not thread-safe: one thread calls Run, plan after plan. Counters are atomics, readable from
 // any thread.
@@ -15,7 +19,9 @@
 #include "absl/time/time.h"
 #include "stage/activation_channel.h"
 #include "stage/model/model_slice.h"
+#include "stage/model/resident_slice.h"
 #include "stage/plan_proto.h"
+#include "stage/stage_backend.h"
 
 namespace ringserve {
 
@@ -37,10 +43,10 @@ struct StepExecutorOptions {
 
 class StepExecutor {
  public:
-  // `receiver` is null exactly on the first stage, `sender` exactly on the last.
+  // The channels' receiving end (host or device) is null exactly on the first stage, the
+  // sending end exactly on the last. Device ends need a ResidentSlice.
   StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice,
-               std::unique_ptr<ActivationReceiver> receiver,
-               std::unique_ptr<ActivationSender> sender);
+               StageChannels channels);
   ~StepExecutor();
 
   // Runs one plan. Any error (bad plan, channel failure, model error) names the stage and the
@@ -57,12 +63,17 @@ class StepExecutor {
 
  private:
   absl::StatusOr<StepOutcome> RunChecked(const v1::StepPlan& plan);
+  // The input of a stage that is not first, into hidden_in_ or the resident slice's buffer.
+  absl::Status ReceiveInput(uint64_t micro_batch_id, int64_t total_tokens);
+  absl::Status SendOutput(uint64_t micro_batch_id, std::span<const float> host_out,
+                          int64_t total_tokens, StepOutcome* outcome);
 
   StepExecutorOptions options_;
   std::unique_ptr<ModelSlice> slice_;
-  std::unique_ptr<ActivationReceiver> receiver_;
-  std::unique_ptr<ActivationSender> sender_;
+  ResidentSlice* resident_ = nullptr;  // slice_ as a ResidentSlice, or null
+  StageChannels channels_;
   std::vector<float> hidden_in_;
+  std::vector<float> hidden_out_;
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> bytes_received_{0};
 };

@@ -129,105 +129,71 @@ absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port, bool passiv
   return result;
 }
 
+// Reads one frame carrying `expected_tag` and exactly out.size() payload bytes.
+absl::Status ReadFrame(int fd, uint64_t expected_tag, std::span<std::byte> out, absl::Time deadline,
+                       const std::string& what) {
+  std::byte header[kHeaderBytes];
+  RS_RETURN_IF_ERROR(ReadFull(fd, header, kHeaderBytes, deadline, what));
+  if (GetU32(header) != kFrameMagic || GetU16(header + 4) != kFrameVersion) {
+    return absl::DataLossError(what + ": bad frame header (magic or version)");
+  }
+  if (GetU32(header + 28) != Crc32(std::span<const std::byte>(header, 28))) {
+    return absl::DataLossError(what + ": frame header checksum mismatch");
+  }
+  uint64_t got_tag = GetU64(header + 8);
+  uint64_t got_bytes = GetU64(header + 16);
+  if (got_tag != expected_tag) {
+    return absl::DataLossError(
+        fmt::format("{}: got micro-batch {} instead (stages out of order)", what, got_tag));
+  }
+  if (got_bytes != out.size()) {
+    return absl::DataLossError(fmt::format("{}: the plan expects {} bytes, the frame holds {}",
+                                           what, out.size(), got_bytes));
+  }
+  RS_RETURN_IF_ERROR(ReadFull(fd, out.data(), out.size(), deadline, what));
+  if (Crc32(out) != GetU32(header + 24)) {
+    return absl::DataLossError(what + ": payload checksum mismatch");
+  }
+  return absl::OkStatus();
+}
+
 class TcpSender : public ActivationSender {
  public:
-  TcpSender(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
-  ~TcpSender() override { Close(); }
+  explicit TcpSender(std::unique_ptr<TcpLink> link) : link_(std::move(link)) {}
 
   absl::Status Send(uint64_t micro_batch_id, std::span<const std::byte> data,
                     absl::Duration timeout) override {
-    std::string what = fmt::format("tcp send of micro-batch {} to {}", micro_batch_id, peer_);
-    if (fd_ < 0) return absl::FailedPreconditionError(what + ": channel is closed");
-    std::byte header[kHeaderBytes];
-    PutU32(header, kFrameMagic);
-    PutU16(header + 4, kFrameVersion);
-    PutU16(header + 6, 0);
-    PutU64(header + 8, micro_batch_id);
-    PutU64(header + 16, data.size());
-    PutU32(header + 24, Crc32(data));
-    PutU32(header + 28, Crc32(std::span<const std::byte>(header, 28)));
-    absl::Time deadline = absl::Now() + timeout;
-    absl::Status status = WriteFull(fd_, header, kHeaderBytes, deadline, what);
-    if (status.ok()) status = WriteFull(fd_, data.data(), data.size(), deadline, what);
-    if (!status.ok()) {
-      Close();
-      return status;
-    }
+    RS_RETURN_IF_ERROR(link_->Write(
+        micro_batch_id, data, absl::Now() + timeout,
+        fmt::format("tcp send of micro-batch {} to {}", micro_batch_id, link_->peer())));
     bytes_sent_ += static_cast<int64_t>(kHeaderBytes + data.size());
     return absl::OkStatus();
   }
-
-  void Close() override {
-    if (fd_ >= 0) {
-      shutdown(fd_, SHUT_RDWR);
-      close(fd_);
-      fd_ = -1;
-    }
-  }
-
+  void Close() override { link_->Close(); }
   int64_t bytes_sent() const override { return bytes_sent_; }
 
  private:
-  int fd_;
-  std::string peer_;
+  std::unique_ptr<TcpLink> link_;
   int64_t bytes_sent_ = 0;
 };
 
 class TcpReceiver : public ActivationReceiver {
  public:
-  TcpReceiver(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
-  ~TcpReceiver() override { Close(); }
+  explicit TcpReceiver(std::unique_ptr<TcpLink> link) : link_(std::move(link)) {}
 
   absl::Status Recv(uint64_t micro_batch_id, std::span<std::byte> out,
                     absl::Duration timeout) override {
-    std::string what = fmt::format("tcp receive of micro-batch {} from {}", micro_batch_id, peer_);
-    if (fd_ < 0) return absl::FailedPreconditionError(what + ": channel is closed");
-    absl::Status status = RecvInto(micro_batch_id, out, absl::Now() + timeout, what);
-    if (!status.ok()) Close();
-    return status;
-  }
-
-  void Close() override {
-    if (fd_ >= 0) {
-      shutdown(fd_, SHUT_RDWR);
-      close(fd_);
-      fd_ = -1;
-    }
-  }
-
-  int64_t bytes_received() const override { return bytes_received_; }
-
- private:
-  absl::Status RecvInto(uint64_t micro_batch_id, std::span<std::byte> out, absl::Time deadline,
-                        const std::string& what) {
-    std::byte header[kHeaderBytes];
-    RS_RETURN_IF_ERROR(ReadFull(fd_, header, kHeaderBytes, deadline, what));
-    if (GetU32(header) != kFrameMagic || GetU16(header + 4) != kFrameVersion) {
-      return absl::DataLossError(what + ": bad frame header (magic or version)");
-    }
-    if (GetU32(header + 28) != Crc32(std::span<const std::byte>(header, 28))) {
-      return absl::DataLossError(what + ": frame header checksum mismatch");
-    }
-    uint64_t got_id = GetU64(header + 8);
-    uint64_t got_bytes = GetU64(header + 16);
-    if (got_id != micro_batch_id) {
-      return absl::DataLossError(
-          fmt::format("{}: got micro-batch {} instead (stages out of order)", what, got_id));
-    }
-    if (got_bytes != out.size()) {
-      return absl::DataLossError(fmt::format("{}: the plan expects {} bytes, the frame holds {}",
-                                             what, out.size(), got_bytes));
-    }
-    RS_RETURN_IF_ERROR(ReadFull(fd_, out.data(), out.size(), deadline, what));
-    if (Crc32(out) != GetU32(header + 24)) {
-      return absl::DataLossError(what + ": payload checksum mismatch");
-    }
+    RS_RETURN_IF_ERROR(link_->Read(
+        micro_batch_id, out, absl::Now() + timeout,
+        fmt::format("tcp receive of micro-batch {} from {}", micro_batch_id, link_->peer())));
     bytes_received_ += static_cast<int64_t>(kHeaderBytes + out.size());
     return absl::OkStatus();
   }
+  void Close() override { link_->Close(); }
+  int64_t bytes_received() const override { return bytes_received_; }
 
-  int fd_;
-  std::string peer_;
+ private:
+  std::unique_ptr<TcpLink> link_;
   int64_t bytes_received_ = 0;
 };
 
@@ -254,6 +220,39 @@ uint32_t Crc32(std::span<const std::byte> data) {
     left -= n;
   }
   return static_cast<uint32_t>(crc);
+}
+
+absl::Status TcpLink::Write(uint64_t tag, std::span<const std::byte> payload, absl::Time deadline,
+                            const std::string& what) {
+  if (fd_ < 0) return absl::FailedPreconditionError(what + ": channel is closed");
+  std::byte header[kHeaderBytes];
+  PutU32(header, kFrameMagic);
+  PutU16(header + 4, kFrameVersion);
+  PutU16(header + 6, 0);
+  PutU64(header + 8, tag);
+  PutU64(header + 16, payload.size());
+  PutU32(header + 24, Crc32(payload));
+  PutU32(header + 28, Crc32(std::span<const std::byte>(header, 28)));
+  absl::Status status = WriteFull(fd_, header, kHeaderBytes, deadline, what);
+  if (status.ok()) status = WriteFull(fd_, payload.data(), payload.size(), deadline, what);
+  if (!status.ok()) Close();
+  return status;
+}
+
+absl::Status TcpLink::Read(uint64_t expected_tag, std::span<std::byte> out, absl::Time deadline,
+                           const std::string& what) {
+  if (fd_ < 0) return absl::FailedPreconditionError(what + ": channel is closed");
+  absl::Status status = ReadFrame(fd_, expected_tag, out, deadline, what);
+  if (!status.ok()) Close();
+  return status;
+}
+
+void TcpLink::Close() {
+  if (fd_ >= 0) {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    fd_ = -1;
+  }
 }
 
 absl::Status SplitHostPort(const std::string& endpoint, const std::string& what, std::string* host,
@@ -313,6 +312,12 @@ TcpListener::~TcpListener() {
 
 absl::StatusOr<std::unique_ptr<ActivationReceiver>> TcpListener::Accept(int expected_sender_index,
                                                                         absl::Duration timeout) {
+  RS_ASSIGN_OR_RETURN(std::unique_ptr<TcpLink> link, AcceptLink(expected_sender_index, timeout));
+  return std::unique_ptr<ActivationReceiver>(new TcpReceiver(std::move(link)));
+}
+
+absl::StatusOr<std::unique_ptr<TcpLink>> TcpListener::AcceptLink(int expected_sender_index,
+                                                                 absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   std::string what =
       fmt::format("waiting on {} for stage {} to connect", endpoint_, expected_sender_index);
@@ -331,8 +336,8 @@ absl::StatusOr<std::unique_ptr<ActivationReceiver>> TcpListener::Accept(int expe
     absl::Status status = ReadFull(conn, hello, kHelloBytes, deadline, what);
     if (status.ok() && GetU32(hello) == kHelloMagic &&
         static_cast<int32_t>(GetU32(hello + 4)) == expected_sender_index) {
-      return std::unique_ptr<ActivationReceiver>(
-          new TcpReceiver(conn, fmt::format("stage {} ({})", expected_sender_index, peer)));
+      return std::make_unique<TcpLink>(conn,
+                                       fmt::format("stage {} ({})", expected_sender_index, peer));
     }
     close(conn);
     if (absl::IsDeadlineExceeded(status)) return status;
@@ -342,6 +347,13 @@ absl::StatusOr<std::unique_ptr<ActivationReceiver>> TcpListener::Accept(int expe
 absl::StatusOr<std::unique_ptr<ActivationSender>> TcpConnect(const std::string& endpoint,
                                                              int sender_index,
                                                              absl::Duration timeout) {
+  RS_ASSIGN_OR_RETURN(std::unique_ptr<TcpLink> link,
+                      TcpConnectLink(endpoint, sender_index, timeout));
+  return std::unique_ptr<ActivationSender>(new TcpSender(std::move(link)));
+}
+
+absl::StatusOr<std::unique_ptr<TcpLink>> TcpConnectLink(const std::string& endpoint,
+                                                        int sender_index, absl::Duration timeout) {
   std::string host;
   int port = 0;
   RS_RETURN_IF_ERROR(SplitHostPort(endpoint, "next stage data endpoint", &host, &port));
@@ -381,8 +393,8 @@ absl::StatusOr<std::unique_ptr<ActivationSender>> TcpConnect(const std::string& 
         close(fd);
         return status;
       }
-      return std::unique_ptr<ActivationSender>(
-          new TcpSender(fd, fmt::format("stage {} ({})", sender_index + 1, endpoint)));
+      return std::make_unique<TcpLink>(fd,
+                                       fmt::format("stage {} ({})", sender_index + 1, endpoint));
     }
     if (absl::Now() + backoff > deadline) {
       return absl::UnavailableError(

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,35 @@ uint32_t Crc32(std::span<const std::byte> data);
 // Splits "host:port" (port 0..65535). InvalidArgument naming `what` otherwise.
 absl::Status SplitHostPort(const std::string& endpoint, const std::string& what, std::string* host,
                            int* port);
+
+// A connected socket carrying checked frames (the framing above; `tag` is the micro_batch_id
+// field) in both directions. The tcp channel sends activations over one; the GPU channels
+// (stage/device_channel.h) carry their small control messages over one per hop.
+// Not thread-safe: one reader and one writer, which may be the same thread.
+class TcpLink {
+ public:
+  TcpLink(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
+  ~TcpLink() { Close(); }
+  TcpLink(const TcpLink&) = delete;
+  TcpLink& operator=(const TcpLink&) = delete;
+
+  // Writes one frame. `what` prefixes error messages. On error the link is closed.
+  absl::Status Write(uint64_t tag, std::span<const std::byte> payload, absl::Time deadline,
+                     const std::string& what);
+  // Reads one frame, which must carry `expected_tag` and exactly out.size() payload bytes
+  // (DataLoss otherwise, naming both). On error the link is closed.
+  absl::Status Read(uint64_t expected_tag, std::span<std::byte> out, absl::Time deadline,
+                    const std::string& what);
+  // Shuts the socket down: the peer's pending and later reads fail.
+  void Close();
+  bool closed() const { return fd_ < 0; }
+  // "stage N (host:port)".
+  const std::string& peer() const { return peer_; }
+
+ private:
+  int fd_;
+  std::string peer_;
+};
 
 // A bound, listening socket that accepts the previous stage's connection.
 // Thread-compatible; Accept may be called once per expected peer.
@@ -43,6 +73,9 @@ class TcpListener {
   // the endpoint when nobody came.
   absl::StatusOr<std::unique_ptr<ActivationReceiver>> Accept(int expected_sender_index,
                                                              absl::Duration timeout);
+  // As Accept, but returns the bare link (for the GPU channels' control messages).
+  absl::StatusOr<std::unique_ptr<TcpLink>> AcceptLink(int expected_sender_index,
+                                                      absl::Duration timeout);
 
  private:
   TcpListener(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {}
@@ -55,5 +88,8 @@ class TcpListener {
 absl::StatusOr<std::unique_ptr<ActivationSender>> TcpConnect(const std::string& endpoint,
                                                              int sender_index,
                                                              absl::Duration timeout);
+// As TcpConnect, but returns the bare link (for the GPU channels' control messages).
+absl::StatusOr<std::unique_ptr<TcpLink>> TcpConnectLink(const std::string& endpoint,
+                                                        int sender_index, absl::Duration timeout);
 
 }  // namespace ringserve

@@ -624,12 +624,19 @@ absl::StatusOr<RingConfig> DefaultRingConfig(const DefaultRingOptions& options) 
     return absl::InvalidArgumentError(
         fmt::format("default ring: the model has {} layers", options.num_layers));
   }
-  int num_stages = std::clamp(options.num_stages, 1, options.num_layers);
-  RS_ASSIGN_OR_RETURN(std::vector<int> counts, EvenPartition(options.num_layers, num_stages));
+  std::vector<int> counts = options.partition;
+  if (counts.empty()) {
+    const int num_stages = std::clamp(options.num_stages, 1, options.num_layers);
+    RS_ASSIGN_OR_RETURN(counts, EvenPartition(options.num_layers, num_stages));
+  }
+  const int num_stages = static_cast<int>(counts.size());
   RingConfig config;
   config.source = "<embedded default>";
   config.model_dir = options.model_dir;
-  config.channel = ChannelKind::kTcp;
+  config.channel = options.channel;
+  if (options.max_tokens_per_micro_batch > 0) {
+    config.scheduler.max_tokens_per_micro_batch = options.max_tokens_per_micro_batch;
+  }
   config.grpc_listen = options.grpc_listen;
   config.http_listen = options.http_listen;
   config.num_layers = options.num_layers;
@@ -638,6 +645,7 @@ absl::StatusOr<RingConfig> DefaultRingConfig(const DefaultRingOptions& options) 
   for (int i = 0; i < num_stages; ++i) {
     StageConfig stage;
     stage.host = "127.0.0.1";
+    stage.device = options.device;
     // The kernel rarely repeats a port it just handed out, but make the ports distinct anyway.
     for (int attempt = 0;
          attempt < 16 && (stage.control_port == 0 || ports.count(stage.control_port)); ++attempt) {

@@ -136,15 +136,21 @@ absl::StatusOr<int> PickFreeLocalPort();
 
 struct DefaultRingOptions {
   std::string model_dir;
-  int num_layers = 0;  // the model's decoder layer count
-  int num_stages = 2;  // clamped to [1, num_layers]
+  int num_layers = 0;          // the model's decoder layer count
+  int num_stages = 2;          // clamped to [1, num_layers]; ignored when `partition` is given
+  std::vector<int> partition;  // layer counts per stage (ParsePartition); empty = even split
+  Device device;               // every stage's device (several stages may share one GPU)
+  ChannelKind channel = ChannelKind::kTcp;
+  int max_tokens_per_micro_batch = 0;  // 0 = the SchedulerKnobs default
   std::string grpc_listen = "127.0.0.1:50051";
   std::string http_listen;  // empty = no HTTP API
 };
 
-// The embedded default used when no hosts file is given: `num_stages` CPU stages on 127.0.0.1,
-// each on a distinct free control port (PickFreeLocalPort), the tcp channel, an even partition
-// and default scheduler knobs. The result passes ValidateRingConfig.
+// The embedded default used when no hosts file is given: stages on 127.0.0.1, each on a
+// distinct free control port (PickFreeLocalPort), all on `device`, with `channel`, the given
+// partition or an even one, and default scheduler knobs. InvalidArgument (naming the field)
+// when the partition does not sum to the model's layers or the channel does not suit the
+// device. The result passes ValidateRingConfig.
 absl::StatusOr<RingConfig> DefaultRingConfig(const DefaultRingOptions& options);
 
 }  // namespace ringserve

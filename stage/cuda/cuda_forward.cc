@@ -1,5 +1,5 @@
 // The CUDA slice's forward pass: micro-batch validation, the per-batch metadata plan, the layer
-// loop, and decode-step CUDA graphs.
+// loop, decode-step CUDA graphs, the device-resident entry points and logits sampling.
 #include <algorithm>
 #include <cmath>
 
@@ -12,6 +12,7 @@
 #include "kernels/cuda/sampling.h"
 #include "stage/cuda/cuda_model_slice.h"
 #include "stage/model/micro_batch_check.h"
+#include "stage/sampling/sampler.h"
 
 namespace ringserve::cuda {
 
@@ -57,7 +58,7 @@ int64_t LogitRows(const MicroBatch& batch) {
 }  // namespace
 
 absl::Status CudaModelSlice::Validate(const MicroBatch& batch,
-                                      std::span<const float> hidden_in) const {
+                                      const std::span<const float>* hidden_in) const {
   if (batch.chunks.empty()) return absl::InvalidArgumentError("micro-batch has no chunks");
   const int64_t total = batch.TotalTokens();
   if (total > cuda_.max_batch_tokens || static_cast<int>(batch.chunks.size()) > cuda_.max_seqs) {
@@ -70,14 +71,15 @@ absl::Status CudaModelSlice::Validate(const MicroBatch& batch,
     return absl::InvalidArgumentError(fmt::format("micro-batch asks for {} logits rows, max {}",
                                                   LogitRows(batch), cuda_.max_logit_rows));
   }
-  return ValidateMicroBatch(batch, hidden_in,
+  return ValidateMicroBatch(batch, hidden_in ? *hidden_in : std::span<const float>(),
                             {.max_positions = cuda_.max_model_len,
                              .max_positions_name = "max_model_len",
                              .kv_block_size = options_.kv_block_size,
                              .kv_num_blocks = options_.kv_num_blocks,
                              .vocab_size = config_.vocab_size,
                              .hidden_size = config_.hidden_size,
-                             .is_first = is_first()});
+                             .is_first = is_first(),
+                             .hidden_in_resident = hidden_in == nullptr});
 }
 
 absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
@@ -312,16 +314,16 @@ absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
                       stream_);
 }
 
-absl::Status CudaModelSlice::Run(const MicroBatch& batch, std::span<const float> hidden_in,
+absl::Status CudaModelSlice::Run(const MicroBatch& batch, const std::span<const float>* hidden_in,
                                  bool want_tokens, Plan* p) {
   RS_RETURN_IF_ERROR(Validate(batch, hidden_in));
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
   RS_RETURN_IF_ERROR(BuildPlan(batch, p));
   RS_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), meta_host_, p->meta_size * 4, cudaMemcpyHostToDevice, stream_));
-  if (!is_first()) {
-    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.get(), hidden_in.data(),
-                                            hidden_in.size() * sizeof(float),
+  if (!is_first() && hidden_in != nullptr) {
+    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.get(), hidden_in->data(),
+                                            hidden_in->size() * sizeof(float),
                                             cudaMemcpyHostToDevice, stream_));
   }
   if (!p->graph) return Enqueue(*p, want_tokens);
@@ -350,7 +352,7 @@ absl::Status CudaModelSlice::Run(const MicroBatch& batch, std::span<const float>
 absl::StatusOr<std::vector<float>> CudaModelSlice::Forward(const MicroBatch& batch,
                                                            std::span<const float> hidden_in) {
   Plan plan;
-  RS_RETURN_IF_ERROR(Run(batch, hidden_in, /*want_tokens=*/false, &plan));
+  RS_RETURN_IF_ERROR(Run(batch, &hidden_in, /*want_tokens=*/false, &plan));
   std::vector<float> out;
   if (is_last()) {
     const int64_t vocab = config_.vocab_size;
@@ -389,7 +391,7 @@ absl::StatusOr<std::vector<int32_t>> CudaModelSlice::ForwardSample(
     return SampleTokens(logits, config_.vocab_size, rows);
   }
   Plan plan;
-  RS_RETURN_IF_ERROR(Run(batch, hidden_in, /*want_tokens=*/true, &plan));
+  RS_RETURN_IF_ERROR(Run(batch, &hidden_in, /*want_tokens=*/true, &plan));
   std::vector<int32_t> all(plan.logit_rows);
   if (plan.logit_rows > 0) {
     RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all.data(), tokens_.get(), all.size() * 4,
@@ -399,6 +401,115 @@ absl::StatusOr<std::vector<int32_t>> CudaModelSlice::ForwardSample(
   std::vector<int32_t> tokens;
   for (int r : plan.output_rows) tokens.push_back(all[r]);
   return tokens;
+}
+
+absl::StatusOr<SampledRows> CudaModelSlice::SampleAfterRun(const MicroBatch& batch,
+                                                           const Plan& plan,
+                                                           std::span<const RowSampling> rows) {
+  (void)batch;
+  if (rows.size() != plan.output_rows.size()) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} sampling rows for {} logits rows", rows.size(), plan.output_rows.size()));
+  }
+  const int64_t vocab = config_.vocab_size;
+  SampledRows out;
+  if (rows.empty()) {
+    RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return out;
+  }
+  if (cuda_.gpu_sampling) {
+    // Every logits row gets parameters (padding rows: greedy); the chosen rows are picked after.
+    const int64_t n = plan.logit_rows;
+    auto* params = static_cast<GpuRowSampling*>(sample_host_);
+    auto* tokens = reinterpret_cast<int32_t*>(params + SampleRowsCapacity());
+    auto* logprobs = reinterpret_cast<float*>(tokens + SampleRowsCapacity());
+    for (int64_t r = 0; r < n; ++r) params[r] = GpuRowSampling{};
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const SamplingConfig& c = rows[i].config;
+      params[plan.output_rows[i]] = GpuRowSampling{.temperature = c.temperature,
+                                                   .top_k = c.top_k,
+                                                   .top_p = c.top_p,
+                                                   .seed = c.seed,
+                                                   .token_index = rows[i].token_index};
+    }
+    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        sample_params_.get(), params, n * sizeof(GpuRowSampling), cudaMemcpyHostToDevice, stream_));
+    RS_RETURN_IF_ERROR(LaunchSampleRows(logits_.as<float>(), static_cast<int>(n),
+                                        static_cast<int>(vocab),
+                                        sample_params_.as<GpuRowSampling>(), tokens_.as<int32_t>(),
+                                        logprobs_.as<float>(), nullptr, 0, stream_));
+    RS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(tokens, tokens_.get(), n * 4, cudaMemcpyDeviceToHost, stream_));
+    RS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(logprobs, logprobs_.get(), n * 4, cudaMemcpyDeviceToHost, stream_));
+    RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    for (int r : plan.output_rows) {
+      out.tokens.push_back(tokens[r]);
+      out.logprobs.push_back(logprobs[r]);
+    }
+    return out;
+  }
+  // Host sampling: the logits rows come back and go through the CPU sampler.
+  std::vector<float> logits(rows.size() * vocab);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        logits.data() + r * vocab, logits_.as<float>() + plan.output_rows[r] * vocab,
+        vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  RS_ASSIGN_OR_RETURN(out.tokens, SampleTokens(logits, static_cast<int>(vocab), rows));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    out.logprobs.push_back(
+        TokenLogprob(std::span<const float>(logits).subspan(r * vocab, vocab), out.tokens[r]));
+  }
+  return out;
+}
+
+absl::Status CudaModelSlice::CopyHiddenIn(std::span<const float> hidden) {
+  if (static_cast<int64_t>(hidden.size()) > int64_t{cuda_.max_batch_tokens} * config_.hidden_size) {
+    return absl::InvalidArgumentError(fmt::format("{} hidden values exceed the slice's {} tokens",
+                                                  hidden.size(), cuda_.max_batch_tokens));
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.get(), hidden.data(),
+                                          hidden.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                          stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelSlice::CopyHiddenOut(std::span<float> hidden) {
+  if (static_cast<int64_t>(hidden.size()) > int64_t{cuda_.max_batch_tokens} * config_.hidden_size) {
+    return absl::InvalidArgumentError(fmt::format("{} hidden values exceed the slice's {} tokens",
+                                                  hidden.size(), cuda_.max_batch_tokens));
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hidden.data(), residual_.get(),
+                                          hidden.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                          stream_));
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelSlice::ForwardResident(const MicroBatch& batch) {
+  if (is_last()) {
+    return absl::FailedPreconditionError("ForwardResident: the last slice samples instead");
+  }
+  Plan plan;
+  return Run(batch, /*hidden_in=*/nullptr, /*want_tokens=*/false, &plan);
+}
+
+absl::StatusOr<SampledRows> CudaModelSlice::SampleResident(const MicroBatch& batch,
+                                                           std::span<const RowSampling> rows) {
+  if (!is_last()) return absl::FailedPreconditionError("SampleResident needs the last slice");
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const absl::Status valid = ValidateSamplingConfig(rows[r].config);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(fmt::format("row {}: {}", r, std::string(valid.message())));
+    }
+  }
+  Plan plan;
+  RS_RETURN_IF_ERROR(Run(batch, /*hidden_in=*/nullptr, /*want_tokens=*/false, &plan));
+  return SampleAfterRun(batch, plan, rows);
 }
 
 }  // namespace ringserve::cuda

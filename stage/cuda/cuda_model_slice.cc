@@ -53,6 +53,7 @@ void CudaModelSlice::ResetGraphs() {
 CudaModelSlice::~CudaModelSlice() {
   ResetGraphs();
   if (meta_host_) cudaFreeHost(meta_host_);
+  if (sample_host_) cudaFreeHost(sample_host_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -91,11 +92,12 @@ absl::Status CudaModelSlice::Init(const ModelConfig& config, const SliceOptions&
   }
   if (options.kv_block_size <= 0 || (!cuda.kv_from_free_memory && options.kv_num_blocks <= 0) ||
       cuda.max_batch_tokens <= 0 || cuda.max_seqs <= 0 || cuda.max_logit_rows <= 0 ||
-      !(cuda.memory_utilization > 0 && cuda.memory_utilization <= 1)) {
+      !(cuda.memory_utilization > 0 && cuda.memory_utilization <= 1) ||
+      !(cuda.device_share >= 0 && cuda.device_share <= 1)) {
     return absl::InvalidArgumentError(
         "CUDA slice options: kv_block_size, kv_num_blocks (unless sized from memory), "
-        "max_batch_tokens, max_seqs and max_logit_rows must be positive and memory_utilization "
-        "in (0, 1]");
+        "max_batch_tokens, max_seqs and max_logit_rows must be positive, memory_utilization "
+        "in (0, 1] and device_share in [0, 1]");
   }
   RS_RETURN_IF_ERROR(Unsupported(config));
   if (cuda_.max_model_len <= 0) cuda_.max_model_len = config.max_position_embeddings;
@@ -212,6 +214,8 @@ absl::Status CudaModelSlice::AllocateRuntime() {
       {&gathered_, rows * h * 2},
       {&logits_, rows * int64_t{c.vocab_size} * 4},
       {&tokens_, std::max<int64_t>(rows, cuda_.max_graph_batch) * 4},
+      {&sample_params_, SampleRowsCapacity() * int64_t{sizeof(GpuRowSampling)}},
+      {&logprobs_, SampleRowsCapacity() * 4},
       {&decode_ws_, kDecodeWorkspaceBytes},
   };
   activation_bytes_ = 0;
@@ -225,6 +229,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
   meta_capacity_ =
       7 * tok_cap + 3 * s + 2 * (tok_cap / kPrefillTile + s) + rows + s * max_blocks_per_seq_ + 64;
   RS_RETURN_IF_ERROR(meta_.Allocate(meta_capacity_ * 4));
+  RS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&sample_host_, SampleHostBytes()));
   RS_CUDA_RETURN_IF_ERROR(
       cudaMallocHost(reinterpret_cast<void**>(&meta_host_), meta_capacity_ * 4));
   activation_bytes_ += meta_capacity_ * 4;
@@ -236,13 +241,17 @@ absl::Status CudaModelSlice::AllocateRuntime() {
     size_t free = 0, total = 0;
     RS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
     const int64_t used = static_cast<int64_t>(total - free);
-    const int64_t budget =
-        static_cast<int64_t>(cuda_.memory_utilization * total) - used - kKvReserveBytes;
+    const int64_t own = static_cast<int64_t>(weight_buffer_.bytes()) + activation_bytes_;
+    const int64_t allowed = cuda_.device_share > 0
+                                ? static_cast<int64_t>(cuda_.device_share * total) - own
+                                : static_cast<int64_t>(cuda_.memory_utilization * total) - used;
+    const int64_t budget = std::min(allowed, static_cast<int64_t>(free)) - kKvReserveBytes;
     const int64_t blocks = budget / block_bytes;
     if (blocks < 1) {
       return absl::ResourceExhaustedError(fmt::format(
-          "no device memory left for the KV cache: {} MiB free of {} MiB, utilization {}",
-          free >> 20, total >> 20, cuda_.memory_utilization));
+          "no device memory left for the KV cache: {} MiB free of {} MiB, utilization {}, "
+          "share {}",
+          free >> 20, total >> 20, cuda_.memory_utilization, cuda_.device_share));
     }
     // Cache slots (block * block_size + offset) are int32.
     options_.kv_num_blocks = static_cast<int>(

@@ -18,6 +18,7 @@
 // is selected (cudaSetDevice) by Load/CreateRandom and by every call.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -29,18 +30,25 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/sampling.h"
 #include "stage/model/model_config.h"
 #include "stage/model/model_slice.h"
+#include "stage/model/resident_slice.h"
 #include "stage/sampling/sampler.h"
 
 namespace ringserve::cuda {
 
 struct CudaSliceOptions {
   int device = 0;
-  // Size the KV pool from memory: blocks = (memory_utilization * total - already used) / block
-  // bytes, after weights and activations are allocated. When false, SliceOptions::kv_num_blocks.
+  // Size the KV pool from memory, after weights and activations are allocated (when false:
+  // SliceOptions::kv_num_blocks). With device_share > 0 the slice may take that fraction of the
+  // device's total memory for itself (weights + activations + KV; how several stage processes
+  // share one GPU without racing each other's allocations); otherwise
+  // memory_utilization * total minus what the whole device already uses. Either way never
+  // more than what is free.
   bool kv_from_free_memory = false;
   double memory_utilization = 0.90;
+  double device_share = 0;
   int max_batch_tokens = 8192;  // tokens per micro-batch (activation buffers)
   int max_seqs = 256;           // chunks per micro-batch
   int max_model_len = 0;        // positions per sequence; 0 = config.max_position_embeddings
@@ -50,6 +58,9 @@ struct CudaSliceOptions {
   // GemmOptions::gemv_max_rows. Measured on H200: our GEMV wins only at m = 1 (cuBLASLt is
   // about 2x faster from m = 4 on).
   int gemv_max_rows = 1;
+  // Sample the logits rows on the GPU (kernels/cuda/sampling.h; the CPU sampler's contract) in
+  // SampleResident; when false they are copied back and sampled on the host.
+  bool gpu_sampling = true;
 };
 
 struct CudaMemoryReport {
@@ -61,7 +72,7 @@ struct CudaMemoryReport {
   int kv_num_blocks = 0;
 };
 
-class CudaModelSlice : public ModelSlice {
+class CudaModelSlice : public ModelSlice, public ResidentSlice {
  public:
   // Loads config.json and the slice's tensors from options.model_dir. InvalidArgument for a bad
   // range, options or an unsupported model; ResourceExhausted when it does not fit.
@@ -88,6 +99,19 @@ class CudaModelSlice : public ModelSlice {
   absl::StatusOr<std::vector<int32_t>> ForwardSample(const MicroBatch& batch,
                                                      std::span<const float> hidden_in,
                                                      std::span<const RowSampling> rows);
+
+  // ResidentSlice (stage/model/resident_slice.h): device_hidden() is residual_; capacity
+  // cuda_options().max_batch_tokens rows. SampleResident samples on the GPU (or on the host
+  // with cuda_options().gpu_sampling false).
+  float* device_hidden() override { return residual_.as<float>(); }
+  GpuStream gpu_stream() override { return stream_; }
+  int gpu_device() const override { return cuda_.device; }
+  int max_batch_tokens() const override { return cuda_.max_batch_tokens; }
+  absl::Status CopyHiddenIn(std::span<const float> hidden) override;
+  absl::Status CopyHiddenOut(std::span<float> hidden) override;
+  absl::Status ForwardResident(const MicroBatch& batch) override;
+  absl::StatusOr<SampledRows> SampleResident(const MicroBatch& batch,
+                                             std::span<const RowSampling> rows) override;
 
   CudaMemoryReport memory() const;
   const CudaSliceOptions& cuda_options() const { return cuda_; }
@@ -123,14 +147,26 @@ class CudaModelSlice : public ModelSlice {
   absl::Status LoadWeights();
   absl::Status RandomizeWeights(uint64_t seed);
   absl::Status AllocateRuntime();
-  absl::Status Validate(const MicroBatch& batch, std::span<const float> hidden_in) const;
+  // `hidden_in` null = the input is resident in residual_ (ForwardResident).
+  absl::Status Validate(const MicroBatch& batch, const std::span<const float>* hidden_in) const;
   absl::Status BuildPlan(const MicroBatch& batch, Plan* plan);
   // Runs the batch; leaves logits (last slice; tokens too when want_tokens) or the complete
   // residual in device buffers. The stream is not synchronized.
-  absl::Status Run(const MicroBatch& batch, std::span<const float> hidden_in, bool want_tokens,
-                   Plan* plan);
+  // `hidden_in` null = the input is resident in residual_.
+  absl::Status Run(const MicroBatch& batch, const std::span<const float>* hidden_in,
+                   bool want_tokens, Plan* plan);
+  // Samples the logits rows left by Run (on the host when any row samples).
+  absl::StatusOr<SampledRows> SampleAfterRun(const MicroBatch& batch, const Plan& plan,
+                                             std::span<const RowSampling> rows);
   absl::Status Enqueue(const Plan& plan, bool want_tokens);
   absl::Status RunLayer(int layer, const Plan& plan);
+  // Logits rows one sampling call handles, and the pinned staging for them.
+  int64_t SampleRowsCapacity() const {
+    return std::max(cuda_.max_logit_rows, cuda_.max_graph_batch);
+  }
+  int64_t SampleHostBytes() const {
+    return SampleRowsCapacity() * static_cast<int64_t>(sizeof(GpuRowSampling) + 8);
+  }
 
   ModelConfig config_;
   SliceOptions options_;
@@ -151,7 +187,9 @@ class CudaModelSlice : public ModelSlice {
 
   // Activations [max_batch_tokens, ...] and metadata.
   DeviceBuffer residual_, normed_, qkv_, q_, attn_, proj_, gate_up_, act_, gathered_, logits_,
-      tokens_, meta_, decode_ws_;
+      tokens_, meta_, decode_ws_, sample_params_, logprobs_;
+  // Pinned staging for sampling: GpuRowSampling [rows] in, tokens and logprobs [rows] out.
+  void* sample_host_ = nullptr;
   int32_t* meta_host_ = nullptr;  // pinned, same capacity as meta_
   int64_t meta_capacity_ = 0;     // int32 elements
   int64_t activation_bytes_ = 0;

@@ -48,7 +48,8 @@ absl::Status ValidateMicroBatch(const MicroBatch& batch, std::span<const float> 
                         batch.token_ids[t], t, limits.vocab_size));
       }
     }
-  } else if (static_cast<int64_t>(hidden_in.size()) != total * limits.hidden_size) {
+  } else if (!limits.hidden_in_resident &&
+             static_cast<int64_t>(hidden_in.size()) != total * limits.hidden_size) {
     return absl::InvalidArgumentError(
         fmt::format("hidden_in has {} floats, expected {} tokens x hidden {} = {}",
                     hidden_in.size(), total, limits.hidden_size, total * limits.hidden_size));

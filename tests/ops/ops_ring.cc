@@ -9,11 +9,13 @@ namespace ringserve::ops {
 absl::StatusOr<std::unique_ptr<OpsRing>> OpsRing::Start(const OpsRingOptions& options) {
   std::unique_ptr<OpsRing> ring(new OpsRing());
   RS_ASSIGN_OR_RETURN(std::string model_dir, MakeTestModel(ring->dir_.path()));
-  RS_ASSIGN_OR_RETURN(ring->config_, DefaultRingConfig({.model_dir = model_dir,
-                                                        .num_layers = 4,
-                                                        .num_stages = options.num_stages,
-                                                        .grpc_listen = "127.0.0.1:0",
-                                                        .http_listen = "127.0.0.1:0"}));
+  DefaultRingOptions ring_options;
+  ring_options.model_dir = model_dir;
+  ring_options.num_layers = 4;
+  ring_options.num_stages = options.num_stages;
+  ring_options.grpc_listen = "127.0.0.1:0";
+  ring_options.http_listen = "127.0.0.1:0";
+  RS_ASSIGN_OR_RETURN(ring->config_, DefaultRingConfig(ring_options));
   RS_ASSIGN_OR_RETURN(LocalStages stages, LocalStages::Launch(BinaryDir() + "/stage/stage",
                                                               ring->config_, absl::Seconds(30)));
   ring->stages_.emplace(std::move(stages));

@@ -346,5 +346,26 @@ TEST(RingE2ETest, UnreachableStageFailsWithinTheBoundedWait) {
   EXPECT_LT(result->seconds, 10);
 }
 
+// A GPU channel between CPU stages is refused before anything starts, naming the channel.
+TEST(RingE2ETest, GpuChannelBetweenCpuStagesIsRefused) {
+  auto ring = Ring::Start({.model_dir = FixtureModel("llama"),
+                           .partition = {2, 2},
+                           .device = "cpu",
+                           .channel = "cuda_ipc"});
+  ASSERT_FALSE(ring.ok());
+  EXPECT_THAT(std::string(ring.status().message()), HasSubstr("cuda_ipc"));
+}
+
+// A CUDA stage on a machine without a GPU fails its configuration with a message that says so;
+// the coordinator exits instead of hanging. (Skipped where a GPU is present.)
+TEST(RingE2ETest, CudaStageWithoutAGpuFailsClearly) {
+  auto ring = Ring::Start({.model_dir = FixtureModel("llama"),
+                           .partition = {2, 2},
+                           .device = "cuda:0",
+                           .channel = "cuda_ipc"});
+  if (ring.ok()) GTEST_SKIP() << "this machine has a GPU";
+  EXPECT_THAT(std::string(ring.status().message()), HasSubstr("no CUDA device 0"));
+}
+
 }  // namespace
 }  // namespace ringserve::testing

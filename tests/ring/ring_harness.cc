@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
     endpoints.push_back(endpoint);
   }
 
-  std::string yaml = fmt::format("model: {}\nchannel: tcp\n", options.model_dir);
+  std::string yaml = fmt::format("model: {}\nchannel: {}\n", options.model_dir, options.channel);
   std::string sched;
   if (options.micro_batches_in_flight > 0) {
     sched += fmt::format("  micro_batches_in_flight: {}\n", options.micro_batches_in_flight);
@@ -94,9 +94,9 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
   yaml += "stages:\n";
   for (size_t i = 0; i < endpoints.size(); ++i) {
     size_t colon = endpoints[i].rfind(':');
-    yaml += fmt::format("  - {{host: {}, port: {}, device: cpu, layers: {}}}\n",
+    yaml += fmt::format("  - {{host: {}, port: {}, device: '{}', layers: {}}}\n",
                         endpoints[i].substr(0, colon), endpoints[i].substr(colon + 1),
-                        options.partition[i]);
+                        options.device, options.partition[i]);
   }
   const std::string hosts = ring->dir_.path() + "/hosts.yaml";
   std::ofstream(hosts) << yaml;

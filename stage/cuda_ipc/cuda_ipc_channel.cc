@@ -1,0 +1,270 @@
+#include "stage/cuda_ipc/cuda_ipc_channel.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "fmt/format.h"
+
+namespace ringserve {
+namespace {
+
+constexpr uint32_t kOfferMagic = 0x50495352;  // "RSIP"
+constexpr uint32_t kOfferVersion = 1;
+constexpr size_t kOfferBytes = 24 + sizeof(cudaIpcMemHandle_t);
+constexpr size_t kNoticeBytes = 16;
+
+absl::Status CudaError(cudaError_t error, const std::string& what) {
+  return absl::InternalError(fmt::format("{}: {}", what, cudaGetErrorString(error)));
+}
+
+#define RS_IPC_CUDA(call, what)                                            \
+  do {                                                                     \
+    const cudaError_t rs_ipc_error = (call);                               \
+    if (rs_ipc_error != cudaSuccess) return CudaError(rs_ipc_error, what); \
+  } while (0)
+
+template <typename T>
+void Put(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+template <typename T>
+T Get(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// Waits for the work before `event` on the GPU; CUDA reports a device fault as an error here.
+absl::Status WaitEvent(cudaEvent_t event, const std::string& what) {
+  RS_IPC_CUDA(cudaEventSynchronize(event), what);
+  return absl::OkStatus();
+}
+
+class CudaIpcSender : public DeviceActivationSender {
+ public:
+  CudaIpcSender(std::unique_ptr<TcpLink> link, int device)
+      : link_(std::move(link)), device_(device) {}
+  ~CudaIpcSender() override {
+    Close();
+    if (done_) cudaEventDestroy(done_);
+  }
+
+  absl::Status Init(absl::Duration timeout) {
+    const std::string what = fmt::format("cuda_ipc: offer from {}", link_->peer());
+    std::byte offer[kOfferBytes];
+    RS_RETURN_IF_ERROR(link_->Read(0, offer, absl::Now() + timeout, what));
+    if (Get<uint32_t>(offer) != kOfferMagic || Get<uint32_t>(offer + 4) != kOfferVersion) {
+      return absl::DataLossError(what + ": not a cuda_ipc offer (is the next stage on tcp?)");
+    }
+    num_slots_ = static_cast<int>(Get<uint32_t>(offer + 8));
+    slot_bytes_ = Get<uint64_t>(offer + 16);
+    if (num_slots_ < 1 || slot_bytes_ == 0) {
+      return absl::DataLossError(
+          fmt::format("{}: {} slots of {} bytes", what, num_slots_, slot_bytes_));
+    }
+    cudaIpcMemHandle_t handle;
+    std::memcpy(&handle, offer + 24, sizeof(handle));
+    RS_IPC_CUDA(cudaSetDevice(device_), what);
+    const cudaError_t opened =
+        cudaIpcOpenMemHandle(&peer_base_, handle, cudaIpcMemLazyEnablePeerAccess);
+    if (opened != cudaSuccess) {
+      return absl::FailedPreconditionError(fmt::format(
+          "cuda_ipc: cannot map the memory of {} on cuda:{} ({}); cuda_ipc needs both stages on "
+          "one host, on GPUs with peer access (use nccl or tcp otherwise)",
+          link_->peer(), device_, cudaGetErrorString(opened)));
+    }
+    RS_IPC_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), what);
+    pending_.assign(num_slots_, kFree);
+    return absl::OkStatus();
+  }
+
+  absl::Status Send(uint64_t micro_batch_id, const void* source, size_t bytes, GpuStream stream,
+                    absl::Duration timeout) override {
+    const std::string what =
+        fmt::format("cuda_ipc send of micro-batch {} to {}", micro_batch_id, link_->peer());
+    if (broken_ || link_->closed())
+      return absl::FailedPreconditionError(what + ": channel is closed");
+    absl::Status status =
+        SendChecked(micro_batch_id, source, bytes, stream, absl::Now() + timeout, what);
+    if (!status.ok()) {
+      broken_ = true;
+      link_->Close();
+    }
+    return status;
+  }
+
+  void Close() override {
+    link_->Close();
+    if (peer_base_ != nullptr) {
+      cudaSetDevice(device_);
+      cudaIpcCloseMemHandle(peer_base_);
+      peer_base_ = nullptr;
+    }
+  }
+  int64_t bytes_sent() const override { return bytes_sent_; }
+
+ private:
+  static constexpr uint64_t kFree = ~uint64_t{0};
+
+  absl::Status SendChecked(uint64_t micro_batch_id, const void* source, size_t bytes,
+                           GpuStream stream, absl::Time deadline, const std::string& what) {
+    if (bytes > slot_bytes_) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: {} bytes do not fit the receiver's {}-byte slots", what, bytes, slot_bytes_));
+    }
+    const int slot = static_cast<int>(next_ % num_slots_);
+    if (pending_[slot] != kFree) {
+      // The receiver acknowledges in order; this slot's micro-batch is the oldest pending one.
+      RS_RETURN_IF_ERROR(
+          link_->Read(pending_[slot], {}, deadline, what + " (waiting for a free slot)"));
+      pending_[slot] = kFree;
+    }
+    RS_IPC_CUDA(cudaSetDevice(device_), what);
+    char* target = static_cast<char*>(peer_base_) + static_cast<int64_t>(slot) * slot_bytes_;
+    if (bytes > 0) {
+      RS_IPC_CUDA(cudaMemcpyAsync(target, source, bytes, cudaMemcpyDeviceToDevice, stream), what);
+    }
+    RS_IPC_CUDA(cudaEventRecord(done_, stream), what);
+    RS_RETURN_IF_ERROR(WaitEvent(done_, what));
+    std::byte notice[kNoticeBytes];
+    Put<uint32_t>(notice, static_cast<uint32_t>(slot));
+    Put<uint32_t>(notice + 4, 0);
+    Put<uint64_t>(notice + 8, bytes);
+    RS_RETURN_IF_ERROR(link_->Write(micro_batch_id, notice, deadline, what));
+    pending_[slot] = micro_batch_id;
+    ++next_;
+    bytes_sent_ += static_cast<int64_t>(bytes);
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<TcpLink> link_;
+  const int device_;
+  void* peer_base_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  int num_slots_ = 0;
+  uint64_t slot_bytes_ = 0;
+  uint64_t next_ = 0;
+  std::vector<uint64_t> pending_;  // per slot: the micro-batch awaiting acknowledgement
+  int64_t bytes_sent_ = 0;
+  bool broken_ = false;
+};
+
+class CudaIpcReceiver : public DeviceActivationReceiver {
+ public:
+  CudaIpcReceiver(std::unique_ptr<TcpLink> link, const CudaIpcOptions& options)
+      : link_(std::move(link)), options_(options) {}
+  ~CudaIpcReceiver() override {
+    Close();
+    if (done_) cudaEventDestroy(done_);
+    if (slots_) {
+      cudaSetDevice(options_.device);
+      cudaFree(slots_);
+    }
+  }
+
+  absl::Status Init(absl::Duration timeout) {
+    const std::string what = fmt::format("cuda_ipc: offering slots to {}", link_->peer());
+    if (options_.num_slots < 1 || options_.slot_bytes <= 0) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: {} slots of {} bytes", what, options_.num_slots, options_.slot_bytes));
+    }
+    RS_IPC_CUDA(cudaSetDevice(options_.device), what);
+    const size_t total = static_cast<size_t>(options_.num_slots) * options_.slot_bytes;
+    const cudaError_t allocated = cudaMalloc(&slots_, total);
+    if (allocated != cudaSuccess) {
+      slots_ = nullptr;
+      return absl::ResourceExhaustedError(fmt::format("{}: cannot allocate {} bytes on cuda:{}: {}",
+                                                      what, total, options_.device,
+                                                      cudaGetErrorString(allocated)));
+    }
+    cudaIpcMemHandle_t handle;
+    RS_IPC_CUDA(cudaIpcGetMemHandle(&handle, slots_), what);
+    RS_IPC_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), what);
+    std::byte offer[kOfferBytes] = {};
+    Put<uint32_t>(offer, kOfferMagic);
+    Put<uint32_t>(offer + 4, kOfferVersion);
+    Put<uint32_t>(offer + 8, static_cast<uint32_t>(options_.num_slots));
+    Put<uint64_t>(offer + 16, static_cast<uint64_t>(options_.slot_bytes));
+    std::memcpy(offer + 24, &handle, sizeof(handle));
+    return link_->Write(0, offer, absl::Now() + timeout, what);
+  }
+
+  absl::Status Recv(uint64_t micro_batch_id, void* destination, size_t bytes, GpuStream stream,
+                    absl::Duration timeout) override {
+    const std::string what =
+        fmt::format("cuda_ipc receive of micro-batch {} from {}", micro_batch_id, link_->peer());
+    if (broken_ || link_->closed())
+      return absl::FailedPreconditionError(what + ": channel is closed");
+    absl::Status status =
+        RecvChecked(micro_batch_id, destination, bytes, stream, absl::Now() + timeout, what);
+    if (!status.ok()) {
+      broken_ = true;
+      link_->Close();
+    }
+    return status;
+  }
+
+  void Close() override { link_->Close(); }
+  int64_t bytes_received() const override { return bytes_received_; }
+
+ private:
+  absl::Status RecvChecked(uint64_t micro_batch_id, void* destination, size_t bytes,
+                           GpuStream stream, absl::Time deadline, const std::string& what) {
+    std::byte notice[kNoticeBytes];
+    RS_RETURN_IF_ERROR(link_->Read(micro_batch_id, notice, deadline, what));
+    const uint32_t slot = Get<uint32_t>(notice);
+    const uint64_t got_bytes = Get<uint64_t>(notice + 8);
+    const uint32_t expected_slot = static_cast<uint32_t>(next_ % options_.num_slots);
+    if (slot != expected_slot) {
+      return absl::DataLossError(
+          fmt::format("{}: data in slot {}, expected slot {}", what, slot, expected_slot));
+    }
+    if (got_bytes != bytes) {
+      return absl::DataLossError(
+          fmt::format("{}: the plan expects {} bytes, the sender sent {}", what, bytes, got_bytes));
+    }
+    RS_IPC_CUDA(cudaSetDevice(options_.device), what);
+    const char* source =
+        static_cast<const char*>(slots_) + static_cast<int64_t>(slot) * options_.slot_bytes;
+    if (bytes > 0) {
+      RS_IPC_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream),
+                  what);
+    }
+    RS_IPC_CUDA(cudaEventRecord(done_, stream), what);
+    RS_RETURN_IF_ERROR(WaitEvent(done_, what));
+    RS_RETURN_IF_ERROR(link_->Write(micro_batch_id, {}, deadline, what + " (acknowledging)"));
+    ++next_;
+    bytes_received_ += static_cast<int64_t>(bytes);
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<TcpLink> link_;
+  const CudaIpcOptions options_;
+  void* slots_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  uint64_t next_ = 0;
+  int64_t bytes_received_ = 0;
+  bool broken_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceActivationReceiver>> CudaIpcAccept(
+    std::unique_ptr<TcpLink> link, const CudaIpcOptions& options, absl::Duration timeout) {
+  auto receiver = std::make_unique<CudaIpcReceiver>(std::move(link), options);
+  RS_RETURN_IF_ERROR(receiver->Init(timeout));
+  return std::unique_ptr<DeviceActivationReceiver>(std::move(receiver));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceActivationSender>> CudaIpcConnect(
+    std::unique_ptr<TcpLink> link, const CudaIpcOptions& options, absl::Duration timeout) {
+  auto sender = std::make_unique<CudaIpcSender>(std::move(link), options.device);
+  RS_RETURN_IF_ERROR(sender->Init(timeout));
+  return std::unique_ptr<DeviceActivationSender>(std::move(sender));
+}
+
+}  // namespace ringserve

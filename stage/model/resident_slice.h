@@ -1,0 +1,51 @@
+// A slice whose activations live in device memory (the CUDA backend): the step executor then
+// keeps a micro-batch's hidden states on the GPU from the receiving channel through the layers
+// to the sending channel, and samples the last slice's logits where they are. Implemented next
+// to ModelSlice by backends that can (CudaModelSlice); found with dynamic_cast.
+//
+// Memory: device_hidden() is [max batch tokens, hidden] fp32 on the slice's device. Ordering:
+// everything is enqueued on stream(); a GPU channel orders its copies on the same stream.
+// Not thread-safe (as ModelSlice).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/gpu_stream.h"
+#include "stage/model/model_slice.h"
+#include "stage/sampling/sampler.h"
+
+namespace ringserve {
+
+struct SampledRows {
+  std::vector<int32_t> tokens;  // one per sampling row, in chunk order
+  std::vector<float> logprobs;  // log_softmax(raw logits)[token], same order
+};
+
+class ResidentSlice {
+ public:
+  virtual ~ResidentSlice() = default;
+
+  virtual float* device_hidden() = 0;
+  virtual GpuStream gpu_stream() = 0;
+  virtual int gpu_device() const = 0;
+  // Rows of device_hidden().
+  virtual int max_batch_tokens() const = 0;
+
+  // Host <-> device_hidden() copies of a micro-batch's [tokens, hidden] fp32 (a tcp hop).
+  virtual absl::Status CopyHiddenIn(std::span<const float> hidden) = 0;
+  virtual absl::Status CopyHiddenOut(std::span<float> hidden) = 0;
+
+  // Not the last slice: runs `batch` on the input in device_hidden() (the first slice embeds
+  // the token ids) and leaves the output there, enqueued on gpu_stream().
+  virtual absl::Status ForwardResident(const MicroBatch& batch) = 0;
+  // The last slice: runs `batch` on device_hidden() and samples one token per LAST_TOKEN row
+  // (`rows` in chunk order). Returns when the tokens are on the host.
+  virtual absl::StatusOr<SampledRows> SampleResident(const MicroBatch& batch,
+                                                     std::span<const RowSampling> rows) = 0;
+};
+
+}  // namespace ringserve
