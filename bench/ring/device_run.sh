@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # One call on the GPU machine, from binaries built elsewhere and carried in .carry/ring/{bin,lib}
-# (bench/ring/make_carry.sh): the gpu-labelled tests, then the ring benchmark of issue 6 —
+# (bench/ring/make_carry.sh; or packed as .carry/ring.tar.xz, unpacked here): the gpu-labelled tests, then the ring benchmark of issue 6 —
 # a random-weight Llama-3.1-8B-shaped model (bf16), 1, 2 and 4 stages on ONE GPU over
 # cuda_ipc, at 1/8/32/64 streams (128-token prompts), decode spreading against packing — with
 # ringserve_loadgen against the real coordinator. Logs and JSON go to $OUT; a table is printed
-# last. Env: DURATION_S (default 3), SKIP_TESTS=1, STREAMS="1 8 32 64".
+# as it goes ($OUT/table.md) and again at the end. Env: DURATION_S (default 3), SKIP_TESTS=1,
+# STREAMS="1 8 32 64"; for a smoke test without a GPU: DEVICE=cpu CHANNEL=tcp SHAPE=tiny
+# PARTITIONS="4x1 1x4" (1-stage and 4-stage partitions of the shape).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/rs_out}
 mkdir -p "$out"
+[ -d .carry/ring/bin ] || tar -xJf .carry/ring.tar.xz -C .carry || exit 1
 nccl_dir=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 export LD_LIBRARY_PATH="$PWD/.carry/ring/lib:$nccl_dir:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export RINGSERVE_SOURCE_DIR="$PWD" RINGSERVE_BINARY_DIR="$PWD/.carry/ring/tree"
 bin=$PWD/.carry/ring/bin
 duration=${DURATION_S:-3}
 streams=${STREAMS:-1 8 32 64}
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+device=${DEVICE:-cuda:0}
+channel=${CHANNEL:-cuda_ipc}
+shape=${SHAPE:-llama-3.1-8b}
+read -r p1 p4 p2 <<<"${PARTITIONS:-32x1 8x4 16x2}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null \
+  | tee "$out/gpu.txt"
 
 # The ring tests find the binaries in the build-tree layout.
 mkdir -p .carry/ring/tree/stage .carry/ring/tree/coordinator
@@ -23,29 +31,31 @@ ln -sf "$bin/stage" .carry/ring/tree/stage/stage
 ln -sf "$bin/coordinator" .carry/ring/tree/coordinator/coordinator
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  for t in kernels_cuda_sampling_test stage_cuda_model_slice_test ring_gpu_test; do
+  for t in ring_gpu_test kernels_cuda_sampling_test stage_cuda_model_slice_test; do
     [ -x "$bin/$t" ] || { echo "$t: not carried" | tee -a "$out/tests.txt"; continue; }
     start=$(date +%s)
-    timeout 150 "$bin/$t" --gtest_brief=1 >"$out/$t.log" 2>&1
+    timeout 150 "$bin/$t" --gtest_brief=1 >"$out/test.log" 2>&1
     rc=$?
     echo "$t rc=$rc $(( $(date +%s) - start )) s" | tee -a "$out/tests.txt"
-    [ $rc -ne 0 ] && grep -E "Failure|Expected|Which is|error|FAILED|differ" "$out/$t.log" | head -30
+    { echo "=== $t"; cat "$out/test.log"; } >>"$out/tests.log"
+    [ $rc -ne 0 ] && grep -E "Failure|Expected|Which is|error|FAILED|differ" "$out/test.log" | head -30
   done
+  rm -f "$out/test.log"
 fi
 
-model=/tmp/llama8b
+model=/tmp/rs_bench_$shape
 start=$(date +%s)
-"$bin/make_random_model" --shape llama-3.1-8b --out "$model" --dtype bf16 >"$out/model.log" 2>&1 \
-  || { cat "$out/model.log"; exit 1; }
+"$bin/make_random_model" --shape "$shape" --out "$model" --dtype bf16 --no-tokenizer \
+  >"$out/model.log" 2>&1 || { cat "$out/model.log"; exit 1; }
 echo "model written in $(( $(date +%s) - start )) s" | tee -a "$out/tests.txt"
 
 port=50151
 run_ring() {  # name partition packing streams...
   local name=$1 partition=$2 packing=$3; shift 3
-  local log="$out/coord_$name.log"
+  local log=/tmp/coord_$name.log
   port=$((port + 1))
-  "$bin/coordinator" --model "$model" --partition "$partition" --device cuda:0 \
-    --channel cuda_ipc --packing "$packing" --listen 127.0.0.1:$port >"$log" 2>&1 &
+  "$bin/coordinator" --model "$model" --partition "$partition" --device "$device" \
+    --channel "$channel" --packing "$packing" --listen 127.0.0.1:$port >"$log" 2>&1 &
   local pid=$!
   local ok=0
   for _ in $(seq 1 120); do
@@ -54,35 +64,27 @@ run_ring() {  # name partition packing streams...
     sleep 0.5
   done
   if [ $ok != 1 ]; then echo "$name: coordinator did not come up"; tail -20 "$log"; kill $pid; return; fi
+  grep -E "ring of|ready, layers" "$log" | head -5
+  for w in 1 8 64; do  # warm-up: decode graphs of the common batch sizes, cuBLAS heuristics
+    timeout 60 "$bin/ringserve_loadgen" --target 127.0.0.1:$port --streams $w --requests $w \
+      --prompt-tokens 128 --max-tokens 8 --seed 2 --quiet >/dev/null 2>&1
+  done
   for n in "$@"; do
     timeout $((duration + 60)) "$bin/ringserve_loadgen" --target 127.0.0.1:$port --streams "$n" \
       --prompt-tokens 128 --max-tokens 96 --duration-s "$duration" --seed 1 --quiet \
-      --json "$out/${name}_n$n.json" >"$out/${name}_n$n.txt" 2>&1 || echo "$name n=$n: loadgen rc=$?"
+      --json "$out/runs/${name}_n$n.json" >/tmp/loadgen.txt 2>&1 || { echo "$name n=$n: loadgen rc=$?"; tail -5 /tmp/loadgen.txt; }
+    python3 bench/ring/summarize.py "$out/runs" "$name" "$n" | tee -a "$out/table.md"
   done
   kill -INT $pid; wait $pid 2>/dev/null
+  { echo "=== $name"; tail -30 "$log"; } >>"$out/coordinators.log"
 }
-run_ring s1 32x1 spread $streams
-run_ring s2_spread 16x2 spread $streams
-run_ring s4_spread 8x4 spread $streams
-run_ring s2_packed 16x2 packed 8 32 64
-run_ring s4_packed 8x4 packed 8 32 64
-
-python3 - "$out" <<'PY'
-import json, glob, os, sys
-out = sys.argv[1]
-rows = {}
-for f in sorted(glob.glob(os.path.join(out, "*_n*.json"))):
-    name, n = os.path.basename(f)[:-5].rsplit("_n", 1)
-    j = json.load(open(f))
-    busy = [s.get("busy_fraction_run", 0) for s in j.get("stages", [])]
-    rows[(name, int(n))] = (j["output_tokens_per_s"], j["ttft_ms"].get("p50", 0),
-                            j["itl_ms"].get("p50", 0), j["itl_ms"].get("p99", 0), busy)
-base = {n: v[0] for (name, n), v in rows.items() if name == "s1"}
-print("| ring | streams | tok/s | of 1 stage | TTFT p50 ms | ITL p50 ms | ITL p99 ms | stage busy (run) |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-for (name, n), (tps, ttft, itl50, itl99, busy) in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-    rel = f"{tps / base[n]:.1%}" if base.get(n) else "-"
-    print(f"| {name} | {n} | {tps:,.1f} | {rel} | {ttft:.1f} | {itl50:.2f} | {itl99:.2f} | "
-          + " ".join(f"{b:.2f}" for b in busy) + " |")
-PY
+mkdir -p "$out/runs"
+echo "| ring | streams | tok/s | of 1 stage | TTFT p50 ms | ITL p50 ms | ITL p99 ms | busy (run) per stage |" >"$out/table.md"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |" >>"$out/table.md"
+run_ring s1 "$p1" spread $streams
+run_ring s4_spread "$p4" spread $streams
+run_ring s4_packed "$p4" packed 8 32
+run_ring s2_spread "$p2" spread $streams
+tar -cf "$out/runs.tar" -C "$out" runs && rm -rf "$out/runs"
+echo; cat "$out/table.md"
 cat "$out/tests.txt"
