@@ -51,7 +51,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: coordinator --stages hosts.yaml [--listen HOST:PORT] [--connect-timeout S]\n"
     "       coordinator [--model DIR] [--num-stages N | --partition SPEC] [--device cpu|cuda:N]\n"
-    "                   [--channel tcp|cuda_ipc|nccl] [--max-batch-tokens N] [--listen HOST:PORT]\n"
+    "                   [--channel tcp|cuda_ipc|nccl] [--max-batch-tokens N] [--micro-batches M]\n"
+    "                   [--listen HOST:PORT]\n"
     "other flags: --http-listen HOST:PORT, --api-key-file PATH (Bearer key for /v1/*),\n"
     "             --stage-binary PATH, --packing spread|packed, --ready-fd N\n";
 
@@ -66,6 +67,7 @@ struct Flags {
   Device device;
   ChannelKind channel = ChannelKind::kTcp;
   int max_batch_tokens = 0;  // --max-batch-tokens: scheduler max_tokens_per_micro_batch
+  int micro_batches = 0;     // --micro-batches: scheduler micro_batches_in_flight
   double connect_timeout_s = 10;
   std::string stage_binary;
   std::string packing = "spread";
@@ -130,6 +132,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       double n = 0;
       if (absl::Status s = number(&n); !s.ok()) return s;
       flags.max_batch_tokens = static_cast<int>(n);
+    } else if (arg == "--micro-batches") {
+      double n = 0;
+      if (absl::Status s = number(&n); !s.ok()) return s;
+      flags.micro_batches = static_cast<int>(n);
     } else if (arg == "--connect-timeout") {
       if (absl::Status s = number(&flags.connect_timeout_s); !s.ok()) return s;
     } else if (arg == "--stage-binary") {
@@ -196,6 +202,7 @@ int Run(int argc, char** argv) {
     options.device = flags->device;
     options.channel = flags->channel;
     options.max_tokens_per_micro_batch = flags->max_batch_tokens;
+    options.micro_batches_in_flight = flags->micro_batches;
     if (!flags->listen.empty()) options.grpc_listen = flags->listen;
     ring = DefaultRingConfig(options);
     if (!ring.ok()) return fail(ring.status());

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "stage/sampling/sampler.h"
@@ -21,7 +22,18 @@ StepExecutor::StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSli
       resident_(dynamic_cast<ResidentSlice*>(slice_.get())),
       channels_(std::move(channels)) {}
 
-StepExecutor::~StepExecutor() { CloseChannels(); }
+StepExecutor::~StepExecutor() {
+  CloseChannels();
+  if (timing_.steps > 0) {
+    const double n = static_cast<double>(timing_.steps);
+    RS_LOG_INFO(
+        "stage {}: {} steps; per step: prepare {:.0f} us, waiting for input {:.0f} us, forward "
+        "(and sampling) {:.0f} us, sending {:.0f} us (a GPU stage's sending waits for its "
+        "forward pass)",
+        options_.stage_index, timing_.steps, timing_.prepare_us / n, timing_.wait_us / n,
+        timing_.forward_us / n, timing_.send_us / n);
+  }
+}
 
 void StepExecutor::CloseChannels() {
   if (channels_.receiver) channels_.receiver->Close();
@@ -112,9 +124,15 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
   const int64_t total_tokens = decoded.batch.TotalTokens();
   outcome.num_tokens = static_cast<int>(total_tokens);
 
+  // A GPU slice uploads the batch's metadata while the previous stage still computes.
+  absl::Time prepare_start = absl::Now();
+  if (resident_ != nullptr) RS_RETURN_IF_ERROR(resident_->PrepareResident(decoded.batch));
+  const int64_t prepare_us = MicrosSince(prepare_start);
+
   absl::Time wait_start = absl::Now();
   if (!first) RS_RETURN_IF_ERROR(ReceiveInput(plan.micro_batch_id(), total_tokens));
   outcome.wait_us = MicrosSince(wait_start);
+  timing_.Add(prepare_us, outcome.wait_us);
 
   absl::Time busy_start = absl::Now();
   if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
@@ -127,8 +145,10 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
           out, slice_->Forward(decoded.batch, first ? std::span<const float>() : hidden_in_));
     }
     // Sending waits for the forward pass on the GPU: its time counts as busy.
+    const int64_t forward_us = MicrosSince(busy_start);
     RS_RETURN_IF_ERROR(SendOutput(plan.micro_batch_id(), out, total_tokens, &outcome));
     outcome.busy_us = MicrosSince(busy_start);
+    timing_.AddCompute(forward_us, outcome.busy_us - forward_us);
     return outcome;
   }
 
@@ -166,6 +186,7 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
     ++row;
   }
   outcome.busy_us = MicrosSince(busy_start);
+  timing_.AddCompute(outcome.busy_us, 0);
   return outcome;
 }
 

@@ -74,6 +74,19 @@ class StepExecutor {
   StageChannels channels_;
   std::vector<float> hidden_in_;
   std::vector<float> hidden_out_;
+  // Where a step's time goes (summed; logged when the executor goes away).
+  struct Timing {
+    int64_t steps = 0, prepare_us = 0, wait_us = 0, forward_us = 0, send_us = 0;
+    void Add(int64_t prepare, int64_t wait) {
+      ++steps;
+      prepare_us += prepare;
+      wait_us += wait;
+    }
+    void AddCompute(int64_t forward, int64_t send) {
+      forward_us += forward;
+      send_us += send;
+    }
+  } timing_;
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> bytes_received_{0};
 };

@@ -50,12 +50,12 @@ start=$(date +%s)
 echo "model written in $(( $(date +%s) - start )) s" | tee -a "$out/tests.txt"
 
 port=50151
-run_ring() {  # name partition packing streams...
-  local name=$1 partition=$2 packing=$3; shift 3
+run_ring() {  # name partition "coordinator flags" streams...
+  local name=$1 partition=$2 flags=$3; shift 3
   local log=/tmp/coord_$name.log
   port=$((port + 1))
   "$bin/coordinator" --model "$model" --partition "$partition" --device "$device" \
-    --channel "$channel" --packing "$packing" --listen 127.0.0.1:$port >"$log" 2>&1 &
+    --channel "$channel" $flags --listen 127.0.0.1:$port >"$log" 2>&1 &
   local pid=$!
   local ok=0
   for _ in $(seq 1 120); do
@@ -76,15 +76,18 @@ run_ring() {  # name partition packing streams...
     python3 bench/ring/summarize.py "$out/runs" "$name" "$n" | tee -a "$out/table.md"
   done
   kill -INT $pid; wait $pid 2>/dev/null
-  { echo "=== $name"; tail -30 "$log"; } >>"$out/coordinators.log"
+  { echo "=== $name"; grep -E "per step|error|failed" "$log" | tail -12; } >>"$out/coordinators.log"
 }
 mkdir -p "$out/runs"
 echo "| ring | streams | tok/s | of 1 stage | TTFT p50 ms | ITL p50 ms | ITL p99 ms | busy (run) per stage |" >"$out/table.md"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |" >>"$out/table.md"
-run_ring s1 "$p1" spread $streams
-run_ring s4_spread "$p4" spread $streams
-run_ring s4_packed "$p4" packed 8 32
-run_ring s2_spread "$p2" spread $streams
+# Default scheduling: micro-batches in flight = GPUs (1 here), decodes spread over them.
+run_ring s1 "$p1" "" $streams
+run_ring s4 "$p4" "" $streams
+# Four micro-batches in flight on the one GPU, decodes spread over them or packed into one.
+run_ring s4_m4_spread "$p4" "--micro-batches 4 --packing spread" 8 32
+run_ring s4_m4_packed "$p4" "--micro-batches 4 --packing packed" 8 32
+run_ring s2 "$p2" "" $streams
 tar -cf "$out/runs.tar" -C "$out" runs && rm -rf "$out/runs"
 echo; cat "$out/table.md"
 cat "$out/tests.txt"

@@ -509,8 +509,22 @@ absl::StatusOr<Device> ParseDevice(std::string_view text) {
 
 std::string StageConfig::endpoint() const { return fmt::format("{}:{}", host, control_port); }
 
+int RingConfig::num_parallel_stages() const {
+  std::set<std::pair<std::string, int>> gpus;
+  int others = 0;
+  for (const StageConfig& stage : stages) {
+    if (stage.device.is_cuda()) {
+      gpus.insert({stage.host == "localhost" ? "127.0.0.1" : stage.host, stage.device.index});
+    } else {
+      ++others;
+    }
+  }
+  return static_cast<int>(gpus.size()) + others;
+}
+
 int RingConfig::effective_micro_batches_in_flight() const {
-  return scheduler.micro_batches_in_flight > 0 ? scheduler.micro_batches_in_flight : num_stages();
+  return scheduler.micro_batches_in_flight > 0 ? scheduler.micro_batches_in_flight
+                                               : std::max(1, num_parallel_stages());
 }
 
 absl::StatusOr<RingConfig> ParseRingConfig(std::string_view yaml_text, const std::string& source,
@@ -637,6 +651,7 @@ absl::StatusOr<RingConfig> DefaultRingConfig(const DefaultRingOptions& options) 
   if (options.max_tokens_per_micro_batch > 0) {
     config.scheduler.max_tokens_per_micro_batch = options.max_tokens_per_micro_batch;
   }
+  config.scheduler.micro_batches_in_flight = options.micro_batches_in_flight;
   config.grpc_listen = options.grpc_listen;
   config.http_listen = options.http_listen;
   config.num_layers = options.num_layers;

@@ -11,7 +11,7 @@
 //     http: 0.0.0.0:8000                 # default: off
 //   scheduler:
 //     max_tokens_per_micro_batch: 512    # prefill chunk + decodes per micro-batch
-//     micro_batches_in_flight: 4         # M; default 0 = number of stages
+//     micro_batches_in_flight: 4         # M; default 0 = stages that can run at once (GPUs)
 //     kv_block_size: 16                  # positions per KV block
 //     kv_blocks: 2048                    # blocks per stage pool, or instead:
 //     kv_budget: 8GiB                    # bytes of KV per stage (B, KB/KiB, MB/MiB, GB/GiB)
@@ -74,7 +74,7 @@ struct StageConfig {
 
 struct SchedulerKnobs {
   int max_tokens_per_micro_batch = 512;  // >= 1
-  int micro_batches_in_flight = 0;       // 0 = number of stages; otherwise >= 1
+  int micro_batches_in_flight = 0;       // 0 = stages that can run at once; otherwise >= 1
   int kv_block_size = 16;                // >= 1
   // Exactly one of these decides the per-stage KV pool; both 0 = the engine's default.
   int kv_blocks = 0;            // blocks per stage
@@ -92,7 +92,13 @@ struct RingConfig {
   std::string source;               // the file it came from, or "<embedded default>"
 
   int num_stages() const { return static_cast<int>(stages.size()); }
-  // micro_batches_in_flight, or the number of stages when that is 0.
+  // Stages that can compute at the same time: one per GPU (stages sharing a GPU take turns on
+  // it), every CPU stage counted on its own.
+  int num_parallel_stages() const;
+  // micro_batches_in_flight, or num_parallel_stages() when that is 0: on a ring of distinct
+  // GPUs as many micro-batches as stages keep every stage busy (decodes spread over them); on
+  // stages sharing a GPU, more micro-batches would only make them contend for it, and each
+  // decode micro-batch reads the weights once more.
   int effective_micro_batches_in_flight() const;
 };
 
@@ -142,6 +148,7 @@ struct DefaultRingOptions {
   Device device;               // every stage's device (several stages may share one GPU)
   ChannelKind channel = ChannelKind::kTcp;
   int max_tokens_per_micro_batch = 0;  // 0 = the SchedulerKnobs default
+  int micro_batches_in_flight = 0;     // 0 = the SchedulerKnobs default (parallel stages)
   std::string grpc_listen = "127.0.0.1:50051";
   std::string http_listen;  // empty = no HTTP API
 };

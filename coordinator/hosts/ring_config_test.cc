@@ -386,5 +386,38 @@ TEST(RingConfigTest, DefaultRingHasLocalCpuStagesOnDistinctFreePorts) {
   EXPECT_FALSE(DefaultRingConfig(DefaultOptions("m", 0, 2)).ok());
 }
 
+// Micro-batches in flight default to the stages that can run at once: one per GPU.
+TEST(RingConfigTest, MicroBatchesDefaultToTheGpusThatCanRunAtOnce) {
+  DefaultRingOptions options = DefaultOptions("m", 8, 4);
+  options.partition = {2, 2, 2, 2};
+  options.device = Device{.kind = Device::Kind::kCuda, .index = 0};
+  options.channel = ChannelKind::kCudaIpc;
+  auto shared = DefaultRingConfig(options);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(shared->num_stages(), 4);
+  EXPECT_EQ(shared->num_parallel_stages(), 1);
+  EXPECT_EQ(shared->effective_micro_batches_in_flight(), 1);
+
+  // 8 stages on 4 GPUs of one host (two per GPU), and the explicit knob wins.
+  RingConfig config = *shared;
+  config.stages.clear();
+  for (int i = 0; i < 8; ++i) {
+    config.stages.push_back({.host = i % 2 ? "localhost" : "127.0.0.1",
+                             .control_port = 7000 + i,
+                             .device = Device{.kind = Device::Kind::kCuda, .index = i / 2},
+                             .first_layer = i,
+                             .last_layer = i + 1});
+  }
+  EXPECT_EQ(config.num_parallel_stages(), 4);
+  EXPECT_EQ(config.effective_micro_batches_in_flight(), 4);
+  config.scheduler.micro_batches_in_flight = 6;
+  EXPECT_EQ(config.effective_micro_batches_in_flight(), 6);
+
+  // CPU stages each count.
+  auto cpu = DefaultRingConfig(DefaultOptions("m", 4, 3));
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->effective_micro_batches_in_flight(), 3);
+}
+
 }  // namespace
 }  // namespace ringserve

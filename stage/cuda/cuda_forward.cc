@@ -314,8 +314,10 @@ absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
                       stream_);
 }
 
-absl::Status CudaModelSlice::Run(const MicroBatch& batch, const std::span<const float>* hidden_in,
-                                 bool want_tokens, Plan* p) {
+void CudaModelSlice::PlanDeleter::operator()(Plan* plan) const { delete plan; }
+
+absl::Status CudaModelSlice::Prepare(const MicroBatch& batch,
+                                     const std::span<const float>* hidden_in, Plan* p) {
   RS_RETURN_IF_ERROR(Validate(batch, hidden_in));
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
   RS_RETURN_IF_ERROR(BuildPlan(batch, p));
@@ -326,6 +328,18 @@ absl::Status CudaModelSlice::Run(const MicroBatch& batch, const std::span<const 
                                             hidden_in->size() * sizeof(float),
                                             cudaMemcpyHostToDevice, stream_));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelSlice::Run(const MicroBatch& batch, const std::span<const float>* hidden_in,
+                                 bool want_tokens, Plan* p) {
+  RS_RETURN_IF_ERROR(Prepare(batch, hidden_in, p));
+  return Launch(*p, want_tokens);
+}
+
+absl::Status CudaModelSlice::Launch(const Plan& plan, bool want_tokens) {
+  const Plan* p = &plan;
+  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
   if (!p->graph) return Enqueue(*p, want_tokens);
 
   auto it = graphs_.find(p->graph_key);
@@ -490,12 +504,34 @@ absl::Status CudaModelSlice::CopyHiddenOut(std::span<float> hidden) {
   return absl::OkStatus();
 }
 
+absl::Status CudaModelSlice::PrepareResident(const MicroBatch& batch) {
+  prepared_.reset();
+  prepared_batch_ = nullptr;
+  PlanPtr plan(new Plan());
+  RS_RETURN_IF_ERROR(Prepare(batch, /*hidden_in=*/nullptr, plan.get()));
+  prepared_ = std::move(plan);
+  prepared_batch_ = &batch;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudaModelSlice::PlanPtr> CudaModelSlice::TakePreparedPlan(const MicroBatch& batch) {
+  if (prepared_ != nullptr && prepared_batch_ == &batch) {
+    prepared_batch_ = nullptr;
+    return std::move(prepared_);
+  }
+  prepared_.reset();
+  prepared_batch_ = nullptr;
+  PlanPtr plan(new Plan());
+  RS_RETURN_IF_ERROR(Prepare(batch, /*hidden_in=*/nullptr, plan.get()));
+  return plan;
+}
+
 absl::Status CudaModelSlice::ForwardResident(const MicroBatch& batch) {
   if (is_last()) {
     return absl::FailedPreconditionError("ForwardResident: the last slice samples instead");
   }
-  Plan plan;
-  return Run(batch, /*hidden_in=*/nullptr, /*want_tokens=*/false, &plan);
+  RS_ASSIGN_OR_RETURN(PlanPtr plan, TakePreparedPlan(batch));
+  return Launch(*plan, /*want_tokens=*/false);
 }
 
 absl::StatusOr<SampledRows> CudaModelSlice::SampleResident(const MicroBatch& batch,
@@ -507,9 +543,9 @@ absl::StatusOr<SampledRows> CudaModelSlice::SampleResident(const MicroBatch& bat
       return absl::InvalidArgumentError(fmt::format("row {}: {}", r, std::string(valid.message())));
     }
   }
-  Plan plan;
-  RS_RETURN_IF_ERROR(Run(batch, /*hidden_in=*/nullptr, /*want_tokens=*/false, &plan));
-  return SampleAfterRun(batch, plan, rows);
+  RS_ASSIGN_OR_RETURN(PlanPtr plan, TakePreparedPlan(batch));
+  RS_RETURN_IF_ERROR(Launch(*plan, /*want_tokens=*/false));
+  return SampleAfterRun(batch, *plan, rows);
 }
 
 }  // namespace ringserve::cuda

@@ -109,6 +109,7 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   int max_batch_tokens() const override { return cuda_.max_batch_tokens; }
   absl::Status CopyHiddenIn(std::span<const float> hidden) override;
   absl::Status CopyHiddenOut(std::span<float> hidden) override;
+  absl::Status PrepareResident(const MicroBatch& batch) override;
   absl::Status ForwardResident(const MicroBatch& batch) override;
   absl::StatusOr<SampledRows> SampleResident(const MicroBatch& batch,
                                              std::span<const RowSampling> rows) override;
@@ -152,9 +153,20 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   absl::Status BuildPlan(const MicroBatch& batch, Plan* plan);
   // Runs the batch; leaves logits (last slice; tokens too when want_tokens) or the complete
   // residual in device buffers. The stream is not synchronized.
-  // `hidden_in` null = the input is resident in residual_.
+  struct PlanDeleter {
+    void operator()(Plan* plan) const;
+  };
+  using PlanPtr = std::unique_ptr<Plan, PlanDeleter>;
+  // Validates `batch`, builds its plan and enqueues the metadata upload (and the upload of a
+  // host `hidden_in`; null = the input is resident in residual_).
+  absl::Status Prepare(const MicroBatch& batch, const std::span<const float>* hidden_in,
+                       Plan* plan);
+  // Enqueues the forward pass of a prepared plan (a decode graph when it has one).
+  absl::Status Launch(const Plan& plan, bool want_tokens);
   absl::Status Run(const MicroBatch& batch, const std::span<const float>* hidden_in,
                    bool want_tokens, Plan* plan);
+  // The plan PrepareResident made for `batch`, or a fresh one.
+  absl::StatusOr<PlanPtr> TakePreparedPlan(const MicroBatch& batch);
   // Samples the logits rows left by Run (on the host when any row samples).
   absl::StatusOr<SampledRows> SampleAfterRun(const MicroBatch& batch, const Plan& plan,
                                              std::span<const RowSampling> rows);
@@ -195,6 +207,8 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   int64_t activation_bytes_ = 0;
 
   std::map<std::pair<int, int>, Graph> graphs_;
+  PlanPtr prepared_;  // PrepareResident's plan, for prepared_batch_
+  const MicroBatch* prepared_batch_ = nullptr;
 };
 
 }  // namespace ringserve::cuda

@@ -214,6 +214,15 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
  private:
   absl::Status RecvChecked(uint64_t micro_batch_id, void* destination, size_t bytes,
                            GpuStream stream, absl::Time deadline, const std::string& what) {
+    RS_IPC_CUDA(cudaSetDevice(options_.device), what);
+    // The previous message's copy ran before everything enqueued after it on the stream, which
+    // the stage has waited for since: its slot is free again.
+    if (unacknowledged_) {
+      RS_RETURN_IF_ERROR(WaitEvent(done_, what));
+      RS_RETURN_IF_ERROR(
+          link_->Write(unacknowledged_id_, {}, deadline, what + " (acknowledging the previous)"));
+      unacknowledged_ = false;
+    }
     std::byte notice[kNoticeBytes];
     RS_RETURN_IF_ERROR(link_->Read(micro_batch_id, notice, deadline, what));
     const uint32_t slot = Get<uint32_t>(notice);
@@ -227,16 +236,17 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
       return absl::DataLossError(
           fmt::format("{}: the plan expects {} bytes, the sender sent {}", what, bytes, got_bytes));
     }
-    RS_IPC_CUDA(cudaSetDevice(options_.device), what);
     const char* source =
         static_cast<const char*>(slots_) + static_cast<int64_t>(slot) * options_.slot_bytes;
     if (bytes > 0) {
       RS_IPC_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream),
                   what);
     }
+    // Acknowledged at the next Recv (the sender needs it only to reuse this slot, num_slots
+    // messages later), so the copy and the forward pass after it are never waited for here.
     RS_IPC_CUDA(cudaEventRecord(done_, stream), what);
-    RS_RETURN_IF_ERROR(WaitEvent(done_, what));
-    RS_RETURN_IF_ERROR(link_->Write(micro_batch_id, {}, deadline, what + " (acknowledging)"));
+    unacknowledged_ = true;
+    unacknowledged_id_ = micro_batch_id;
     ++next_;
     bytes_received_ += static_cast<int64_t>(bytes);
     return absl::OkStatus();
@@ -247,6 +257,8 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
   void* slots_ = nullptr;
   cudaEvent_t done_ = nullptr;
   uint64_t next_ = 0;
+  bool unacknowledged_ = false;  // the last message's slot is not yet released to the sender
+  uint64_t unacknowledged_id_ = 0;
   int64_t bytes_received_ = 0;
   bool broken_ = false;
 };

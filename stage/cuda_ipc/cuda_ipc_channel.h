@@ -8,13 +8,14 @@
 //                              slot_bytes u64 | cudaIpcMemHandle_t (64 bytes)
 //   sender -> receiver:        tag = micro_batch_id, slot u32 | pad u32 | bytes u64
 //                              (sent once the copy into the slot has completed)
-//   receiver -> sender:        tag = micro_batch_id, empty (the slot may be reused)
+//   receiver -> sender:        tag = micro_batch_id, empty (the slot may be reused; sent when
+//                              the next message is received, so never on the critical path)
 //
 // Slots are used round robin; the sender waits for a slot's acknowledgement before reusing it,
-// so at most num_slots micro-batches are in transit on a hop. Copies are enqueued on the
-// caller's stream (after its compute) and waited for with an event before the control message
-// goes out, so the CPU of each stage blocks only for its own work and the copy (a few us for a
-// decode step's activations).
+// so at most num_slots micro-batches are in transit on a hop. The sender enqueues its copy on
+// the caller's stream (after its compute) and waits for it before the control message goes
+// out; the receiver enqueues its copy out of the slot on its stream and returns at once (the
+// forward pass follows on the same stream).
 #pragma once
 
 #include <cstdint>

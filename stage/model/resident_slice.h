@@ -39,6 +39,10 @@ class ResidentSlice {
   virtual absl::Status CopyHiddenIn(std::span<const float> hidden) = 0;
   virtual absl::Status CopyHiddenOut(std::span<float> hidden) = 0;
 
+  // Optional, before the input arrives: validates `batch` and enqueues its metadata upload,
+  // so that the ForwardResident / SampleResident call for the same batch object (which must
+  // follow, with the batch unchanged) only launches. Errors as ForwardResident's.
+  virtual absl::Status PrepareResident(const MicroBatch& batch) = 0;
   // Not the last slice: runs `batch` on the input in device_hidden() (the first slice embeds
   // the token ids) and leaves the output there, enqueued on gpu_stream().
   virtual absl::Status ForwardResident(const MicroBatch& batch) = 0;
