@@ -228,6 +228,8 @@ int Run(int argc, char** argv) {
   std::string model_id = std::filesystem::path(ring->model_dir).filename().string();
   if (model_id.empty()) model_id = ring->model_dir;
   http::StartingEngine front(model_id, std::move(layout));
+  // One set of request metrics for both client APIs (HTTP and gRPC), served on /metrics.
+  http::ServingMetrics serving_metrics;
   std::unique_ptr<http::HttpServer> http_server;
   const std::string http_listen =
       flags->http_listen.empty() ? ring->http_listen : flags->http_listen;
@@ -241,8 +243,9 @@ int Run(int argc, char** argv) {
     api_key = *std::move(key);
   }
   if (!http_listen.empty()) {
-    auto started =
-        http::StartHttpApi(front, ring->model_dir, {.listen = http_listen, .api_key = api_key});
+    auto started = http::StartHttpApi(
+        front, ring->model_dir,
+        {.listen = http_listen, .api_key = api_key, .metrics = &serving_metrics});
     if (!started.ok()) {
       if (local) local->TerminateAll();
       return fail(started.status());
@@ -274,9 +277,10 @@ int Run(int argc, char** argv) {
   }
 
   RingEngine* e = engine->get();
-  GenerateService service(e, {.num_stages = ring->num_stages(), .health = [e] {
-                                return std::make_pair(e->healthy(), e->health_message());
-                              }});
+  GenerateService service(
+      e, {.num_stages = ring->num_stages(),
+          .health = [e] { return std::make_pair(e->healthy(), e->health_message()); },
+          .metrics = &serving_metrics});
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(ring->grpc_listen, grpc::InsecureServerCredentials(), &port);

@@ -32,9 +32,11 @@ v1::FinishReason ToProto(FinishReason reason) {
 // Events of one call, handed from the engine thread to the handler thread. Shared, because
 // the engine may still deliver after the handler gave up.
 struct EventQueue {
+  explicit EventQueue(http::ServingMetrics* metrics) : recorder(metrics, "grpc") {}
   std::mutex mu;
   std::condition_variable cv;
   std::deque<GenerateEvent> events;
+  http::RequestRecorder recorder;  // guarded by mu
 };
 
 }  // namespace
@@ -45,13 +47,20 @@ GenerateService::GenerateService(Engine* engine, GenerateServiceOptions options)
 grpc::Status GenerateService::Generate(grpc::ServerContext* context,
                                        const v1::GenerateRequest* request,
                                        grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  auto queue = std::make_shared<EventQueue>(options_.metrics);
+  auto reject = [this](const grpc::Status& status) {
+    if (options_.metrics != nullptr) {
+      options_.metrics->RecordOutcome("grpc", http::RequestOutcome::kRejected);
+    }
+    return status;
+  };
   GenerateRequest r;
   r.request_id = request->request_id().empty() ? fmt::format("grpc-{}", next_id_.fetch_add(1))
                                                : request->request_id();
   switch (request->prompt_case()) {
     case v1::GenerateRequest::kText: {
       auto ids = engine_->Tokenize(request->text(), request->add_special_tokens());
-      if (!ids.ok()) return ToGrpcStatus(ids.status());
+      if (!ids.ok()) return reject(ToGrpcStatus(ids.status()));
       r.prompt_ids = std::move(*ids);
       break;
     }
@@ -59,7 +68,8 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
       r.prompt_ids.assign(request->token_ids().ids().begin(), request->token_ids().ids().end());
       break;
     default:
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompt: neither text nor token_ids");
+      return reject(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompt: neither text nor token_ids"));
   }
   const v1::SamplingParams& s = request->sampling();
   r.sampling.temperature = s.temperature();
@@ -72,13 +82,13 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
   r.sampling.ignore_eos = s.ignore_eos();
   const std::string id = r.request_id;
 
-  auto queue = std::make_shared<EventQueue>();
   absl::Status submitted = engine_->Submit(std::move(r), [queue](const GenerateEvent& event) {
     std::lock_guard<std::mutex> lock(queue->mu);
+    queue->recorder.OnEvent(event);
     queue->events.push_back(event);
     queue->cv.notify_all();
   });
-  if (!submitted.ok()) return ToGrpcStatus(submitted);
+  if (!submitted.ok()) return reject(ToGrpcStatus(submitted));
 
   bool cancelled = false;
   absl::Time cancel_deadline;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "coordinator/engine.h"
+#include "coordinator/http/metrics.h"
 #include "proto/generate.grpc.pb.h"
 
 namespace ringserve {
@@ -19,6 +20,9 @@ struct GenerateServiceOptions {
   int num_stages = 0;           // reported by ModelInfo
   // Serving state for Health: (serving, message).
   std::function<std::pair<bool, std::string>()> health;
+  // Where Generate calls are counted (latency histograms, outcomes under api "grpc"), shared
+  // with the HTTP API; nullptr = not counted.
+  http::ServingMetrics* metrics = nullptr;
 };
 
 class GenerateService final : public v1::Generate::Service {

@@ -101,6 +101,45 @@ void ServingMetrics::RecordOutcome(std::string_view api, RequestOutcome outcome)
   ++outcomes_[{std::string(api), std::string(RequestOutcomeName(outcome))}];
 }
 
+RequestRecorder::RequestRecorder(ServingMetrics* metrics, std::string api)
+    : metrics_(metrics), api_(std::move(api)), arrival_(Clock::now()) {}
+
+void RequestRecorder::OnEvent(const GenerateEvent& event) {
+  if (metrics_ == nullptr) return;
+  const Clock::time_point now = Clock::now();
+  if (!event.token_ids.empty()) {
+    if (!seen_token_) {
+      metrics_->ObserveTimeToFirstToken(std::chrono::duration<double>(now - arrival_).count());
+      // Tokens after the first one in the same event arrived together.
+      for (size_t i = 1; i < event.token_ids.size(); ++i) metrics_->ObserveInterTokenLatency(0);
+    } else {
+      const double gap = std::chrono::duration<double>(now - last_token_).count();
+      const double per_token = gap / static_cast<double>(event.token_ids.size());
+      for (size_t i = 0; i < event.token_ids.size(); ++i) {
+        metrics_->ObserveInterTokenLatency(per_token);
+      }
+    }
+    seen_token_ = true;
+    last_token_ = now;
+  }
+  if (!event.finished) return;
+  switch (event.finish_reason) {
+    case FinishReason::kStop:
+    case FinishReason::kLength:
+      metrics_->RecordOutcome(api_, event.finish_reason == FinishReason::kStop
+                                        ? RequestOutcome::kStop
+                                        : RequestOutcome::kLength);
+      metrics_->ObserveRequestDuration(std::chrono::duration<double>(now - arrival_).count());
+      break;
+    case FinishReason::kCancelled:
+      metrics_->RecordOutcome(api_, RequestOutcome::kCancelled);
+      break;
+    default:
+      metrics_->RecordOutcome(api_, RequestOutcome::kError);
+      break;
+  }
+}
+
 void ServingMetrics::ObserveTimeToFirstToken(double seconds) { ttft_.Observe(seconds); }
 void ServingMetrics::ObserveInterTokenLatency(double seconds) { itl_.Observe(seconds); }
 void ServingMetrics::ObserveRequestDuration(double seconds) { e2e_.Observe(seconds); }
@@ -166,7 +205,7 @@ std::string RenderPrometheus(const ServingMetrics& metrics, const RingStats& sta
   w.Family("ringserve_requests_total", "counter",
            "Client requests by API and outcome (stop, length, cancelled, error, rejected).");
   std::map<std::pair<std::string, std::string>, uint64_t> outcomes = metrics.Outcomes();
-  for (std::string_view api : {"http"}) {
+  for (std::string_view api : {"http", "grpc"}) {
     for (RequestOutcome outcome :
          {RequestOutcome::kStop, RequestOutcome::kLength, RequestOutcome::kCancelled,
           RequestOutcome::kError, RequestOutcome::kRejected}) {

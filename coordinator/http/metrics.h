@@ -7,6 +7,7 @@
 // activation bytes per hop), rendered at scrape time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -51,8 +52,8 @@ enum class RequestOutcome {
 };
 std::string_view RequestOutcomeName(RequestOutcome outcome);
 
-// What the APIs record. Thread-safe; one instance per server, shared by every API that wants
-// its requests counted (HTTP now; the gRPC service can record into the same object).
+// What the APIs record. Thread-safe; one instance per coordinator, shared by the HTTP API and
+// the gRPC service (outcomes are labelled by api: "http", "grpc").
 class ServingMetrics {
  public:
   ServingMetrics();
@@ -85,6 +86,25 @@ class ServingMetrics {
   std::map<std::pair<std::string, std::string>, uint64_t> outcomes_;  // (api, outcome)
   std::map<std::pair<std::string, int>, uint64_t> http_responses_;    // (route, code)
   int64_t in_flight_ = 0;
+};
+
+// Records one request's latency figures and outcome into a ServingMetrics as its engine events
+// arrive (time to first token, inter-token gaps, duration, outcome under `api`). Arrival is the
+// construction time. Not thread-safe: the caller serializes one request's events (as the
+// engine's callback does). A null `metrics` records nothing.
+class RequestRecorder {
+ public:
+  using Clock = std::chrono::steady_clock;
+  RequestRecorder(ServingMetrics* metrics, std::string api);
+  void OnEvent(const GenerateEvent& event);
+  Clock::time_point arrival() const { return arrival_; }
+
+ private:
+  ServingMetrics* const metrics_;
+  const std::string api_;
+  const Clock::time_point arrival_;
+  bool seen_token_ = false;
+  Clock::time_point last_token_;
 };
 
 // The whole /metrics body. `model` labels the model-info gauge.

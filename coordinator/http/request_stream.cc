@@ -5,47 +5,18 @@
 namespace ringserve::http {
 
 void RequestStream::OnEvent(const GenerateEvent& event) {
-  Clock::time_point now = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!event.token_ids.empty()) {
-      if (!seen_token_) {
-        metrics_->ObserveTimeToFirstToken(std::chrono::duration<double>(now - arrival_).count());
-        // Tokens after the first one in the same event arrived together.
-        for (size_t i = 1; i < event.token_ids.size(); ++i) metrics_->ObserveInterTokenLatency(0);
-      } else {
-        double gap = std::chrono::duration<double>(now - last_token_).count();
-        double per_token = gap / static_cast<double>(event.token_ids.size());
-        for (size_t i = 0; i < event.token_ids.size(); ++i) {
-          metrics_->ObserveInterTokenLatency(per_token);
-        }
-      }
-      seen_token_ = true;
-      last_token_ = now;
-    }
+    recorder_.OnEvent(event);
     if (event.finished) {
       finished_ = true;
       static constexpr const char* kReasons[] = {"none", "stop", "length", "cancelled", "error"};
-      RS_LOG_INFO("request {}: {} after {:.1f} ms, {} prompt + {} generated tokens{}", request_id_,
-                  kReasons[static_cast<int>(event.finish_reason)],
-                  std::chrono::duration<double, std::milli>(now - arrival_).count(),
-                  event.usage.prompt_tokens, event.usage.completion_tokens,
-                  event.error.ok() ? "" : ": " + event.error.ToString());
-      switch (event.finish_reason) {
-        case FinishReason::kStop:
-        case FinishReason::kLength:
-          metrics_->RecordOutcome("http", event.finish_reason == FinishReason::kStop
-                                              ? RequestOutcome::kStop
-                                              : RequestOutcome::kLength);
-          metrics_->ObserveRequestDuration(std::chrono::duration<double>(now - arrival_).count());
-          break;
-        case FinishReason::kCancelled:
-          metrics_->RecordOutcome("http", RequestOutcome::kCancelled);
-          break;
-        default:
-          metrics_->RecordOutcome("http", RequestOutcome::kError);
-          break;
-      }
+      RS_LOG_INFO(
+          "request {}: {} after {:.1f} ms, {} prompt + {} generated tokens{}", request_id_,
+          kReasons[static_cast<int>(event.finish_reason)],
+          std::chrono::duration<double, std::milli>(Clock::now() - recorder_.arrival()).count(),
+          event.usage.prompt_tokens, event.usage.completion_tokens,
+          event.error.ok() ? "" : ": " + event.error.ToString());
     }
     events_.push_back(event);
   }

@@ -19,7 +19,7 @@ class RequestStream {
   using Clock = std::chrono::steady_clock;
 
   RequestStream(std::string request_id, ServingMetrics* metrics)
-      : request_id_(std::move(request_id)), metrics_(metrics), arrival_(Clock::now()) {}
+      : request_id_(std::move(request_id)), recorder_(metrics, "http") {}
 
   const std::string& request_id() const { return request_id_; }
 
@@ -36,15 +36,12 @@ class RequestStream {
 
  private:
   const std::string request_id_;
-  ServingMetrics* const metrics_;
-  const Clock::time_point arrival_;
   mutable std::mutex mu_;
+  RequestRecorder recorder_;  // guarded by mu_
   std::condition_variable cv_;
   std::deque<GenerateEvent> events_;
   bool finished_ = false;
   bool closed_ = false;
-  bool seen_token_ = false;
-  Clock::time_point last_token_;
 };
 
 }  // namespace ringserve::http
