@@ -172,7 +172,9 @@ void HttpServer::Impl::InstallRoutes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  server_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  // Counted before the response is written (httplib's logger runs after it, so a client could
+  // read /metrics before its previous response was counted).
+  server_.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     metrics_->RecordHttpResponse(RouteLabel(req.path), res.status);
   });
   server_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -26,17 +26,6 @@ std::string BinaryDir() {
   return dir != nullptr ? dir : "build";
 }
 
-TempDir::TempDir() {
-  std::string pattern = (fs::temp_directory_path() / "rs_ops_XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) std::abort();
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  fs::remove_all(path_, ignored);
-}
-
 absl::StatusOr<std::string> MakeTestModel(const std::string& dir) {
   const fs::path fixture = fs::path(SourceDir()) / "tests/fixtures/models/llama";
   const fs::path tokenizer = fs::path(SourceDir()) / "tests/ops/tiny_tokenizer";

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/testing/temp_dir.h"
 
 namespace ringserve::ops {
 
@@ -16,18 +17,7 @@ namespace ringserve::ops {
 std::string SourceDir();
 std::string BinaryDir();
 
-// A fresh directory under $TMPDIR, removed (recursively) by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::ringserve::testing::TempDir;  // common/testing/temp_dir.h
 
 // Builds the test model directory in `dir`: the llama fixture's config and weights (symlinked)
 // plus the tiny tokenizer and chat template (copied). Returns the directory.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/testing/temp_dir.h"
 #include "coordinator/subprocess.h"
 #include "proto/generate.grpc.pb.h"
 
@@ -18,17 +19,6 @@ namespace ringserve::testing {
 std::string SourceDir();
 std::string BinaryDir();
 std::string FixtureModel(const std::string& arch);  // tests/fixtures/models/<arch>
-
-// A fresh directory under $TMPDIR, removed by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 struct RingOptions {
   std::string model_dir;

@@ -65,18 +65,4 @@ absl::Status CopyFile(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string pattern =
-      fmt::format("{}/ringserve_model_XXXXXX",
-                  base != nullptr ? base : std::filesystem::temp_directory_path().string());
-  if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code error;
-  std::filesystem::remove_all(path_, error);
-}
-
 }  // namespace ringserve::testing

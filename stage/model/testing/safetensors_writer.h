@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "common/dtype.h"
+#include "common/testing/temp_dir.h"
 
 namespace ringserve::testing {
 
@@ -25,18 +26,5 @@ std::string RawSafetensorsBytes(const std::string& header_json, const std::strin
 
 absl::Status WriteFile(const std::string& path, const std::string& bytes);
 absl::Status CopyFile(const std::string& from, const std::string& to);
-
-// A fresh, empty directory under the test temp dir; removed (recursively) on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 }  // namespace ringserve::testing
