@@ -28,10 +28,10 @@ StepExecutor::~StepExecutor() {
     const double n = static_cast<double>(timing_.steps);
     RS_LOG_INFO(
         "stage {}: {} steps; per step: prepare {:.0f} us, waiting for input {:.0f} us, forward "
-        "(and sampling) {:.0f} us, sending {:.0f} us (a GPU stage's sending waits for its "
-        "forward pass)",
+        "(and sampling) {:.0f} us, sending {:.0f} us, GPU time {:.0f} us (a GPU stage's CPU "
+        "only enqueues its forward pass and the handoff; the last one waits for the tokens)",
         options_.stage_index, timing_.steps, timing_.prepare_us / n, timing_.wait_us / n,
-        timing_.forward_us / n, timing_.send_us / n);
+        timing_.forward_us / n, timing_.send_us / n, timing_.gpu_us / n);
   }
 }
 
@@ -115,6 +115,13 @@ absl::Status StepExecutor::SendOutput(uint64_t micro_batch_id, std::span<const f
   return absl::OkStatus();
 }
 
+int64_t StepExecutor::EndGpuStep() {
+  resident_->EndStepTiming();
+  const int64_t gpu_us = resident_->TakeStepGpuMicros();
+  timing_.gpu_us += gpu_us;
+  return gpu_us;
+}
+
 absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
   const bool first = slice_->is_first();
   const bool last = slice_->is_last();
@@ -136,6 +143,7 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
 
   absl::Time busy_start = absl::Now();
   if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
+  if (resident_ != nullptr) resident_->BeginStepTiming();
   if (!last) {
     std::vector<float> out;
     if (resident_ != nullptr) {
@@ -144,11 +152,11 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
       RS_ASSIGN_OR_RETURN(
           out, slice_->Forward(decoded.batch, first ? std::span<const float>() : hidden_in_));
     }
-    // Sending waits for the forward pass on the GPU: its time counts as busy.
     const int64_t forward_us = MicrosSince(busy_start);
     RS_RETURN_IF_ERROR(SendOutput(plan.micro_batch_id(), out, total_tokens, &outcome));
-    outcome.busy_us = MicrosSince(busy_start);
-    timing_.AddCompute(forward_us, outcome.busy_us - forward_us);
+    const int64_t cpu_us = MicrosSince(busy_start);
+    timing_.AddCompute(forward_us, cpu_us - forward_us);
+    outcome.busy_us = resident_ != nullptr ? EndGpuStep() : cpu_us;
     return outcome;
   }
 
@@ -185,8 +193,9 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
     outcome.tokens.push_back(token);
     ++row;
   }
-  outcome.busy_us = MicrosSince(busy_start);
-  timing_.AddCompute(outcome.busy_us, 0);
+  const int64_t cpu_us = MicrosSince(busy_start);
+  timing_.AddCompute(cpu_us, 0);
+  outcome.busy_us = resident_ != nullptr ? EndGpuStep() : cpu_us;
   return outcome;
 }
 

@@ -27,8 +27,11 @@ namespace ringserve {
 
 struct StepOutcome {
   std::vector<v1::SampledToken> tokens;  // last stage: one per sampling chunk, in chunk order
-  int64_t busy_us = 0;                   // slice forward + sampling
-  int64_t wait_us = 0;                   // waiting for the previous stage's activations
+  // Slice forward + sampling. A GPU slice: the GPU time of the steps that finished on the GPU
+  // since the previous outcome (the CPU only enqueues; usually the previous step's time, this
+  // step's own on the last stage, which waits for its tokens).
+  int64_t busy_us = 0;
+  int64_t wait_us = 0;  // waiting for the previous stage's activations
   int64_t bytes_sent = 0;
   int num_tokens = 0;
 };
@@ -67,6 +70,9 @@ class StepExecutor {
   absl::Status ReceiveInput(uint64_t micro_batch_id, int64_t total_tokens);
   absl::Status SendOutput(uint64_t micro_batch_id, std::span<const float> host_out,
                           int64_t total_tokens, StepOutcome* outcome);
+  // A resident slice: ends the step's GPU timing; returns the GPU time of the steps finished
+  // since the previous call (this one, on the last stage, which waits for its tokens).
+  int64_t EndGpuStep();
 
   StepExecutorOptions options_;
   std::unique_ptr<ModelSlice> slice_;
@@ -76,7 +82,7 @@ class StepExecutor {
   std::vector<float> hidden_out_;
   // Where a step's time goes (summed; logged when the executor goes away).
   struct Timing {
-    int64_t steps = 0, prepare_us = 0, wait_us = 0, forward_us = 0, send_us = 0;
+    int64_t steps = 0, prepare_us = 0, wait_us = 0, forward_us = 0, send_us = 0, gpu_us = 0;
     void Add(int64_t prepare, int64_t wait) {
       ++steps;
       prepare_us += prepare;

@@ -5,7 +5,7 @@
 # cuda_ipc, at 1/8/32/64 streams (128-token prompts), decode spreading against packing — with
 # ringserve_loadgen against the real coordinator. Logs and JSON go to $OUT; a table is printed
 # as it goes ($OUT/table.md) and again at the end. Env: DURATION_S (default 3), SKIP_TESTS=1,
-# STREAMS="1 8 32 64"; for a smoke test without a GPU: DEVICE=cpu CHANNEL=tcp SHAPE=tiny
+# STREAMS="1 8 32 64", RINGS="s1 s4 s4_m4_spread s4_m4_packed s2" (which rings, in order); for a smoke test without a GPU: DEVICE=cpu CHANNEL=tcp SHAPE=tiny
 # PARTITIONS="4x1 1x4" (1-stage and 4-stage partitions of the shape).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,7 +31,8 @@ ln -sf "$bin/stage" .carry/ring/tree/stage/stage
 ln -sf "$bin/coordinator" .carry/ring/tree/coordinator/coordinator
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  for t in ring_gpu_test kernels_cuda_sampling_test stage_cuda_model_slice_test; do
+  for t in ring_gpu_test kernels_cuda_sampling_test stage_cuda_model_slice_test \
+      stage_cuda_gpu_step_timer_test; do
     [ -x "$bin/$t" ] || { echo "$t: not carried" | tee -a "$out/tests.txt"; continue; }
     start=$(date +%s)
     timeout 150 "$bin/$t" --gtest_brief=1 >"$out/test.log" 2>&1
@@ -45,7 +46,7 @@ fi
 
 model=/tmp/rs_bench_$shape
 start=$(date +%s)
-"$bin/make_random_model" --shape "$shape" --out "$model" --dtype bf16 --no-tokenizer \
+[ -f "$model/config.json" ] || "$bin/make_random_model" --shape "$shape" --out "$model" --dtype bf16 --no-tokenizer \
   >"$out/model.log" 2>&1 || { cat "$out/model.log"; exit 1; }
 echo "model written in $(( $(date +%s) - start )) s" | tee -a "$out/tests.txt"
 
@@ -82,12 +83,17 @@ mkdir -p "$out/runs"
 echo "| ring | streams | tok/s | of 1 stage | TTFT p50 ms | ITL p50 ms | ITL p99 ms | busy (run) per stage |" >"$out/table.md"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |" >>"$out/table.md"
 # Default scheduling: micro-batches in flight = GPUs (1 here), decodes spread over them.
-run_ring s1 "$p1" "" $streams
-run_ring s4 "$p4" "" $streams
-# Four micro-batches in flight on the one GPU, decodes spread over them or packed into one.
-run_ring s4_m4_spread "$p4" "--micro-batches 4 --packing spread" 8 32
-run_ring s4_m4_packed "$p4" "--micro-batches 4 --packing packed" 8 32
-run_ring s2 "$p2" "" $streams
+for ring in ${RINGS:-s1 s4 s4_m4_spread s4_m4_packed s2}; do
+  case $ring in
+    s1) run_ring s1 "$p1" "" $streams ;;
+    s4) run_ring s4 "$p4" "" $streams ;;
+    # Four micro-batches in flight on the one GPU, decodes spread over them or packed into one.
+    s4_m4_spread) run_ring s4_m4_spread "$p4" "--micro-batches 4 --packing spread" 8 32 ;;
+    s4_m4_packed) run_ring s4_m4_packed "$p4" "--micro-batches 4 --packing packed" 8 32 ;;
+    s2) run_ring s2 "$p2" "" $streams ;;
+    *) echo "unknown ring $ring" ;;
+  esac
+done
 tar -cf "$out/runs.tar" -C "$out" runs && rm -rf "$out/runs"
 echo; cat "$out/table.md"
 cat "$out/tests.txt"

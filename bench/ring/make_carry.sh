@@ -10,7 +10,8 @@ rm -rf .carry/ring
 mkdir -p .carry/ring/bin .carry/ring/lib
 bins="$build/stage/stage $build/coordinator/coordinator $build/bench/loadgen/ringserve_loadgen
       $build/bench/model/make_random_model $build/kernels/cuda/kernels_cuda_sampling_test
-      $build/stage/cuda/stage_cuda_model_slice_test $build/tests/ring/ring_gpu_test"
+      $build/stage/cuda/stage_cuda_model_slice_test $build/stage/cuda/stage_cuda_gpu_step_timer_test
+      $build/tests/ring/ring_gpu_test"
 for b in $bins; do
   [ -f "$b" ] || { echo "missing $b" >&2; exit 1; }
   strip -o ".carry/ring/bin/$(basename "$b")" "$b"

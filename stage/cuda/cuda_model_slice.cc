@@ -52,6 +52,7 @@ void CudaModelSlice::ResetGraphs() {
 
 CudaModelSlice::~CudaModelSlice() {
   ResetGraphs();
+  if (meta_uploaded_) cudaEventDestroy(meta_uploaded_);
   if (meta_host_) cudaFreeHost(meta_host_);
   if (sample_host_) cudaFreeHost(sample_host_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -232,6 +233,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
   RS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&sample_host_, SampleHostBytes()));
   RS_CUDA_RETURN_IF_ERROR(
       cudaMallocHost(reinterpret_cast<void**>(&meta_host_), meta_capacity_ * 4));
+  RS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&meta_uploaded_, cudaEventDisableTiming));
   activation_bytes_ += meta_capacity_ * 4;
 
   // KV pool.

@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/sampling.h"
+#include "stage/cuda/gpu_step_timer.h"
 #include "stage/model/model_config.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/resident_slice.h"
@@ -113,6 +114,9 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   absl::Status ForwardResident(const MicroBatch& batch) override;
   absl::StatusOr<SampledRows> SampleResident(const MicroBatch& batch,
                                              std::span<const RowSampling> rows) override;
+  void BeginStepTiming() override { step_timer_.Begin(stream_); }
+  void EndStepTiming() override { step_timer_.End(stream_); }
+  int64_t TakeStepGpuMicros() override { return step_timer_.TakeCompletedMicros(); }
 
   CudaMemoryReport memory() const;
   const CudaSliceOptions& cuda_options() const { return cuda_; }
@@ -203,11 +207,16 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   // Pinned staging for sampling: GpuRowSampling [rows] in, tokens and logprobs [rows] out.
   void* sample_host_ = nullptr;
   int32_t* meta_host_ = nullptr;  // pinned, same capacity as meta_
-  int64_t meta_capacity_ = 0;     // int32 elements
+  // Recorded after each upload from meta_host_: the next plan waits for it before writing
+  // meta_host_ again (a stage that is not last returns before its stream has run).
+  cudaEvent_t meta_uploaded_ = nullptr;
+  bool meta_upload_pending_ = false;
+  int64_t meta_capacity_ = 0;  // int32 elements
   int64_t activation_bytes_ = 0;
 
   std::map<std::pair<int, int>, Graph> graphs_;
   PlanPtr prepared_;  // PrepareResident's plan, for prepared_batch_
+  GpuStepTimer step_timer_;
   const MicroBatch* prepared_batch_ = nullptr;
 };
 

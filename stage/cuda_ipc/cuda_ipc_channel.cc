@@ -13,9 +13,13 @@ namespace ringserve {
 namespace {
 
 constexpr uint32_t kOfferMagic = 0x50495352;  // "RSIP"
-constexpr uint32_t kOfferVersion = 1;
-constexpr size_t kOfferBytes = 24 + sizeof(cudaIpcMemHandle_t);
+constexpr uint32_t kOfferVersion = 2;
+constexpr size_t kMaxSlots = 16;
+constexpr size_t kOfferHeaderBytes = 24 + sizeof(cudaIpcMemHandle_t);
+// The header, then per slot a "written" and a "consumed" event handle.
+constexpr size_t kOfferBytes = kOfferHeaderBytes + kMaxSlots * 2 * sizeof(cudaIpcEventHandle_t);
 constexpr size_t kNoticeBytes = 16;
+constexpr unsigned kIpcEventFlags = cudaEventInterprocess | cudaEventDisableTiming;
 
 absl::Status CudaError(cudaError_t error, const std::string& what) {
   return absl::InternalError(fmt::format("{}: {}", what, cudaGetErrorString(error)));
@@ -38,10 +42,23 @@ T Get(const std::byte* p) {
   return v;
 }
 
-// Waits for the work before `event` on the GPU; CUDA reports a device fault as an error here.
-absl::Status WaitEvent(cudaEvent_t event, const std::string& what) {
-  RS_IPC_CUDA(cudaEventSynchronize(event), what);
-  return absl::OkStatus();
+// Per slot, the two interprocess events of the GPU-side handoff (both created by the receiver,
+// which owns the slots; the sender opens them from their handles).
+struct SlotEvents {
+  cudaEvent_t written = nullptr;   // sender records after its copy into the slot
+  cudaEvent_t consumed = nullptr;  // receiver records after its copy out of the slot
+};
+
+void DestroySlotEvents(std::vector<SlotEvents>& events) {
+  for (SlotEvents& e : events) {
+    if (e.written) cudaEventDestroy(e.written);
+    if (e.consumed) cudaEventDestroy(e.consumed);
+  }
+  events.clear();
+}
+
+std::byte* EventHandleAt(std::byte* offer, int slot, int which) {
+  return offer + kOfferHeaderBytes + (2 * slot + which) * sizeof(cudaIpcEventHandle_t);
 }
 
 class CudaIpcSender : public DeviceActivationSender {
@@ -50,7 +67,7 @@ class CudaIpcSender : public DeviceActivationSender {
       : link_(std::move(link)), device_(device) {}
   ~CudaIpcSender() override {
     Close();
-    if (done_) cudaEventDestroy(done_);
+    DestroySlotEvents(events_);
   }
 
   absl::Status Init(absl::Duration timeout) {
@@ -62,7 +79,7 @@ class CudaIpcSender : public DeviceActivationSender {
     }
     num_slots_ = static_cast<int>(Get<uint32_t>(offer + 8));
     slot_bytes_ = Get<uint64_t>(offer + 16);
-    if (num_slots_ < 1 || slot_bytes_ == 0) {
+    if (num_slots_ < 1 || num_slots_ > static_cast<int>(kMaxSlots) || slot_bytes_ == 0) {
       return absl::DataLossError(
           fmt::format("{}: {} slots of {} bytes", what, num_slots_, slot_bytes_));
     }
@@ -77,7 +94,14 @@ class CudaIpcSender : public DeviceActivationSender {
           "one host, on GPUs with peer access (use nccl or tcp otherwise)",
           link_->peer(), device_, cudaGetErrorString(opened)));
     }
-    RS_IPC_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), what);
+    events_.resize(num_slots_);
+    for (int slot = 0; slot < num_slots_; ++slot) {
+      cudaIpcEventHandle_t written, consumed;
+      std::memcpy(&written, EventHandleAt(offer, slot, 0), sizeof(written));
+      std::memcpy(&consumed, EventHandleAt(offer, slot, 1), sizeof(consumed));
+      RS_IPC_CUDA(cudaIpcOpenEventHandle(&events_[slot].written, written), what);
+      RS_IPC_CUDA(cudaIpcOpenEventHandle(&events_[slot].consumed, consumed), what);
+    }
     pending_.assign(num_slots_, kFree);
     return absl::OkStatus();
   }
@@ -117,19 +141,24 @@ class CudaIpcSender : public DeviceActivationSender {
           "{}: {} bytes do not fit the receiver's {}-byte slots", what, bytes, slot_bytes_));
     }
     const int slot = static_cast<int>(next_ % num_slots_);
+    bool reuse = false;
     if (pending_[slot] != kFree) {
       // The receiver acknowledges in order; this slot's micro-batch is the oldest pending one.
       RS_RETURN_IF_ERROR(
           link_->Read(pending_[slot], {}, deadline, what + " (waiting for a free slot)"));
       pending_[slot] = kFree;
+      reuse = true;
     }
     RS_IPC_CUDA(cudaSetDevice(device_), what);
+    // The receiver recorded `consumed` before it acknowledged: the copy into the slot waits, on
+    // the GPU, for the receiver's copy out of it.
+    if (reuse) RS_IPC_CUDA(cudaStreamWaitEvent(stream, events_[slot].consumed, 0), what);
     char* target = static_cast<char*>(peer_base_) + static_cast<int64_t>(slot) * slot_bytes_;
     if (bytes > 0) {
       RS_IPC_CUDA(cudaMemcpyAsync(target, source, bytes, cudaMemcpyDeviceToDevice, stream), what);
     }
-    RS_IPC_CUDA(cudaEventRecord(done_, stream), what);
-    RS_RETURN_IF_ERROR(WaitEvent(done_, what));
+    // Recorded before the notice goes out, so the receiver's wait refers to this record.
+    RS_IPC_CUDA(cudaEventRecord(events_[slot].written, stream), what);
     std::byte notice[kNoticeBytes];
     Put<uint32_t>(notice, static_cast<uint32_t>(slot));
     Put<uint32_t>(notice + 4, 0);
@@ -144,7 +173,7 @@ class CudaIpcSender : public DeviceActivationSender {
   std::unique_ptr<TcpLink> link_;
   const int device_;
   void* peer_base_ = nullptr;
-  cudaEvent_t done_ = nullptr;
+  std::vector<SlotEvents> events_;
   int num_slots_ = 0;
   uint64_t slot_bytes_ = 0;
   uint64_t next_ = 0;
@@ -159,7 +188,7 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
       : link_(std::move(link)), options_(options) {}
   ~CudaIpcReceiver() override {
     Close();
-    if (done_) cudaEventDestroy(done_);
+    DestroySlotEvents(events_);
     if (slots_) {
       cudaSetDevice(options_.device);
       cudaFree(slots_);
@@ -168,7 +197,8 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
 
   absl::Status Init(absl::Duration timeout) {
     const std::string what = fmt::format("cuda_ipc: offering slots to {}", link_->peer());
-    if (options_.num_slots < 1 || options_.slot_bytes <= 0) {
+    if (options_.num_slots < 1 || options_.num_slots > static_cast<int>(kMaxSlots) ||
+        options_.slot_bytes <= 0) {
       return absl::InvalidArgumentError(
           fmt::format("{}: {} slots of {} bytes", what, options_.num_slots, options_.slot_bytes));
     }
@@ -183,8 +213,18 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
     }
     cudaIpcMemHandle_t handle;
     RS_IPC_CUDA(cudaIpcGetMemHandle(&handle, slots_), what);
-    RS_IPC_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), what);
     std::byte offer[kOfferBytes] = {};
+    events_.resize(options_.num_slots);
+    for (int slot = 0; slot < options_.num_slots; ++slot) {
+      SlotEvents& e = events_[slot];
+      RS_IPC_CUDA(cudaEventCreateWithFlags(&e.written, kIpcEventFlags), what);
+      RS_IPC_CUDA(cudaEventCreateWithFlags(&e.consumed, kIpcEventFlags), what);
+      cudaIpcEventHandle_t handle;
+      RS_IPC_CUDA(cudaIpcGetEventHandle(&handle, e.written), what);
+      std::memcpy(EventHandleAt(offer, slot, 0), &handle, sizeof(handle));
+      RS_IPC_CUDA(cudaIpcGetEventHandle(&handle, e.consumed), what);
+      std::memcpy(EventHandleAt(offer, slot, 1), &handle, sizeof(handle));
+    }
     Put<uint32_t>(offer, kOfferMagic);
     Put<uint32_t>(offer + 4, kOfferVersion);
     Put<uint32_t>(offer + 8, static_cast<uint32_t>(options_.num_slots));
@@ -215,10 +255,9 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
   absl::Status RecvChecked(uint64_t micro_batch_id, void* destination, size_t bytes,
                            GpuStream stream, absl::Time deadline, const std::string& what) {
     RS_IPC_CUDA(cudaSetDevice(options_.device), what);
-    // The previous message's copy ran before everything enqueued after it on the stream, which
-    // the stage has waited for since: its slot is free again.
+    // The previous message's slot: its `consumed` event is recorded, so the sender may reuse it
+    // (its next copy into the slot waits for that event on the GPU).
     if (unacknowledged_) {
-      RS_RETURN_IF_ERROR(WaitEvent(done_, what));
       RS_RETURN_IF_ERROR(
           link_->Write(unacknowledged_id_, {}, deadline, what + " (acknowledging the previous)"));
       unacknowledged_ = false;
@@ -238,13 +277,16 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
     }
     const char* source =
         static_cast<const char*>(slots_) + static_cast<int64_t>(slot) * options_.slot_bytes;
+    // The sender recorded `written` before its notice: the copy out waits on the GPU for the
+    // copy in, and neither CPU waits for the other's GPU work.
+    RS_IPC_CUDA(cudaStreamWaitEvent(stream, events_[slot].written, 0), what);
     if (bytes > 0) {
       RS_IPC_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream),
                   what);
     }
     // Acknowledged at the next Recv (the sender needs it only to reuse this slot, num_slots
-    // messages later), so the copy and the forward pass after it are never waited for here.
-    RS_IPC_CUDA(cudaEventRecord(done_, stream), what);
+    // messages later).
+    RS_IPC_CUDA(cudaEventRecord(events_[slot].consumed, stream), what);
     unacknowledged_ = true;
     unacknowledged_id_ = micro_batch_id;
     ++next_;
@@ -255,7 +297,7 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
   std::unique_ptr<TcpLink> link_;
   const CudaIpcOptions options_;
   void* slots_ = nullptr;
-  cudaEvent_t done_ = nullptr;
+  std::vector<SlotEvents> events_;
   uint64_t next_ = 0;
   bool unacknowledged_ = false;  // the last message's slot is not yet released to the sender
   uint64_t unacknowledged_id_ = 0;

@@ -4,18 +4,26 @@
 // slot, GPU to GPU (or within one GPU: several stage processes may share a device, which NCCL
 // refuses). A TcpLink per hop carries the control messages:
 //
-//   receiver -> sender, once:  tag 0, "RSIP" u32 | version u32 | num_slots u32 | pad u32 |
-//                              slot_bytes u64 | cudaIpcMemHandle_t (64 bytes)
+//   receiver -> sender, once:  tag 0, "RSIP" u32 | version u32 (2) | num_slots u32 | pad u32 |
+//                              slot_bytes u64 | cudaIpcMemHandle_t (64 bytes) |
+//                              per slot (16 at most): cudaIpcEventHandle_t "written",
+//                              cudaIpcEventHandle_t "consumed" (64 bytes each; unused: zero)
 //   sender -> receiver:        tag = micro_batch_id, slot u32 | pad u32 | bytes u64
-//                              (sent once the copy into the slot has completed)
+//                              (sent as soon as the copy into the slot is enqueued)
 //   receiver -> sender:        tag = micro_batch_id, empty (the slot may be reused; sent when
 //                              the next message is received, so never on the critical path)
 //
-// Slots are used round robin; the sender waits for a slot's acknowledgement before reusing it,
-// so at most num_slots micro-batches are in transit on a hop. The sender enqueues its copy on
-// the caller's stream (after its compute) and waits for it before the control message goes
-// out; the receiver enqueues its copy out of the slot on its stream and returns at once (the
-// forward pass follows on the same stream).
+// The handoff happens on the GPU, never on a CPU: the sender enqueues its copy into the slot
+// after its compute and records the slot's interprocess "written" event; the receiver enqueues
+// a wait for that event, its copy out of the slot, and records "consumed"; before the sender
+// reuses a slot its stream waits for "consumed". So a stage launches its forward pass while the
+// previous stage still computes, and the GPU runs the stages back to back (several stage
+// processes on one GPU take turns without the CPU round trips in between). Slots are used round
+// robin; the sender waits for a slot's acknowledgement before reusing it, so at most num_slots
+// micro-batches are in transit on a hop.
+//
+// A peer that dies with a "written" record still pending leaves the receiver's stream waiting;
+// the receiver then sees the closed link on its next Recv.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +38,7 @@ namespace ringserve {
 
 struct CudaIpcOptions {
   int device = 0;          // this stage's CUDA ordinal
-  int num_slots = 4;       // receiver: slots in the ring
+  int num_slots = 4;       // receiver: slots in the ring (1 to 16)
   int64_t slot_bytes = 0;  // receiver: bytes per slot (the largest micro-batch's activations)
 };
 

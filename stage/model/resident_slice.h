@@ -50,6 +50,14 @@ class ResidentSlice {
   // (`rows` in chunk order). Returns when the tokens are on the host.
   virtual absl::StatusOr<SampledRows> SampleResident(const MicroBatch& batch,
                                                      std::span<const RowSampling> rows) = 0;
+
+  // GPU time of steps (the CPU only enqueues a step's work, so its CPU time says little):
+  // BeginStepTiming() before a step's work is enqueued on gpu_stream(), EndStepTiming() after.
+  // TakeStepGpuMicros() returns the GPU time of the timed steps that have finished on the GPU
+  // since the previous call (a step still running is counted by a later call). Best effort.
+  virtual void BeginStepTiming() = 0;
+  virtual void EndStepTiming() = 0;
+  virtual int64_t TakeStepGpuMicros() = 0;
 };
 
 }  // namespace ringserve

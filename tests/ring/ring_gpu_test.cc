@@ -121,6 +121,44 @@ INSTANTIATE_TEST_SUITE_P(Rings, RingGpuTest,
                                            GpuCase{"mistral", {1, 1, 1}, "cuda_ipc"}),
                          CaseName);
 
+// Several micro-batches in flight through a 4-stage cuda_ipc ring: stages that are not last
+// return before their GPU work ran (the handoff is on the GPU), so a stage prepares the next
+// micro-batch while earlier ones are still queued. Every copy of every golden prompt, all at
+// once, still gets transformers' greedy tokens.
+TEST(RingGpuE2ETest, MicroBatchesInFlightKeepTheGreedyTokens) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  Golden golden = LoadGolden("llama");
+  ASSERT_FALSE(golden.prompts.empty());
+  std::vector<v1::GenerateRequest> requests;
+  std::vector<std::vector<int32_t>> want;
+  for (int copy = 0; copy < 4; ++copy) {
+    for (size_t i = 0; i < golden.prompts.size(); ++i) {
+      requests.push_back(IdsRequest(golden.prompts[i], static_cast<int>(golden.greedy[i].size())));
+      want.push_back(golden.greedy[i]);
+    }
+  }
+  auto ring = Ring::Start({.model_dir = FixtureModel("llama"),
+                           .partition = {1, 1, 1, 1},
+                           .micro_batches_in_flight = 4,
+                           .max_tokens_per_micro_batch = 16,
+                           .device = "cuda:0",
+                           .channel = "cuda_ipc"});
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::vector<Generation> got(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { got[i] = (*ring)->Generate(requests[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << "request " << i << ": " << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens, want[i]) << "request " << i;
+  }
+  auto stats = (*ring)->SettledStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const auto& stage : stats->stages()) EXPECT_GT(stage.mean_step_ms(), 0) << stage.index();
+}
+
 // Seeded sampling and greedy requests through a 4-stage cuda_ipc ring on one GPU give the
 // same tokens as on one CUDA stage.
 TEST(RingGpuE2ETest, SeededSamplingMatchesOneStage) {
