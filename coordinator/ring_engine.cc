@@ -398,8 +398,10 @@ void RingEngine::EngineLoop() {
       }
       if (!failed_) plans = PlanLocked();
     }
-    for (auto& [callback, event] : out) callback(event);
+    // Plans first: the stages (and their GPUs) start the next step while the clients' events
+    // are delivered.
     for (auto& [stage, plan] : plans) stages_[stage]->SendPlan(std::move(plan));
+    for (auto& [callback, event] : out) callback(event);
   }
 }
 

@@ -39,7 +39,8 @@ class ResidentSlice {
   virtual absl::Status CopyHiddenIn(std::span<const float> hidden) = 0;
   virtual absl::Status CopyHiddenOut(std::span<float> hidden) = 0;
 
-  // Optional, before the input arrives: validates `batch` and enqueues its metadata upload,
+  // Optional (the step executor calls it before the input arrives over a host channel, after
+  // the input's wait over a GPU channel): validates `batch` and enqueues its metadata upload,
   // so that the ForwardResident / SampleResident call for the same batch object (which must
   // follow, with the batch unchanged) only launches. Errors as ForwardResident's.
   virtual absl::Status PrepareResident(const MicroBatch& batch) = 0;
