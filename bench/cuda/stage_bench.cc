@@ -5,6 +5,7 @@
 //
 //   stage_bench [--model_dir DIR] [--shape llama8b|qwen3_8b] [--quick]
 //               [--bandwidth_tbps 4.28] [--peak_tflops 785]
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -396,7 +397,7 @@ int Main(int argc, char** argv) {
                         .memory_utilization = 0.90,
                         .max_batch_tokens = 8192,
                         .max_seqs = 256,
-                        .max_model_len = long_ctx + 1024,
+                        .max_model_len = std::max(long_ctx, 8192) + 1024,
                         .use_cuda_graphs = flags.graphs};
   SliceOptions options{
       .model_dir = flags.model_dir, .layers = {0, config.num_layers}, .kv_block_size = 16};
@@ -463,6 +464,13 @@ int Main(int argc, char** argv) {
   decode_row("decode 1 eager", 1, 128, steps / 2, "no graphs");
   decode_row("decode 32 eager", 32, 128, steps / 2, "no graphs");
   slice.set_use_cuda_graphs(flags.graphs);
+  // Without programmatic dependent launch (graphs captured again without it).
+  SetDependentLaunch(false);
+  slice.ResetGraphs();
+  decode_row("decode 1 no-pdl", 1, 128, steps / 2, "graphs, no dependent launch");
+  decode_row("decode 32 no-pdl", 32, 128, steps / 2, "graphs, no dependent launch");
+  SetDependentLaunch(true);
+  slice.ResetGraphs();
   for (int length : {2048, 8192}) {
     auto r = bench.Prefill(length, flags.quick ? 1 : 3);
     const std::string name = fmt::format("prefill {}", length);

@@ -30,6 +30,12 @@ absl::Status LaunchStatus(const char* kernel);
 // Number of visible CUDA devices; 0 when there is no driver or no device (never an error).
 int CudaDeviceCount();
 
+// Whether the decode-path kernels are launched as programmatic dependents of the previous
+// kernel (kernels/cuda/dependent_launch.cuh). On by default; process-wide; CUDA graphs captured
+// while it was on keep it. For A/B measurements (stage_bench) and as an escape hatch.
+bool DependentLaunchEnabled();
+void SetDependentLaunch(bool enabled);
+
 // An owning, move-only device allocation (cudaMalloc / cudaFree). Not thread-safe.
 class DeviceBuffer {
  public:

@@ -3,6 +3,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
 
 namespace ringserve::cuda {
@@ -35,6 +36,7 @@ __device__ __forceinline__ int64_t CacheOffset(const int32_t* table, int key, co
 // then warps, at the end. K and V of kUnroll keys are loaded together before any math.
 template <int G>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
+  WaitForPreviousKernel();
   __shared__ float partial[kWarps][kMaxGroupDim];
   __shared__ float warp_ml[kWarps][kMaxGroup][2];
 
@@ -200,6 +202,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
 
 // Merges the splits of one (entry, head): out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s.
 __global__ void DecodeReduceKernel(DecodeArgs a) {
+  WaitForPreviousKernel();
   const int e = blockIdx.x;
   const int head = blockIdx.y;
   const int ctx = a.batch.context_lens[e];
@@ -250,16 +253,17 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
   const dim3 grid(batch.num_entries, c.num_kv_heads, batch.num_splits);
   const int group = shape.num_heads / c.num_kv_heads;
   if (group == 1) {
-    DecodeKernel<1><<<grid, kThreads, 0, stream>>>(args);
+    LaunchDependent(DecodeKernel<1>, grid, kThreads, 0, stream, args);
   } else if (group == 2) {
-    DecodeKernel<2><<<grid, kThreads, 0, stream>>>(args);
+    LaunchDependent(DecodeKernel<2>, grid, kThreads, 0, stream, args);
   } else if (group <= 4) {
-    DecodeKernel<4><<<grid, kThreads, 0, stream>>>(args);
+    LaunchDependent(DecodeKernel<4>, grid, kThreads, 0, stream, args);
   } else {
-    DecodeKernel<8><<<grid, kThreads, 0, stream>>>(args);
+    LaunchDependent(DecodeKernel<8>, grid, kThreads, 0, stream, args);
   }
   if (batch.num_splits > 1) {
-    DecodeReduceKernel<<<dim3(batch.num_entries, shape.num_heads), 128, 0, stream>>>(args);
+    LaunchDependent(DecodeReduceKernel, dim3(batch.num_entries, shape.num_heads), 128, 0, stream,
+                    args);
   }
   return LaunchStatus("DecodeKernel");
 }

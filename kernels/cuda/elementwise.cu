@@ -1,5 +1,6 @@
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/elementwise.h"
 
@@ -12,6 +13,7 @@ __global__ void __launch_bounds__(kNormThreads)
     AddRmsNormKernel(float* __restrict__ residual, const bf16* __restrict__ delta,
                      const bf16* __restrict__ bias, const bf16* __restrict__ weight,
                      bf16* __restrict__ out, int dim, float eps) {
+  WaitForPreviousKernel();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   float* res = residual + row * dim;
@@ -55,6 +57,7 @@ __global__ void __launch_bounds__(kNormThreads)
     AddRmsNormKernel4(float* __restrict__ residual, const bf16* __restrict__ delta,
                       const bf16* __restrict__ bias, const bf16* __restrict__ weight,
                       bf16* __restrict__ out, int dim, float eps) {
+  WaitForPreviousKernel();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int vecs = dim / 4;
@@ -108,6 +111,7 @@ __global__ void __launch_bounds__(kNormThreads)
 
 __global__ void SiluMulKernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out,
                               int64_t rows, int inter) {
+  WaitForPreviousKernel();
   const int64_t total = rows * inter;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -122,6 +126,7 @@ __global__ void SiluMulKernel(const bf16* __restrict__ gate_up, bf16* __restrict
 // Vectorized variant: 8 elements per thread (inter % 8 == 0).
 __global__ void SiluMulKernel8(const bf16* __restrict__ gate_up, bf16* __restrict__ out,
                                int64_t rows, int inter) {
+  WaitForPreviousKernel();
   const int vecs = inter / 8;
   const int64_t total = rows * vecs;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -140,6 +145,7 @@ __global__ void SiluMulKernel8(const bf16* __restrict__ gate_up, bf16* __restric
 
 __global__ void EmbeddingKernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
                                 float* __restrict__ out, int hidden) {
+  WaitForPreviousKernel();
   const int64_t t = blockIdx.x;
   const bf16* row = table + static_cast<int64_t>(ids[t]) * hidden;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
@@ -170,6 +176,7 @@ __global__ void F16ToBF16Kernel(const __half* __restrict__ src, bf16* __restrict
 
 __global__ void GatherRowsKernel(const bf16* __restrict__ src, const int32_t* __restrict__ rows,
                                  bf16* __restrict__ dst, int dim) {
+  WaitForPreviousKernel();
   const bf16* from = src + static_cast<int64_t>(rows[blockIdx.x]) * dim;
   bf16* to = dst + static_cast<int64_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) to[i] = from[i];
@@ -213,11 +220,11 @@ absl::Status LaunchAddRmsNorm(float* residual, const bf16* delta, const bf16* bi
   };
   if (dim % 4 == 0 && dim / 4 <= kNormCache * kNormThreads && aligned(residual, 16) &&
       aligned(delta, 8) && aligned(bias, 8) && aligned(weight, 8) && aligned(out, 8)) {
-    AddRmsNormKernel4<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
-        residual, delta, bias, weight, out, dim, eps);
+    LaunchDependent(AddRmsNormKernel4, static_cast<unsigned>(rows), kNormThreads, 0, stream,
+                    residual, delta, bias, weight, out, dim, eps);
   } else {
-    AddRmsNormKernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
-        residual, delta, bias, weight, out, dim, eps);
+    LaunchDependent(AddRmsNormKernel, static_cast<unsigned>(rows), kNormThreads, 0, stream,
+                    residual, delta, bias, weight, out, dim, eps);
   }
   return LaunchStatus("AddRmsNormKernel");
 }
@@ -227,9 +234,11 @@ absl::Status LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int int
   if (rows < 0 || inter <= 0) return absl::InvalidArgumentError("LaunchSiluMul: bad shape");
   if (rows == 0) return absl::OkStatus();
   if (inter % 8 == 0) {
-    SiluMulKernel8<<<GridFor(rows * inter / 8, 256), 256, 0, stream>>>(gate_up, out, rows, inter);
+    LaunchDependent(SiluMulKernel8, GridFor(rows * inter / 8, 256), 256, 0, stream, gate_up, out,
+                    rows, inter);
   } else {
-    SiluMulKernel<<<GridFor(rows * inter, 256), 256, 0, stream>>>(gate_up, out, rows, inter);
+    LaunchDependent(SiluMulKernel, GridFor(rows * inter, 256), 256, 0, stream, gate_up, out, rows,
+                    inter);
   }
   return LaunchStatus("SiluMulKernel");
 }
@@ -240,7 +249,8 @@ absl::Status LaunchEmbedding(const bf16* table, const int32_t* ids, float* out, 
     return absl::InvalidArgumentError("LaunchEmbedding: bad shape");
   }
   if (n == 0) return absl::OkStatus();
-  EmbeddingKernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(table, ids, out, hidden);
+  LaunchDependent(EmbeddingKernel, static_cast<unsigned>(n), 256, 0, stream, table, ids, out,
+                  hidden);
   return LaunchStatus("EmbeddingKernel");
 }
 
@@ -260,7 +270,7 @@ absl::Status LaunchGatherRows(const bf16* src, const int32_t* rows, bf16* dst, i
                               int dim, cudaStream_t stream) {
   if (num_rows < 0 || dim <= 0) return absl::InvalidArgumentError("LaunchGatherRows: bad shape");
   if (num_rows == 0) return absl::OkStatus();
-  GatherRowsKernel<<<num_rows, 256, 0, stream>>>(src, rows, dst, dim);
+  LaunchDependent(GatherRowsKernel, num_rows, 256, 0, stream, src, rows, dst, dim);
   return LaunchStatus("GatherRowsKernel");
 }
 

@@ -1,3 +1,4 @@
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/rope.h"
 
@@ -9,6 +10,7 @@ constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
 
 // One warp per (token, head). Lane l owns rotary pairs (i, i + half) for i = l, l + 32, ...
 __global__ void __launch_bounds__(kWarps * 32) QkvPrepareKernel(QkvPrepareArgs a) {
+  WaitForPreviousKernel();
   const int t = blockIdx.x;
   const int head = blockIdx.y * kWarps + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
@@ -100,7 +102,7 @@ absl::Status LaunchQkvPrepare(const QkvPrepareArgs& args, cudaStream_t stream) {
   if (args.num_tokens == 0) return absl::OkStatus();
   const int total_heads = args.num_heads + 2 * args.cache.num_kv_heads;
   const dim3 grid(args.num_tokens, (total_heads + kWarps - 1) / kWarps);
-  QkvPrepareKernel<<<grid, kWarps * 32, 0, stream>>>(args);
+  LaunchDependent(QkvPrepareKernel, grid, kWarps * 32, 0, stream, args);
   return LaunchStatus("QkvPrepareKernel");
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/sampling.h"
 
 namespace ringserve::cuda {
@@ -19,6 +20,7 @@ __device__ __forceinline__ void Better(float& best, int& best_id, float v, int i
 
 __global__ void __launch_bounds__(kThreads)
     ArgmaxKernel(const float* __restrict__ logits, int vocab, int32_t* __restrict__ tokens) {
+  WaitForPreviousKernel();
   __shared__ float vals[32];
   __shared__ int ids[32];
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
@@ -415,7 +417,7 @@ absl::Status LaunchArgmax(const float* logits, int rows, int vocab, int32_t* tok
                           cudaStream_t stream) {
   if (rows < 0 || vocab <= 0) return absl::InvalidArgumentError("LaunchArgmax: bad shape");
   if (rows == 0) return absl::OkStatus();
-  ArgmaxKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, tokens);
+  LaunchDependent(ArgmaxKernel, rows, kThreads, 0, stream, logits, vocab, tokens);
   return LaunchStatus("ArgmaxKernel");
 }
 
