@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One call on the GPU machine, from binaries built elsewhere and carried in .carry/ring/{bin,lib}
-# (bench/ring/make_carry.sh; or packed as .carry/ring.tar.xz, unpacked here): the gpu-labelled tests, then the ring benchmark of issue 6 —
-# a random-weight Llama-3.1-8B-shaped model (bf16), 1, 2 and 4 stages on ONE GPU over
-# cuda_ipc, at 1/8/32/64 streams (128-token prompts), decode spreading against packing — with
-# ringserve_loadgen against the real coordinator. Logs and JSON go to $OUT; a table is printed
-# as it goes ($OUT/table.md) and again at the end. Env: DURATION_S (default 3), SKIP_TESTS=1,
-# STREAMS="1 8 32 64", RINGS="s1 s4 s4_m4_spread s4_m4_packed s2" (which rings, in order); for a smoke test without a GPU: DEVICE=cpu CHANNEL=tcp SHAPE=tiny
-# PARTITIONS="4x1 1x4" (1-stage and 4-stage partitions of the shape).
+# (bench/ring/make_carry.sh; or packed as .carry/ring.tar.xz, unpacked here): the gpu-labelled
+# tests, then the ring benchmark of issue 6 — a random-weight Llama-3.1-8B-shaped model (bf16),
+# 1, 2 and 4 stages on ONE GPU over cuda_ipc, at 1/8/32/64 streams (128-token prompts), decode
+# spreading against packing — with ringserve_loadgen against the real coordinator. Logs and JSON
+# go to $OUT; a table is printed as it goes ($OUT/table.md) and again at the end.
+# Env: DURATION_S (default 3), SKIP_TESTS=1, STREAMS="1 8 32 64",
+# RINGS="s1 s4 s4_m4_spread s4_m4_packed s2" (which rings, in order); for a smoke test without
+# a GPU: DEVICE=cpu CHANNEL=tcp SHAPE=tiny PARTITIONS="2x1 1x2 1x2" (the partitions in the
+# 1-, 4- and 2-stage slots; tiny has 2 layers). The model directory is reused when it exists.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/rs_out}
