@@ -350,8 +350,8 @@ void HttpServer::Impl::Release(const std::shared_ptr<RequestStream>& stream) {
     engine_.Cancel(stream->request_id());
   }
   Unregister(stream);
+  active_.fetch_sub(1);  // before the gauge: a gauge at 0 means the slots are free
   metrics_->AddInFlight(-1);
-  active_.fetch_sub(1);
 }
 
 void HttpServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& req,

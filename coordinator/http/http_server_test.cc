@@ -6,6 +6,8 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "coordinator/http/fake_engine.h"
 #include "gmock/gmock.h"
@@ -296,6 +298,13 @@ TEST_F(HttpServerTest, OverloadIs429AndEngineUnavailableIs503) {
   // The holder has hung up but its slot may not be released yet; the engine must cancel it.
   std::string held = engine_->last_request().request_id;
   ASSERT_TRUE(engine_->WaitForCancel(held, kWait));
+  // The engine hears of the cancel before the server's handler releases the slot.
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (client_->Get("/metrics")->body.find("ringserve_api_requests_in_flight 0\n") ==
+             std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
 
   engine_->set_script({.submit_error = absl::UnavailableError("stages are restarting")});
   httplib::Result res = PostJson("/v1/completions", CompletionBody({{"max_tokens", 1}}));
