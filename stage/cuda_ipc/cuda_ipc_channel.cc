@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 
@@ -68,6 +69,7 @@ class CudaIpcSender : public DeviceActivationSender {
   ~CudaIpcSender() override {
     Close();
     DestroySlotEvents(events_);
+    if (last_copy_) cudaEventDestroy(last_copy_);
   }
 
   absl::Status Init(absl::Duration timeout) {
@@ -102,6 +104,7 @@ class CudaIpcSender : public DeviceActivationSender {
       RS_IPC_CUDA(cudaIpcOpenEventHandle(&events_[slot].written, written), what);
       RS_IPC_CUDA(cudaIpcOpenEventHandle(&events_[slot].consumed, consumed), what);
     }
+    RS_IPC_CUDA(cudaEventCreateWithFlags(&last_copy_, cudaEventDisableTiming), what);
     pending_.assign(num_slots_, kFree);
     return absl::OkStatus();
   }
@@ -121,13 +124,21 @@ class CudaIpcSender : public DeviceActivationSender {
     return status;
   }
 
+  // Unmaps the receiver's slots once the last copy into them has run (Send returns before it
+  // has). A copy still queued after a few seconds (its stream waits for a receiver that is
+  // gone) keeps the mapping until the process exits, rather than faulting or hanging here.
   void Close() override {
     link_->Close();
-    if (peer_base_ != nullptr) {
-      cudaSetDevice(device_);
-      cudaIpcCloseMemHandle(peer_base_);
-      peer_base_ = nullptr;
+    if (peer_base_ == nullptr) return;
+    cudaSetDevice(device_);
+    const absl::Time deadline = absl::Now() + absl::Seconds(3);
+    cudaError_t state = last_copy_ ? cudaEventQuery(last_copy_) : cudaSuccess;
+    while (state == cudaErrorNotReady && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+      state = cudaEventQuery(last_copy_);
     }
+    if (state == cudaSuccess) cudaIpcCloseMemHandle(peer_base_);
+    peer_base_ = nullptr;
   }
   int64_t bytes_sent() const override { return bytes_sent_; }
 
@@ -159,6 +170,7 @@ class CudaIpcSender : public DeviceActivationSender {
     }
     // Recorded before the notice goes out, so the receiver's wait refers to this record.
     RS_IPC_CUDA(cudaEventRecord(events_[slot].written, stream), what);
+    RS_IPC_CUDA(cudaEventRecord(last_copy_, stream), what);
     std::byte notice[kNoticeBytes];
     Put<uint32_t>(notice, static_cast<uint32_t>(slot));
     Put<uint32_t>(notice + 4, 0);
@@ -174,6 +186,7 @@ class CudaIpcSender : public DeviceActivationSender {
   const int device_;
   void* peer_base_ = nullptr;
   std::vector<SlotEvents> events_;
+  cudaEvent_t last_copy_ = nullptr;  // local: the last copy into the slots has run
   int num_slots_ = 0;
   uint64_t slot_bytes_ = 0;
   uint64_t next_ = 0;
