@@ -26,12 +26,18 @@ StepExecutor::~StepExecutor() {
   CloseChannels();
   if (timing_.steps > 0) {
     const double n = static_cast<double>(timing_.steps);
+    const std::string gpu =
+        resident_ == nullptr
+            ? std::string()
+            : fmt::format(
+                  ", GPU time {:.0f} us (the CPU only enqueues a GPU stage's work; the "
+                  "last stage waits for its tokens)",
+                  timing_.gpu_us / n);
     RS_LOG_INFO(
         "stage {}: {} steps; per step: prepare {:.0f} us, waiting for input {:.0f} us, forward "
-        "(and sampling) {:.0f} us, sending {:.0f} us, GPU time {:.0f} us (a GPU stage's CPU "
-        "only enqueues its forward pass and the handoff; the last one waits for the tokens)",
+        "(and sampling) {:.0f} us, sending {:.0f} us{}",
         options_.stage_index, timing_.steps, timing_.prepare_us / n, timing_.wait_us / n,
-        timing_.forward_us / n, timing_.send_us / n, timing_.gpu_us / n);
+        timing_.forward_us / n, timing_.send_us / n, gpu);
   }
 }
 
