@@ -320,17 +320,14 @@ absl::Status CudaModelSlice::Prepare(const MicroBatch& batch,
                                      const std::span<const float>* hidden_in, Plan* p) {
   RS_RETURN_IF_ERROR(Validate(batch, hidden_in));
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  if (meta_upload_pending_) {
-    // The previous plan's upload was enqueued before that step's input arrived: usually long
-    // done; waited for only when the CPU runs steps ahead of the GPU.
-    RS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
-    meta_upload_pending_ = false;
-  }
+  // The previous plan's upload from meta_host_ must have run before meta_host_ is rewritten:
+  // usually long done; waited for only when the CPU runs steps ahead of the GPU (returns at
+  // once before the first record).
+  RS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
   RS_RETURN_IF_ERROR(BuildPlan(batch, p));
   RS_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), meta_host_, p->meta_size * 4, cudaMemcpyHostToDevice, stream_));
   RS_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_uploaded_, stream_));
-  meta_upload_pending_ = true;
   if (!is_first() && hidden_in != nullptr) {
     RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.get(), hidden_in->data(),
                                             hidden_in->size() * sizeof(float),

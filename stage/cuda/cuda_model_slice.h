@@ -210,7 +210,6 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   // Recorded after each upload from meta_host_: the next plan waits for it before writing
   // meta_host_ again (a stage that is not last returns before its stream has run).
   cudaEvent_t meta_uploaded_ = nullptr;
-  bool meta_upload_pending_ = false;
   int64_t meta_capacity_ = 0;  // int32 elements
   int64_t activation_bytes_ = 0;
 

@@ -69,7 +69,6 @@ class CudaIpcSender : public DeviceActivationSender {
   ~CudaIpcSender() override {
     Close();
     DestroySlotEvents(events_);
-    if (last_copy_) cudaEventDestroy(last_copy_);
   }
 
   absl::Status Init(absl::Duration timeout) {
@@ -104,7 +103,6 @@ class CudaIpcSender : public DeviceActivationSender {
       RS_IPC_CUDA(cudaIpcOpenEventHandle(&events_[slot].written, written), what);
       RS_IPC_CUDA(cudaIpcOpenEventHandle(&events_[slot].consumed, consumed), what);
     }
-    RS_IPC_CUDA(cudaEventCreateWithFlags(&last_copy_, cudaEventDisableTiming), what);
     pending_.assign(num_slots_, kFree);
     return absl::OkStatus();
   }
@@ -132,10 +130,13 @@ class CudaIpcSender : public DeviceActivationSender {
     if (peer_base_ == nullptr) return;
     cudaSetDevice(device_);
     const absl::Time deadline = absl::Now() + absl::Seconds(3);
-    cudaError_t state = last_copy_ ? cudaEventQuery(last_copy_) : cudaSuccess;
+    // The last copy is the one before the last slot's "written" record.
+    cudaEvent_t last_copy =
+        next_ == 0 ? nullptr : events_[static_cast<int>((next_ - 1) % num_slots_)].written;
+    cudaError_t state = last_copy ? cudaEventQuery(last_copy) : cudaSuccess;
     while (state == cudaErrorNotReady && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
-      state = cudaEventQuery(last_copy_);
+      state = cudaEventQuery(last_copy);
     }
     if (state == cudaSuccess) cudaIpcCloseMemHandle(peer_base_);
     peer_base_ = nullptr;
@@ -170,7 +171,6 @@ class CudaIpcSender : public DeviceActivationSender {
     }
     // Recorded before the notice goes out, so the receiver's wait refers to this record.
     RS_IPC_CUDA(cudaEventRecord(events_[slot].written, stream), what);
-    RS_IPC_CUDA(cudaEventRecord(last_copy_, stream), what);
     std::byte notice[kNoticeBytes];
     Put<uint32_t>(notice, static_cast<uint32_t>(slot));
     Put<uint32_t>(notice + 4, 0);
@@ -186,7 +186,6 @@ class CudaIpcSender : public DeviceActivationSender {
   const int device_;
   void* peer_base_ = nullptr;
   std::vector<SlotEvents> events_;
-  cudaEvent_t last_copy_ = nullptr;  // local: the last copy into the slots has run
   int num_slots_ = 0;
   uint64_t slot_bytes_ = 0;
   uint64_t next_ = 0;
