@@ -3,7 +3,7 @@
 // decode at a long context, prefill tok/s, each against its physical bound, and a per-shape GEMM
 // table (our GEMV vs cuBLASLt). Prints a table last.
 //
-//   stage_bench [--model_dir DIR] [--shape llama8b|qwen3_8b] [--quick]
+//   stage_bench [--model_dir DIR] [--shape llama8b|qwen3_8b] [--quick] [--kernels_only]
 //               [--bandwidth_tbps 4.28] [--peak_tflops 785]
 #include <algorithm>
 #include <chrono>
@@ -33,6 +33,7 @@ struct Flags {
   std::string model_dir;
   std::string shape = "llama8b";
   bool quick = false;
+  bool kernels_only = false;  // just the small-kernel table at 32 tokens (for profilers)
   bool graphs = true;
   double bandwidth = 4.28e12;
   double peak = 785e12;
@@ -237,18 +238,31 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  *out += fmt::format("{:<8} {:>3} {:>10} {:>10} {:>10} {:>10}\n", "gemm", "m", "gemv_us",
-                      "gemv_bw%", "cublas_us", "cublas_bw%");
+  *out += fmt::format("{:<8} {:>3} {:>8} {:>6} {:>9} {:>6} {:>8} {:>6}  {}\n", "gemm", "m",
+                      "gemv_us", "bw%", "cublas_us", "bw%", "tuned_us", "bw%", "tuned plan");
   for (const Shape& s : shapes) {
-    for (int m : {1, 4, 8, 32}) {
-      double us[2] = {0, 0};
-      for (int path = 0; path < 2; ++path) {
+    for (int m : {1, 4, 8, 32, 64}) {
+      double us[3] = {0, 0, 0};
+      // GEMV, cuBLASLt's heuristic choice, then the tuned plan (the runner is the slice's: its
+      // decode steps of these sizes use the plans tuned here).
+      for (int path = 0; path < 3; ++path) {
         if (path == 0 && m > kGemvMaxRows) continue;
+        if (path == 2) {
+          (void)gemm.Tune(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n, s.k,
+                          nullptr);
+        }
         auto run = [&] {
-          return path == 0 ? LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n,
-                                        s.k, nullptr)
-                           : gemm.LinearCublas(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16,
-                                               m, s.n, s.k, nullptr);
+          switch (path) {
+            case 0:
+              return LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n, s.k,
+                                nullptr);
+            case 1:
+              return gemm.LinearCublas(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n,
+                                       s.k, nullptr);
+            default:
+              return gemm.Linear(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n, s.k,
+                                 nullptr);
+          }
         };
         for (int i = 0; i < 3; ++i) (void)run();
         const int iters = 20;
@@ -262,29 +276,34 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
       }
       const double bytes = 2.0 * s.n * s.k;
       auto frac = [&](double t) { return t > 0 ? 100 * bytes / bandwidth / (t * 1e-6) : 0; };
-      *out += fmt::format("{:<8} {:>3} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f}\n", s.name, m, us[0],
-                          frac(us[0]), us[1], frac(us[1]));
+      *out += fmt::format("{:<8} {:>3} {:>8.1f} {:>6.1f} {:>9.1f} {:>6.1f} {:>8.1f} {:>6.1f}  {}\n",
+                          s.name, m, us[0], frac(us[0]), us[1], frac(us[1]), us[2], frac(us[2]),
+                          gemm.PlanSummary(m, s.n, s.k, OutType::kBF16));
     }
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
 }
 
-// Times the decode step's small kernels alone at one token (what the graph spends besides
-// GEMMs), with events over 50 back-to-back launches each.
-void KernelTable(const ModelConfig& c, std::string* out) {
+// Times the decode step's small kernels alone (what the graph spends besides GEMMs) at `rows`
+// tokens = sequences of context `ctx` each, with events over 50 back-to-back launches each;
+// one sequence also at 2k and 32k context.
+void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const int qkv_w = (c.num_heads + 2 * c.num_kv_heads) * d;
-  const int blocks = 2048, bs = 16;
+  const int blocks = 4096, bs = 16;
   const int64_t kv_elems = int64_t{blocks} * c.num_kv_heads * bs * d;
   DeviceBuffer res, normed, wnorm, qkv, q, attn, gu, act, k, v, meta, ws, logits, tok, inv, down;
-  bool ok = res.Allocate(h * 4).ok() && normed.Allocate(h * 2).ok() && wnorm.Allocate(h * 2).ok() &&
-            qkv.Allocate(qkv_w * 2).ok() && q.Allocate(c.num_heads * d * 2).ok() &&
-            attn.Allocate(c.num_heads * d * 2).ok() && gu.Allocate(2 * inter * 2).ok() &&
-            act.Allocate(inter * 2).ok() && k.Allocate(kv_elems * 2).ok() &&
-            v.Allocate(kv_elems * 2).ok() && meta.Allocate((blocks + 64) * 4).ok() &&
+  bool ok = res.Allocate(int64_t{rows} * h * 4).ok() &&
+            normed.Allocate(int64_t{rows} * h * 2).ok() && wnorm.Allocate(h * 2).ok() &&
+            qkv.Allocate(int64_t{rows} * qkv_w * 2).ok() &&
+            q.Allocate(int64_t{rows} * c.num_heads * d * 2).ok() &&
+            attn.Allocate(int64_t{rows} * c.num_heads * d * 2).ok() &&
+            gu.Allocate(int64_t{rows} * 2 * inter * 2).ok() &&
+            act.Allocate(int64_t{rows} * inter * 2).ok() && k.Allocate(kv_elems * 2).ok() &&
+            v.Allocate(kv_elems * 2).ok() && meta.Allocate((blocks + 1024) * 4).ok() &&
             ws.Allocate(int64_t{64} << 20).ok() &&
-            logits.Allocate(int64_t{c.vocab_size} * 4).ok() && tok.Allocate(64).ok() &&
+            logits.Allocate(int64_t{rows} * c.vocab_size * 4).ok() && tok.Allocate(rows * 4).ok() &&
             inv.Allocate(d * 2).ok() && down.Allocate(int64_t{h} * inter * 2).ok();
   if (!ok) {
     *out += "kernel table: allocation failed\n";
@@ -293,16 +312,30 @@ void KernelTable(const ModelConfig& c, std::string* out) {
   for (DeviceBuffer* b : {&normed, &wnorm, &qkv, &q, &gu, &k, &v, &down}) {
     (void)LaunchFillRandom(b->as<bf16>(), b->bytes() / 2, 99, 0, 0.5f, nullptr);
   }
-  cudaMemset(res.get(), 0, h * 4);
+  cudaMemset(res.get(), 0, res.bytes());
   cudaMemset(inv.get(), 0, d * 2);
-  cudaMemset(logits.get(), 0, int64_t{c.vocab_size} * 4);
-  // meta: [0] q row 0, [1] context, [2] table row 0, [3] position, [4] slot, [8..] table.
-  std::vector<int32_t> m(blocks + 8);
-  for (int i = 0; i < blocks; ++i) m[8 + i] = i;
+  cudaMemset(logits.get(), 0, logits.bytes());
+  // meta: q rows at 0, contexts at 64, table rows at 128, positions at 192, slots at 256 (64
+  // entries each), block tables from 512 (one row of `stride` blocks per sequence).
+  constexpr int kQ = 0, kCtx = 64, kRows = 128, kPos = 192, kSlot = 256, kTables = 512;
+  std::vector<int32_t> m(blocks + 1024, 0);
+  auto fill = [&](int seqs, int context) {
+    const int stride = blocks / seqs;
+    for (int s = 0; s < seqs; ++s) {
+      m[kQ + s] = s;
+      m[kCtx + s] = context;
+      m[kRows + s] = s;
+      m[kPos + s] = context - 1;
+      m[kSlot + s] = s * stride * bs + context - 1;
+      for (int i = 0; i < stride; ++i) m[kTables + s * stride + i] = s * stride + i;
+    }
+    cudaMemcpy(meta.get(), m.data(), m.size() * 4, cudaMemcpyHostToDevice);
+    return stride;
+  };
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  auto time = [&](const char* name, auto&& fn) {
+  auto time = [&](const std::string& name, auto&& fn) {
     for (int i = 0; i < 3; ++i) (void)fn();
     cudaEventRecord(e0);
     for (int i = 0; i < 50; ++i) (void)fn();
@@ -310,61 +343,58 @@ void KernelTable(const ModelConfig& c, std::string* out) {
     cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
-    *out += fmt::format("{:<34} {:>8.1f} us\n", name, ms * 1000 / 50);
+    *out += fmt::format("{:<40} {:>8.1f} us\n", name, ms * 1000 / 50);
   };
   const int32_t* md = meta.as<int32_t>();
-  time("add_rmsnorm 1x4096", [&] {
+  time(fmt::format("add_rmsnorm {}x{}", rows, h), [&] {
     return LaunchAddRmsNorm(res.as<float>(), normed.as<bf16>(), nullptr, wnorm.as<bf16>(),
-                            normed.as<bf16>() + 0, 1, h, 1e-5f, nullptr);
+                            normed.as<bf16>() + 0, rows, h, 1e-5f, nullptr);
   });
-  m[3] = 200;
-  m[4] = 200;
-  cudaMemcpy(meta.get(), m.data(), m.size() * 4, cudaMemcpyHostToDevice);
+  fill(rows, ctx);
   const KvCacheLayer cache{k.as<bf16>(), v.as<bf16>(), c.num_kv_heads, bs, d};
-  time("qkv_prepare 1 token", [&] {
+  time(fmt::format("qkv_prepare {} tokens", rows), [&] {
     return LaunchQkvPrepare({.qkv = qkv.as<bf16>(),
-                             .positions = md + 3,
+                             .positions = md + kPos,
                              .inv_freq = inv.as<float>(),
-                             .slots = md + 4,
+                             .slots = md + kSlot,
                              .q_out = q.as<bf16>(),
                              .cache = cache,
-                             .num_tokens = 1,
+                             .num_tokens = rows,
                              .num_heads = c.num_heads},
                             nullptr);
   });
-  for (int ctx : {256, 2048, 32768}) {
-    m[1] = ctx;
-    int num_sms = 132;
-    cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0);
-    const DecodeSplitPlan split =
-        PlanDecodeSplits(1, c.num_kv_heads, ctx, num_sms);  // as the slice
-    cudaMemcpy(meta.get(), m.data(), m.size() * 4, cudaMemcpyHostToDevice);
+  int num_sms = 132;
+  cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0);
+  auto attention = [&](int seqs, int context) {
+    const int stride = fill(seqs, context);
+    // As the slice plans a graph step: the context rounded up to a power of two.
+    int planned = 32;
+    while (planned < context) planned *= 2;
+    const DecodeSplitPlan split = PlanDecodeSplits(seqs, c.num_kv_heads, planned, num_sms);
     const AttentionShape shape{.num_heads = c.num_heads, .scale = 0.088f, .cache = cache};
-    const DecodeBatch batch{.q_rows = md,
-                            .context_lens = md + 1,
-                            .table_rows = md + 2,
-                            .block_tables = md + 8,
-                            .max_blocks = blocks,
-                            .num_entries = 1,
+    const DecodeBatch batch{.q_rows = md + kQ,
+                            .context_lens = md + kCtx,
+                            .table_rows = md + kRows,
+                            .block_tables = md + kTables,
+                            .max_blocks = stride,
+                            .num_entries = seqs,
                             .num_splits = split.splits,
                             .workspace = ws.as<float>(),
                             .partition = split.partition};
-    time(fmt::format("decode_attention 1 seq ctx {}", ctx).c_str(), [&] {
-      return LaunchDecodeAttention(shape, q.as<bf16>(), attn.as<bf16>(), batch, nullptr);
-    });
+    time(fmt::format("decode_attention {} seq ctx {} ({} splits)", seqs, context, split.splits),
+         [&] {
+           return LaunchDecodeAttention(shape, q.as<bf16>(), attn.as<bf16>(), batch, nullptr);
+         });
+  };
+  attention(rows, ctx);
+  if (rows == 1) {
+    attention(1, 2048);
+    attention(1, 32768);
   }
-  time("silu_mul 1x14336",
-       [&] { return LaunchSiluMul(gu.as<bf16>(), act.as<bf16>(), 1, inter, nullptr); });
-  time("gemv down (plain) m=1", [&] {
-    return LaunchGemv(act.as<bf16>(), down.as<bf16>(), normed.get(), OutType::kBF16, 1, h, inter,
-                      nullptr);
-  });
-  time("gemv down fused silu m=1", [&] {
-    return LaunchGemvSiluMul(gu.as<bf16>(), down.as<bf16>(), normed.as<bf16>(), 1, h, inter,
-                             nullptr);
-  });
-  time("argmax 1 x vocab", [&] {
-    return LaunchArgmax(logits.as<float>(), 1, c.vocab_size, tok.as<int32_t>(), nullptr);
+  time(fmt::format("silu_mul {}x{}", rows, inter),
+       [&] { return LaunchSiluMul(gu.as<bf16>(), act.as<bf16>(), rows, inter, nullptr); });
+  time(fmt::format("argmax {} x vocab", rows), [&] {
+    return LaunchArgmax(logits.as<float>(), rows, c.vocab_size, tok.as<int32_t>(), nullptr);
   });
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -381,6 +411,8 @@ int Main(int argc, char** argv) {
       flags.shape = value();
     else if (a == "--quick")
       flags.quick = true;
+    else if (a == "--kernels_only")
+      flags.kernels_only = true;
     else if (a == "--bandwidth_tbps")
       flags.bandwidth = std::stod(value()) * 1e12;
     else if (a == "--peak_tflops")
@@ -392,6 +424,12 @@ int Main(int argc, char** argv) {
   }
   InitLogging("bench");
   ModelConfig config = ShapeConfig(flags.shape);
+  if (flags.kernels_only) {
+    std::string table;
+    KernelTable(config, 32, 160, &table);
+    std::fputs(table.c_str(), stdout);
+    return 0;
+  }
   const int long_ctx = flags.quick ? 4096 : 32768;
   CudaSliceOptions cuda{.kv_from_free_memory = true,
                         .memory_utilization = 0.90,
@@ -429,7 +467,8 @@ int Main(int argc, char** argv) {
   std::fflush(stdout);
 
   std::string kernel_table;
-  KernelTable(config, &kernel_table);
+  KernelTable(config, 1, 256, &kernel_table);
+  KernelTable(config, 32, 160, &kernel_table);
   std::fputs(kernel_table.c_str(), stdout);
   std::fflush(stdout);
 
@@ -450,16 +489,20 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
   };
   for (int streams : {1, 8, 32, 64}) {
-    decode_row(fmt::format("decode {} streams", streams), streams, 128, steps, "graphs, gemv m=1");
+    decode_row(fmt::format("decode {} streams", streams), streams, 128, steps,
+               "graphs, tuned GEMMs");
   }
   decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
-  // Variants for the report: cuBLASLt for every GEMM, and no graphs.
-  slice.gemm().set_gemv_max_rows(0);
+  // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and
+  // no graphs.
+  slice.gemm().set_tune(false);
   slice.ResetGraphs();
-  slice.set_use_cuda_graphs(flags.graphs);
-  decode_row("decode 1 cublas-only", 1, 128, steps / 2, "graphs, cuBLASLt m=1");
-  decode_row("decode 8 cublas-only", 8, 128, steps / 2, "graphs, cuBLASLt m=8");
-  slice.gemm().set_gemv_max_rows(1);
+  for (int streams : {1, 8, 32}) {
+    decode_row(fmt::format("decode {} untuned", streams), streams, 128, steps / 2,
+               "graphs, heuristic GEMMs");
+  }
+  slice.gemm().set_tune(true);
+  slice.ResetGraphs();
   slice.set_use_cuda_graphs(false);
   decode_row("decode 1 eager", 1, 128, steps / 2, "no graphs");
   decode_row("decode 32 eager", 32, 128, steps / 2, "no graphs");

@@ -136,8 +136,10 @@ TEST(CudaDecodeAttentionTest, SplitPlanCoversContextAndFillsSms) {
       EXPECT_EQ(plan.splits, DecodeSplitsFor(std::max(ctx, 1), plan.partition));
     }
   }
-  EXPECT_EQ(PlanDecodeSplits(1, 8, 32768, 132).splits, 32);  // one stream: ~2 CTAs per SM
+  EXPECT_EQ(PlanDecodeSplits(1, 8, 32768, 132).splits, 49);  // one stream: one wave, 3 per SM
   EXPECT_EQ(PlanDecodeSplits(1, 8, 512, 132).splits, 16);    // capped by 32-key pieces
+  EXPECT_EQ(PlanDecodeSplits(32, 8, 256, 132).splits, 1);    // 256 CTAs: a second wave costs more
+  EXPECT_EQ(PlanDecodeSplits(8, 8, 4096, 132).splits, 6);    // 384 CTAs <= 396
   EXPECT_EQ(PlanDecodeSplits(256, 8, 512, 132).splits, 1);   // batch fills the GPU
 }
 

@@ -24,17 +24,19 @@ struct DecodeArgs {
 };
 
 __device__ __forceinline__ int64_t CacheOffset(const int32_t* table, int key, const KvCacheLayer& c,
-                                               int kvh) {
+                                               int kvh, int d) {
   const int block = table[key / c.block_size];
   const int slot = key - (key / c.block_size) * c.block_size;
-  return ((static_cast<int64_t>(block) * c.num_kv_heads + kvh) * c.block_size + slot) * c.head_dim;
+  return ((static_cast<int64_t>(block) * c.num_kv_heads + kvh) * c.block_size + slot) * d;
 }
 
 // One CTA per (entry, kv head, split). A key is handled by head_dim / 8 lanes (16 bytes of K
 // and of V each); every lane keeps a running max / sum / unnormalized output per query head of
 // the group over the keys it saw (online softmax), and the states are merged across lanes,
 // then warps, at the end. K and V of kUnroll keys are loaded together before any math.
-template <int G>
+// D: the head dim when known at compile time (128: the lane arithmetic and the shuffle loops
+// fold away), 0 for any supported head dim at run time.
+template <int G, int D>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   WaitForPreviousKernel();
   __shared__ float partial[kWarps][kMaxGroupDim];
@@ -48,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   const int k_begin = split * a.batch.partition;
   if (k_begin >= ctx) return;
   const int k_end = min(ctx, k_begin + a.batch.partition);
-  const int d = c.head_dim;
+  const int d = D > 0 ? D : c.head_dim;
   const int group = a.shape.num_heads / c.num_kv_heads;
   const int lanes_per_key = d / 8;
   const int keys_per_warp = 32 / lanes_per_key;
@@ -89,7 +91,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
     for (int u = 0; u < kUnroll; ++u) {
       const int key = wb + u * stride;
       if (key < k_end) {
-        const int64_t off = CacheOffset(table, key, c, kvh) + sl * 8;
+        const int64_t off = CacheOffset(table, key, c, kvh, d) + sl * 8;
         kr[u] = LoadStreaming(c.k + off);
         vr[u] = LoadStreaming(c.v + off);
       } else {
@@ -253,13 +255,15 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
   const dim3 grid(batch.num_entries, c.num_kv_heads, batch.num_splits);
   const int group = shape.num_heads / c.num_kv_heads;
   if (group == 1) {
-    LaunchDependent(DecodeKernel<1>, grid, kThreads, 0, stream, args);
+    LaunchDependent(DecodeKernel<1, 0>, grid, kThreads, 0, stream, args);
   } else if (group == 2) {
-    LaunchDependent(DecodeKernel<2>, grid, kThreads, 0, stream, args);
+    LaunchDependent(DecodeKernel<2, 0>, grid, kThreads, 0, stream, args);
+  } else if (group <= 4 && d == 128) {
+    LaunchDependent(DecodeKernel<4, 128>, grid, kThreads, 0, stream, args);
   } else if (group <= 4) {
-    LaunchDependent(DecodeKernel<4>, grid, kThreads, 0, stream, args);
+    LaunchDependent(DecodeKernel<4, 0>, grid, kThreads, 0, stream, args);
   } else {
-    LaunchDependent(DecodeKernel<8>, grid, kThreads, 0, stream, args);
+    LaunchDependent(DecodeKernel<8, 0>, grid, kThreads, 0, stream, args);
   }
   if (batch.num_splits > 1) {
     LaunchDependent(DecodeReduceKernel, dim3(batch.num_entries, shape.num_heads), 128, 0, stream,

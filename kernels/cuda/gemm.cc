@@ -12,7 +12,10 @@ struct GemmRunner::Plan {
   cublasLtMatrixLayout_t a = nullptr;  // w as column-major [k, n], transposed by the op
   cublasLtMatrixLayout_t b = nullptr;  // x as column-major [k, m]
   cublasLtMatrixLayout_t c = nullptr;  // y as column-major [n, m]
-  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulAlgo_t algo{};         // the heuristic's first, or the fastest when tuned
+  bool use_gemv = false;               // Linear runs LaunchGemv instead
+  bool tuned = false;
+  int candidate = 0;  // index of `algo` among the heuristic's results
 
   ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -43,10 +46,20 @@ GemmRunner::~GemmRunner() {
 }
 
 absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(int m, int n, int k, OutType out) {
-  auto key = std::make_tuple(m, n, k, static_cast<int>(out));
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(out));
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
+  std::vector<cublasLtMatmulHeuristicResult_t> results;
+  RS_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, MakePlan(m, n, k, out, 1, &results));
+  return plans_.emplace(key, std::move(plan)).first->second.get();
+}
 
+absl::StatusOr<std::unique_ptr<GemmRunner::Plan>> GemmRunner::MakePlan(
+    int m, int n, int k, OutType out, int candidates,
+    std::vector<cublasLtMatmulHeuristicResult_t>* results) {
+  if (m <= 0 || n <= 0 || k <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bad GEMM shape m=", m, " n=", n, " k=", k));
+  }
   // Row-major y[m,n] = x[m,k] w[n,k]^T is column-major y^T[n,m] = w^T... : C(n x m) = op(A)(n x k)
   // * B(k x m) with A = w (column-major [k, n], transposed) and B = x (column-major [k, m]).
   auto plan = std::make_unique<Plan>();
@@ -67,12 +80,12 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(int m, int n, int k, OutTy
   const size_t workspace = workspace_.bytes();
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
-  cublasLtMatmulHeuristicResult_t result{};
+  results->assign(candidates, cublasLtMatmulHeuristicResult_t{});
   int found = 0;
   if (status == CUBLAS_STATUS_SUCCESS) {
-    status =
-        cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->op, plan->a,
-                                       plan->b, plan->c, plan->c, pref, 1, &result, &found);
+    status = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->op,
+                                            plan->a, plan->b, plan->c, plan->c, pref, candidates,
+                                            results->data(), &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   RS_CUBLAS_RETURN_IF_ERROR(status);
@@ -80,32 +93,110 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(int m, int n, int k, OutTy
     return absl::InternalError(
         absl::StrCat("cuBLASLt found no algorithm for m=", m, " n=", n, " k=", k));
   }
-  plan->algo = result.algo;
-  Plan* raw = plan.get();
-  plans_.emplace(key, std::move(plan));
-  return raw;
+  results->resize(found);
+  plan->algo = (*results)[0].algo;
+  plan->use_gemv = m <= options_.gemv_max_rows && k % 8 == 0;
+  return plan;
+}
+
+absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out, int m, int n,
+                              int k, cudaStream_t stream) {
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(out));
+  auto it = plans_.find(key);
+  if (!options_.tune || (it != plans_.end() && it->second->tuned)) return absl::OkStatus();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    return absl::FailedPreconditionError("GEMM tuning on a stream that is being captured");
+  }
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates;
+  RS_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
+                      MakePlan(m, n, k, out, kTuneCandidates, &candidates));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  RS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  const cudaError_t created = cudaEventCreate(&stop);
+  if (created != cudaSuccess) cudaEventDestroy(start);
+  RS_CUDA_RETURN_IF_ERROR(created);
+  // Microseconds per call of one candidate (-1: it failed), after one untimed call.
+  auto time = [&](auto&& run) -> float {
+    constexpr int kRuns = 5;
+    if (!run().ok()) return -1;
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < kRuns; ++i) (void)run();
+    cudaEventRecord(stop, stream);
+    float ms = 0;
+    if (cudaEventSynchronize(stop) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      return -1;
+    }
+    return ms * 1000 / kRuns;
+  };
+  const float gemv =
+      plan->use_gemv ? time([&] { return LaunchGemv(x, w, y, out, m, n, k, stream); }) : -1.0f;
+  float best = -1;  // the fastest cuBLASLt candidate (kept in the plan for LinearCublas)
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    const float us = time([&] { return RunCublas(*plan, candidates[i].algo, x, w, y, stream); });
+    if (us >= 0 && (best < 0 || us < best)) {
+      best = us;
+      plan->algo = candidates[i].algo;
+      plan->candidate = static_cast<int>(i);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  // A timing run that failed left its error with the runtime; report it rather than a plan.
+  RS_RETURN_IF_ERROR(LaunchStatus("GEMM tuning"));
+  if (best < 0) {
+    return absl::InternalError(
+        absl::StrCat("no cuBLASLt algorithm ran for m=", m, " n=", n, " k=", k));
+  }
+  plan->use_gemv = gemv >= 0 && gemv < best;
+  plan->tuned = true;
+  plans_[key] = std::move(plan);
+  return absl::OkStatus();
+}
+
+absl::Status GemmRunner::RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t& algo,
+                                   const bf16* x, const bf16* w, void* y, cudaStream_t stream) {
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  RS_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.op, &alpha,
+                                           w, plan.a, x, plan.b, &beta, y, plan.c, y, plan.c, &algo,
+                                           workspace_.get(), workspace_.bytes(), stream));
+  return absl::OkStatus();
+}
+
+std::string GemmRunner::PlanSummary(int m, int n, int k, OutType out) const {
+  auto it = plans_.find(std::make_tuple(m, n, k, static_cast<int>(out)));
+  if (it == plans_.end()) return "none";
+  const Plan& p = *it->second;
+  return absl::StrCat(p.use_gemv ? "gemv" : absl::StrCat("cublas #", p.candidate),
+                      p.tuned ? " (tuned)" : "");
+}
+
+void GemmRunner::set_gemv_max_rows(int rows) {
+  options_.gemv_max_rows = rows;
+  plans_.clear();
+}
+
+void GemmRunner::set_tune(bool tune) {
+  options_.tune = tune;
+  plans_.clear();
 }
 
 absl::Status GemmRunner::LinearCublas(const bf16* x, const bf16* w, void* y, OutType out, int m,
                                       int n, int k, cudaStream_t stream) {
-  if (m <= 0 || n <= 0 || k <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("bad GEMM shape m=", m, " n=", n, " k=", k));
-  }
   RS_ASSIGN_OR_RETURN(Plan * plan, GetPlan(m, n, k, out));
-  const float alpha = 1.0f;
-  const float beta = 0.0f;
-  RS_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
-      static_cast<cublasLtHandle_t>(handle_), plan->op, &alpha, w, plan->a, x, plan->b, &beta, y,
-      plan->c, y, plan->c, &plan->algo, workspace_.get(), workspace_.bytes(), stream));
-  return absl::OkStatus();
+  // The plan's cuBLASLt algorithm, even when the plan prefers the GEMV.
+  return RunCublas(*plan, plan->algo, x, w, y, stream);
 }
 
 absl::Status GemmRunner::Linear(const bf16* x, const bf16* w, void* y, OutType out, int m, int n,
                                 int k, cudaStream_t stream) {
-  if (m <= options_.gemv_max_rows && k % 8 == 0) {
-    return LaunchGemv(x, w, y, out, m, n, k, stream);
-  }
-  return LinearCublas(x, w, y, out, m, n, k, stream);
+  RS_ASSIGN_OR_RETURN(Plan * plan, GetPlan(m, n, k, out));
+  if (plan->use_gemv) return LaunchGemv(x, w, y, out, m, n, k, stream);
+  return RunCublas(*plan, plan->algo, x, w, y, stream);
 }
 
 }  // namespace ringserve::cuda

@@ -30,6 +30,18 @@ using testing::UploadBf16;
 constexpr double kBf16Tol = 1e-2;
 constexpr double kF32Tol = 1e-4;
 
+// Random bf16-representable x [m, k] and w [n, k], and the CPU's x . w^T.
+struct MatMulCase {
+  std::vector<float> x, w, want;
+};
+MatMulCase RandomMatMul(std::mt19937& rng, int m, int n, int k) {
+  MatMulCase c{RandomBf16Values(rng, static_cast<size_t>(m) * k),
+               RandomBf16Values(rng, static_cast<size_t>(n) * k, 0.05f),
+               std::vector<float>(static_cast<size_t>(m) * n)};
+  cpu::MatMul(c.x.data(), c.w.data(), nullptr, m, k, n, c.want.data());
+  return c;
+}
+
 TEST(CudaGemmTest, MatchesCpuMatMulForDecodeAndPrefillShapes) {
   RS_SKIP_WITHOUT_GPU();
   auto runner_or = GemmRunner::Create();
@@ -41,10 +53,7 @@ TEST(CudaGemmTest, MatchesCpuMatMulForDecodeAndPrefillShapes) {
   const int n = 200, k = 264;
   for (int m : {1, 2, 3, 4, 7, 8, 33, 130}) {
     SCOPED_TRACE(::testing::Message() << "m " << m);
-    const auto x = RandomBf16Values(rng, static_cast<size_t>(m) * k);
-    const auto w = RandomBf16Values(rng, static_cast<size_t>(n) * k, 0.05f);
-    std::vector<float> want(static_cast<size_t>(m) * n);
-    cpu::MatMul(x.data(), w.data(), nullptr, m, k, n, want.data());
+    const auto [x, w, want] = RandomMatMul(rng, m, n, k);
     DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w);
     DeviceBuffer dy_bf16, dy_f32;
     ASSERT_TRUE(dy_bf16.Allocate(want.size() * 2).ok());
@@ -65,6 +74,49 @@ TEST(CudaGemmTest, MatchesCpuMatMulForDecodeAndPrefillShapes) {
       EXPECT_LT(RelL2(Download<float>(dy_f32, want.size()), want), kF32Tol) << "path " << path;
     }
   }
+}
+
+// Tuning picks among cuBLASLt's candidates and the GEMV by timing them; whatever it picks must
+// compute the same product, and the plan says it was tuned. A capturing stream is refused.
+TEST(CudaGemmTest, TunedPlansMatchCpuAndTuningRefusesCapture) {
+  RS_SKIP_WITHOUT_GPU();
+  auto runner_or = GemmRunner::Create({.gemv_max_rows = kGemvMaxRows});
+  ASSERT_TRUE(runner_or.ok()) << runner_or.status();
+  GemmRunner& runner = **runner_or;
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int n = 200, k = 264;
+  for (int m : {1, 5, 32}) {
+    SCOPED_TRACE(::testing::Message() << "m " << m);
+    const auto [x, w, want] = RandomMatMul(rng, m, n, k);
+    DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w), dy;
+    ASSERT_TRUE(dy.Allocate(want.size() * 4).ok());
+    EXPECT_EQ(runner.PlanSummary(m, n, k, OutType::kF32), "none");
+    RS_ASSERT_OK(
+        runner.Tune(dx.as<bf16>(), dw.as<bf16>(), dy.get(), OutType::kF32, m, n, k, nullptr));
+    EXPECT_NE(runner.PlanSummary(m, n, k, OutType::kF32).find("(tuned)"), std::string::npos);
+    for (bool cublas : {false, true}) {
+      Poison(dy);
+      RS_ASSERT_OK(cublas ? runner.LinearCublas(dx.as<bf16>(), dw.as<bf16>(), dy.get(),
+                                                OutType::kF32, m, n, k, nullptr)
+                          : runner.Linear(dx.as<bf16>(), dw.as<bf16>(), dy.get(), OutType::kF32, m,
+                                          n, k, nullptr));
+      EXPECT_LT(RelL2(Download<float>(dy, want.size()), want), kF32Tol) << "cublas " << cublas;
+    }
+  }
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  DeviceBuffer scratch;
+  ASSERT_TRUE(scratch.Allocate(1 << 20).ok());
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const absl::Status refused = runner.Tune(scratch.as<bf16>(), scratch.as<bf16>(), scratch.get(),
+                                           OutType::kF32, 2, 64, 64, stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
 }
 
 TEST(CudaGemmTest, GemvFusedWithSiluMulMatchesCpu) {

@@ -285,6 +285,27 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
   return gemm_->Linear(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_);
 }
 
+absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
+  const ModelConfig& c = config_;
+  const int t = p.tokens;
+  const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  if (!layers_.empty()) {
+    const LayerWeights& w = layers_[0];
+    const bf16* normed = normed_.as<bf16>();
+    RS_RETURN_IF_ERROR(gemm_->Tune(normed, w.qkv, qkv_.get(), OutType::kBF16, t,
+                                   (c.num_heads + 2 * c.num_kv_heads) * d, h, stream_));
+    RS_RETURN_IF_ERROR(gemm_->Tune(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
+                                   c.num_heads * d, stream_));
+    RS_RETURN_IF_ERROR(
+        gemm_->Tune(normed, w.gate_up, gate_up_.get(), OutType::kBF16, t, 2 * inter, h, stream_));
+    RS_RETURN_IF_ERROR(
+        gemm_->Tune(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_));
+  }
+  if (!is_last() || p.logit_rows == 0) return absl::OkStatus();
+  return gemm_->Tune(normed_.as<bf16>(), lm_head_, logits_.get(), OutType::kF32, p.logit_rows,
+                     c.vocab_size, h, stream_);
+}
+
 absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
   const ModelConfig& c = config_;
   const int32_t* m = meta_.as<int32_t>();
@@ -349,6 +370,7 @@ absl::Status CudaModelSlice::Launch(const Plan& plan, bool want_tokens) {
 
   auto it = graphs_.find(p->graph_key);
   if (it == graphs_.end()) {
+    RS_RETURN_IF_ERROR(TuneGemms(*p));
     cudaGraph_t graph = nullptr;
     RS_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     const absl::Status status = Enqueue(*p, /*want_tokens=*/is_last());

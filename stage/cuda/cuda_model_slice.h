@@ -175,6 +175,9 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   absl::StatusOr<SampledRows> SampleAfterRun(const MicroBatch& batch, const Plan& plan,
                                              std::span<const RowSampling> rows);
   absl::Status Enqueue(const Plan& plan, bool want_tokens);
+  // Tunes the GEMM shapes of a decode step of plan.tokens rows (GemmRunner::Tune, on layer 0's
+  // weights; writes only buffers the step itself writes before reading). Before a capture.
+  absl::Status TuneGemms(const Plan& plan);
   absl::Status RunLayer(int layer, const Plan& plan);
   // Logits rows one sampling call handles, and the pinned staging for them.
   int64_t SampleRowsCapacity() const {
