@@ -293,7 +293,7 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
   const int qkv_w = (c.num_heads + 2 * c.num_kv_heads) * d;
   const int blocks = 4096, bs = 16;
   const int64_t kv_elems = int64_t{blocks} * c.num_kv_heads * bs * d;
-  DeviceBuffer res, normed, wnorm, qkv, q, attn, gu, act, k, v, meta, ws, logits, tok, inv, down;
+  DeviceBuffer res, normed, wnorm, qkv, q, attn, gu, act, k, v, meta, ws, logits, tok, inv;
   bool ok = res.Allocate(int64_t{rows} * h * 4).ok() &&
             normed.Allocate(int64_t{rows} * h * 2).ok() && wnorm.Allocate(h * 2).ok() &&
             qkv.Allocate(int64_t{rows} * qkv_w * 2).ok() &&
@@ -304,12 +304,12 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
             v.Allocate(kv_elems * 2).ok() && meta.Allocate((blocks + 1024) * 4).ok() &&
             ws.Allocate(int64_t{64} << 20).ok() &&
             logits.Allocate(int64_t{rows} * c.vocab_size * 4).ok() && tok.Allocate(rows * 4).ok() &&
-            inv.Allocate(d * 2).ok() && down.Allocate(int64_t{h} * inter * 2).ok();
+            inv.Allocate(d * 2).ok();
   if (!ok) {
     *out += "kernel table: allocation failed\n";
     return;
   }
-  for (DeviceBuffer* b : {&normed, &wnorm, &qkv, &q, &gu, &k, &v, &down}) {
+  for (DeviceBuffer* b : {&normed, &wnorm, &qkv, &q, &gu, &k, &v}) {
     (void)LaunchFillRandom(b->as<bf16>(), b->bytes() / 2, 99, 0, 0.5f, nullptr);
   }
   cudaMemset(res.get(), 0, res.bytes());
