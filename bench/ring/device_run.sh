@@ -9,6 +9,8 @@
 # RINGS="s1 s4 s4_m4_spread s4_m4_packed s2" (which rings, in order); for a smoke test without
 # a GPU: DEVICE=cpu CHANNEL=tcp SHAPE=tiny PARTITIONS="2x1 1x2 1x2" (the partitions in the
 # 1-, 4- and 2-stage slots; tiny has 2 layers). The model directory is reused when it exists.
+# MPS=1 runs the rings (not the tests) under a CUDA MPS daemon started here and stopped at the
+# end (deploy/ringserve-mps.service does the same for an installed ring).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/rs_out}
@@ -44,6 +46,14 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     [ $rc -ne 0 ] && grep -E "Failure|Expected|Which is|error|FAILED|differ" "$out/test.log" | head -30
   done
   rm -f "$out/test.log"
+fi
+
+if [ "${MPS:-0}" = 1 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/rs_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rs_mps_log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || exit 1
+  trap 'echo quit | nvidia-cuda-mps-control' EXIT
+  echo "rings run under CUDA MPS" | tee -a "$out/tests.txt"
 fi
 
 model=/tmp/rs_bench_$shape

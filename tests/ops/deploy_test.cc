@@ -28,15 +28,18 @@ TEST(DeployTest, SystemdUnitsVerify) {
   // Verify copies whose binaries exist (the real paths are /usr/local/bin/...).
   TempDir dir;
   const fs::path deploy = fs::path(SourceDir()) / "deploy";
-  for (const char* unit :
-       {"ringserve-stage@.service", "ringserve-coordinator.service", "ringserve.target"}) {
+  for (const char* unit : {"ringserve-stage@.service", "ringserve-coordinator.service",
+                           "ringserve-mps.service", "ringserve.target"}) {
     std::string text = Read(deploy / unit);
     ASSERT_FALSE(text.empty()) << unit;
-    text = std::regex_replace(text, std::regex("/usr/local/bin/(stage|coordinator)"), "/bin/true");
+    text = std::regex_replace(
+        text, std::regex("/usr/(local/)?bin/(stage|coordinator|nvidia-cuda-mps-control)"),
+        "/bin/true");
     std::ofstream(fs::path(dir.path()) / unit) << text;
   }
   std::string units = dir.path() + "/ringserve-coordinator.service " + dir.path() +
-                      "/ringserve-stage@0.service " + dir.path() + "/ringserve.target";
+                      "/ringserve-stage@0.service " + dir.path() + "/ringserve-mps.service " +
+                      dir.path() + "/ringserve.target";
   // ringserve-stage@0.service is instantiated from the template in the same directory.
   absl::StatusOr<ProgramResult> verify =
       RunProgram({"sh", "-c",
