@@ -1,6 +1,8 @@
 #include "stage/stage_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -218,7 +220,17 @@ absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& r
     absl::StatusOr<std::unique_ptr<DeviceActivationSender>> sender = absl::UnimplementedError(kind);
 #ifdef RINGSERVE_HAVE_CUDA
     if (kind == "cuda_ipc") {
-      sender = CudaIpcConnect(std::move(*out_link), CudaIpcOptions{.device = device}, timeout);
+      // RINGSERVE_CUDA_IPC_COPY_STREAM=auto|always|never: whether transfers get their own stream
+      // (default auto: between different GPUs).
+      const char* mode_env = std::getenv("RINGSERVE_CUDA_IPC_COPY_STREAM");
+      const std::optional<CopyStreamMode> mode =
+          ParseCopyStreamMode(mode_env == nullptr ? "auto" : mode_env);
+      sender = mode.has_value()
+                   ? CudaIpcConnect(std::move(*out_link),
+                                    CudaIpcOptions{.device = device, .copy_stream = *mode}, timeout)
+                   : absl::InvalidArgumentError(fmt::format(
+                         "RINGSERVE_CUDA_IPC_COPY_STREAM is '{}'; expected auto, always or never",
+                         mode_env));
     }
 #endif
 #ifdef RINGSERVE_HAVE_NCCL

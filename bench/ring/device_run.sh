@@ -6,7 +6,8 @@
 # spreading against packing — with ringserve_loadgen against the real coordinator. Logs and JSON
 # go to $OUT; a table is printed as it goes ($OUT/table.md) and again at the end.
 # Env: DURATION_S (default 3), SKIP_TESTS=1, STREAMS="1 8 32 64",
-# RINGS="s1 s4 s4_m4_spread s4_m4_packed s2" (which rings, in order); for a smoke test without
+# RINGS="s1 s4 s4_m4_spread s4_m4_packed s2" (which rings, in order; also s4_bal: P4BAL, default
+# 9,8,8,7); for a smoke test without
 # a GPU: DEVICE=cpu CHANNEL=tcp SHAPE=tiny PARTITIONS="2x1 1x2 1x2" (the partitions in the
 # 1-, 4- and 2-stage slots; tiny has 2 layers). The model directory is reused when it exists.
 # MPS=1 runs the rings (not the tests) under a CUDA MPS daemon started here and stopped at the
@@ -103,6 +104,8 @@ for ring in ${RINGS:-s1 s4 s4_m4_spread s4_m4_packed s2}; do
     s4_m4_spread) run_ring s4_m4_spread "$p4" "--micro-batches 4 --packing spread" 8 32 ;;
     s4_m4_packed) run_ring s4_m4_packed "$p4" "--micro-batches 4 --packing packed" 8 32 ;;
     s2) run_ring s2 "$p2" "" $streams ;;
+    # 4 stages with the last one (final norm, lm_head, sampling) a layer lighter.
+    s4_bal) run_ring s4_bal "${P4BAL:-9,8,8,7}" "" $streams ;;
     *) echo "unknown ring $ring" ;;
   esac
 done

@@ -62,12 +62,36 @@ std::byte* EventHandleAt(std::byte* offer, int slot, int which) {
   return offer + kOfferHeaderBytes + (2 * slot + which) * sizeof(cudaIpcEventHandle_t);
 }
 
+// The sender's own copy stream and its two staging buffers (cross-GPU transfers).
+struct CopyStream {
+  cudaStream_t stream = nullptr;
+  void* staging[2] = {nullptr, nullptr};
+  cudaEvent_t staged[2] = {nullptr, nullptr};  // compute stream: staging buffer filled
+  cudaEvent_t copied[2] = {nullptr, nullptr};  // copy stream: staging buffer sent
+  bool used[2] = {false, false};
+
+  // Frees the staging buffers only when their last transfer has run: a transfer still waiting
+  // for a receiver that is gone keeps them until the process exits (cudaFree would wait for it).
+  ~CopyStream() {
+    bool idle = true;
+    for (int i = 0; i < 2; ++i)
+      idle = idle && (!copied[i] || cudaEventQuery(copied[i]) == cudaSuccess);
+    for (int i = 0; i < 2; ++i) {
+      if (staging[i] && idle) cudaFree(staging[i]);
+      if (staged[i]) cudaEventDestroy(staged[i]);
+      if (copied[i]) cudaEventDestroy(copied[i]);
+    }
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
 class CudaIpcSender : public DeviceActivationSender {
  public:
-  CudaIpcSender(std::unique_ptr<TcpLink> link, int device)
-      : link_(std::move(link)), device_(device) {}
+  CudaIpcSender(std::unique_ptr<TcpLink> link, const CudaIpcOptions& options)
+      : link_(std::move(link)), device_(options.device), copy_mode_(options.copy_stream) {}
   ~CudaIpcSender() override {
     Close();
+    copy_.reset();
     DestroySlotEvents(events_);
   }
 
@@ -104,7 +128,7 @@ class CudaIpcSender : public DeviceActivationSender {
       RS_IPC_CUDA(cudaIpcOpenEventHandle(&events_[slot].consumed, consumed), what);
     }
     pending_.assign(num_slots_, kFree);
-    return absl::OkStatus();
+    return MaybeCreateCopyStream(what);
   }
 
   absl::Status Send(uint64_t micro_batch_id, const void* source, size_t bytes, GpuStream stream,
@@ -146,6 +170,68 @@ class CudaIpcSender : public DeviceActivationSender {
  private:
   static constexpr uint64_t kFree = ~uint64_t{0};
 
+  absl::Status MaybeCreateCopyStream(const std::string& what) {
+    bool own = copy_mode_ == CopyStreamMode::kAlways;
+    if (copy_mode_ == CopyStreamMode::kAuto) {
+      cudaPointerAttributes attributes{};
+      RS_IPC_CUDA(cudaPointerGetAttributes(&attributes, peer_base_), what);
+      own = attributes.device != device_;
+    }
+    if (!own) return absl::OkStatus();
+    copy_ = std::make_unique<CopyStream>();
+    RS_IPC_CUDA(cudaStreamCreateWithFlags(&copy_->stream, cudaStreamNonBlocking), what);
+    for (int i = 0; i < 2; ++i) {
+      const cudaError_t allocated = cudaMalloc(&copy_->staging[i], slot_bytes_);
+      if (allocated != cudaSuccess) {
+        copy_->staging[i] = nullptr;
+        return absl::ResourceExhaustedError(
+            fmt::format("{}: cannot allocate a {}-byte staging buffer on cuda:{}: {}", what,
+                        slot_bytes_, device_, cudaGetErrorString(allocated)));
+      }
+      RS_IPC_CUDA(cudaEventCreateWithFlags(&copy_->staged[i], cudaEventDisableTiming), what);
+      RS_IPC_CUDA(cudaEventCreateWithFlags(&copy_->copied[i], cudaEventDisableTiming), what);
+    }
+    return absl::OkStatus();
+  }
+
+  // Enqueues the copy of `bytes` at `source` into the receiver's slot, after the work on
+  // `stream` and, when the slot is reused, after the receiver's copy out of it; then records the
+  // slot's "written" event. On the compute stream, or through a staging buffer and the copy
+  // stream (see the header).
+  absl::Status EnqueueCopy(int slot, bool reuse, const void* source, size_t bytes,
+                           cudaStream_t stream, const std::string& what) {
+    char* target = static_cast<char*>(peer_base_) + static_cast<int64_t>(slot) * slot_bytes_;
+    if (copy_ == nullptr) {
+      // The receiver recorded `consumed` before it acknowledged: the copy into the slot waits, on
+      // the GPU, for the receiver's copy out of it.
+      if (reuse) RS_IPC_CUDA(cudaStreamWaitEvent(stream, events_[slot].consumed, 0), what);
+      if (bytes > 0) {
+        RS_IPC_CUDA(cudaMemcpyAsync(target, source, bytes, cudaMemcpyDeviceToDevice, stream), what);
+      }
+      // Recorded before the notice goes out, so the receiver's wait refers to this record.
+      RS_IPC_CUDA(cudaEventRecord(events_[slot].written, stream), what);
+      return absl::OkStatus();
+    }
+    CopyStream& c = *copy_;
+    const int i = static_cast<int>(next_ % 2);
+    if (c.used[i]) RS_IPC_CUDA(cudaStreamWaitEvent(stream, c.copied[i], 0), what);
+    if (bytes > 0) {
+      RS_IPC_CUDA(cudaMemcpyAsync(c.staging[i], source, bytes, cudaMemcpyDeviceToDevice, stream),
+                  what);
+    }
+    RS_IPC_CUDA(cudaEventRecord(c.staged[i], stream), what);
+    RS_IPC_CUDA(cudaStreamWaitEvent(c.stream, c.staged[i], 0), what);
+    if (reuse) RS_IPC_CUDA(cudaStreamWaitEvent(c.stream, events_[slot].consumed, 0), what);
+    if (bytes > 0) {
+      RS_IPC_CUDA(cudaMemcpyAsync(target, c.staging[i], bytes, cudaMemcpyDeviceToDevice, c.stream),
+                  what);
+    }
+    RS_IPC_CUDA(cudaEventRecord(events_[slot].written, c.stream), what);
+    RS_IPC_CUDA(cudaEventRecord(c.copied[i], c.stream), what);
+    c.used[i] = true;
+    return absl::OkStatus();
+  }
+
   absl::Status SendChecked(uint64_t micro_batch_id, const void* source, size_t bytes,
                            GpuStream stream, absl::Time deadline, const std::string& what) {
     if (bytes > slot_bytes_) {
@@ -162,15 +248,7 @@ class CudaIpcSender : public DeviceActivationSender {
       reuse = true;
     }
     RS_IPC_CUDA(cudaSetDevice(device_), what);
-    // The receiver recorded `consumed` before it acknowledged: the copy into the slot waits, on
-    // the GPU, for the receiver's copy out of it.
-    if (reuse) RS_IPC_CUDA(cudaStreamWaitEvent(stream, events_[slot].consumed, 0), what);
-    char* target = static_cast<char*>(peer_base_) + static_cast<int64_t>(slot) * slot_bytes_;
-    if (bytes > 0) {
-      RS_IPC_CUDA(cudaMemcpyAsync(target, source, bytes, cudaMemcpyDeviceToDevice, stream), what);
-    }
-    // Recorded before the notice goes out, so the receiver's wait refers to this record.
-    RS_IPC_CUDA(cudaEventRecord(events_[slot].written, stream), what);
+    RS_RETURN_IF_ERROR(EnqueueCopy(slot, reuse, source, bytes, stream, what));
     std::byte notice[kNoticeBytes];
     Put<uint32_t>(notice, static_cast<uint32_t>(slot));
     Put<uint32_t>(notice + 4, 0);
@@ -184,6 +262,8 @@ class CudaIpcSender : public DeviceActivationSender {
 
   std::unique_ptr<TcpLink> link_;
   const int device_;
+  const CopyStreamMode copy_mode_;
+  std::unique_ptr<CopyStream> copy_;  // null: copies run on the caller's compute stream
   void* peer_base_ = nullptr;
   std::vector<SlotEvents> events_;
   int num_slots_ = 0;
@@ -319,6 +399,13 @@ class CudaIpcReceiver : public DeviceActivationReceiver {
 
 }  // namespace
 
+std::optional<CopyStreamMode> ParseCopyStreamMode(std::string_view text) {
+  if (text == "auto") return CopyStreamMode::kAuto;
+  if (text == "always") return CopyStreamMode::kAlways;
+  if (text == "never") return CopyStreamMode::kNever;
+  return std::nullopt;
+}
+
 absl::StatusOr<std::unique_ptr<DeviceActivationReceiver>> CudaIpcAccept(
     std::unique_ptr<TcpLink> link, const CudaIpcOptions& options, absl::Duration timeout) {
   auto receiver = std::make_unique<CudaIpcReceiver>(std::move(link), options);
@@ -328,7 +415,7 @@ absl::StatusOr<std::unique_ptr<DeviceActivationReceiver>> CudaIpcAccept(
 
 absl::StatusOr<std::unique_ptr<DeviceActivationSender>> CudaIpcConnect(
     std::unique_ptr<TcpLink> link, const CudaIpcOptions& options, absl::Duration timeout) {
-  auto sender = std::make_unique<CudaIpcSender>(std::move(link), options.device);
+  auto sender = std::make_unique<CudaIpcSender>(std::move(link), options);
   RS_RETURN_IF_ERROR(sender->Init(timeout));
   return std::unique_ptr<DeviceActivationSender>(std::move(sender));
 }

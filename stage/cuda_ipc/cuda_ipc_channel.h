@@ -22,12 +22,23 @@
 // robin; the sender waits for a slot's acknowledgement before reusing it, so at most num_slots
 // micro-batches are in transit on a hop.
 //
+// Transfers between two GPUs run on a copy stream of the sender's own, so they overlap the
+// sender's next forward pass (a prefill hop over PCIe takes milliseconds): the compute stream
+// only copies the activations into one of two local staging buffers (device-local, at copy
+// bandwidth) and goes on; the copy stream waits for that, copies the staging buffer into the
+// slot over the link and records "written". The compute stream waits for a staging buffer's
+// previous transfer before it refills it. Between stages on ONE GPU the slot is written straight
+// from the compute stream (a second copy would only add work); CudaIpcOptions::copy_stream
+// forces either way.
+//
 // A peer that dies with a "written" record still pending leaves the receiver's stream waiting;
 // the receiver then sees the closed link on its next Recv.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -36,10 +47,20 @@
 
 namespace ringserve {
 
+// Sender: whether transfers run on a copy stream of their own (see above).
+enum class CopyStreamMode {
+  kAuto,    // when the receiver's slots are on another GPU
+  kAlways,  // also on one GPU (tests, measurements)
+  kNever,
+};
+// "auto", "always" or "never" (RINGSERVE_CUDA_IPC_COPY_STREAM for a stage); nullopt otherwise.
+std::optional<CopyStreamMode> ParseCopyStreamMode(std::string_view text);
+
 struct CudaIpcOptions {
   int device = 0;          // this stage's CUDA ordinal
   int num_slots = 4;       // receiver: slots in the ring (1 to 16)
   int64_t slot_bytes = 0;  // receiver: bytes per slot (the largest micro-batch's activations)
+  CopyStreamMode copy_stream = CopyStreamMode::kAuto;  // sender
 };
 
 // Receiving side of hop (sender_index -> sender_index + 1), over a link from

@@ -104,7 +104,10 @@ class NcclHop {
  public:
   NcclHop(std::unique_ptr<TcpLink> link, ncclComm_t comm, int device, int rank)
       : link_(std::move(link)), comm_(comm), device_(device), rank_(rank) {}
-  ~NcclHop() { Close(); }
+  ~NcclHop() {
+    Close();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
   NcclHop(const NcclHop&) = delete;
   NcclHop& operator=(const NcclHop&) = delete;
 
@@ -133,25 +136,63 @@ class NcclHop {
     return status.ok() ? status : Fail(std::move(status));
   }
 
-  // Moves one byte from rank 0 to rank 1 on a private stream, connecting the NCCL peers.
+  // Creates the hop's stream and moves one byte from rank 0 to rank 1 on it, connecting the
+  // NCCL peers.
   absl::Status WarmUp(absl::Time deadline, const std::string& what) {
-    cudaStream_t stream = nullptr;
     void* byte = nullptr;
-    absl::Status status = Cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+    absl::Status status = Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                                "cudaStreamCreateWithFlags", what);
     if (status.ok()) status = Cuda(cudaMalloc(&byte, 1), "cudaMalloc", what);
     if (status.ok()) {
       std::string step = what + " (warm-up transfer)";
-      status = rank_ == 0 ? Complete(ncclSend(byte, 1, ncclUint8, 1, comm_, stream), "ncclSend",
-                                     stream, deadline, step)
-                          : Complete(ncclRecv(byte, 1, ncclUint8, 0, comm_, stream), "ncclRecv",
-                                     stream, deadline, step);
+      status = rank_ == 0 ? Complete(ncclSend(byte, 1, ncclUint8, 1, comm_, stream_), "ncclSend",
+                                     stream_, deadline, step)
+                          : Complete(ncclRecv(byte, 1, ncclUint8, 0, comm_, stream_), "ncclRecv",
+                                     stream_, deadline, step);
     }
     // A failed transfer aborted the communicator already, so the buffer is no longer in use.
     if (byte != nullptr) cudaFree(byte);
-    if (stream != nullptr) cudaStreamDestroy(stream);
     return status.ok() ? status : Fail(std::move(status));
   }
+
+  cudaStream_t stream() const { return stream_; }
+
+  // Takes the result of a just-posted ncclSend/ncclRecv and waits until NCCL has enqueued it
+  // on the hop stream (not for the transfer).
+  absl::Status Posted(ncclResult_t posted, const char* call, absl::Time deadline,
+                      const std::string& what) {
+    if (posted != ncclSuccess && posted != ncclInProgress) {
+      return Fail(absl::UnavailableError(
+          fmt::format("{}: {} failed: {}", what, call, NcclText(posted, comm_))));
+    }
+    absl::Status status = Wait(comm_, nullptr, deadline, what);
+    return status.ok() ? status : Fail(std::move(status));
+  }
+
+  // Polls until `done` (recorded on the hop stream after a transfer) has completed, watching
+  // the communicator for errors; fails the hop at the deadline.
+  absl::Status AwaitTransfer(cudaEvent_t done, absl::Time deadline, const std::string& what) {
+    for (int polls = 0;; ++polls) {
+      const cudaError_t err = cudaEventQuery(done);
+      if (err == cudaSuccess) return absl::OkStatus();
+      if (err != cudaErrorNotReady) return Fail(Cuda(err, "cudaEventQuery", what));
+      absl::Status status = Wait(comm_, nullptr, deadline, what);
+      if (!status.ok()) return Fail(std::move(status));
+      if (absl::Now() >= deadline) {
+        return Fail(absl::DeadlineExceededError(fmt::format(
+            "{}: timed out (an earlier transfer has not completed; the peer stalled or is gone)",
+            what)));
+      }
+      if (polls < kSpinPolls) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+
+  // OK stays OK; an error breaks the hop (Fail).
+  absl::Status Check(absl::Status status) { return status.ok() ? status : Fail(std::move(status)); }
 
   // Breaks the hop (first error wins): closes the link and aborts the communicator.
   absl::Status Fail(absl::Status status) {
@@ -180,7 +221,59 @@ class NcclHop {
   ncclComm_t comm_;
   int device_;
   int rank_;
+  cudaStream_t stream_ = nullptr;  // the hop's transfers (created by WarmUp)
   absl::Status broken_;
+};
+
+// Two transfers in flight per side: each with its completion event and, on the sender, its
+// staging buffer (grown to the largest message).
+class Transfers {
+ public:
+  ~Transfers() {
+    for (Slot& s : slots_) {
+      if (s.staging) cudaFree(s.staging);
+      if (s.done) cudaEventDestroy(s.done);
+      if (s.ready) cudaEventDestroy(s.ready);
+    }
+  }
+
+  // The next slot, once its previous transfer has completed; with a staging buffer of at least
+  // `staging_bytes` (0: none).
+  absl::StatusOr<int> Next(NcclHop& hop, size_t staging_bytes, absl::Time deadline,
+                           const std::string& what) {
+    const int i = static_cast<int>(count_++ % 2);
+    Slot& s = slots_[i];
+    if (s.done == nullptr) {
+      RS_RETURN_IF_ERROR(hop.Check(Cuda(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming),
+                                        "cudaEventCreate", what)));
+      RS_RETURN_IF_ERROR(hop.Check(Cuda(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming),
+                                        "cudaEventCreate", what)));
+    } else {
+      RS_RETURN_IF_ERROR(hop.AwaitTransfer(s.done, deadline, what + " (an earlier transfer)"));
+    }
+    if (staging_bytes > s.staging_bytes) {
+      if (s.staging) cudaFree(s.staging);
+      s.staging = nullptr;
+      s.staging_bytes = 0;
+      RS_RETURN_IF_ERROR(
+          hop.Check(Cuda(cudaMalloc(&s.staging, staging_bytes), "cudaMalloc", what)));
+      s.staging_bytes = staging_bytes;
+    }
+    return i;
+  }
+  void* staging(int i) const { return slots_[i].staging; }
+  cudaEvent_t done(int i) const { return slots_[i].done; }
+  cudaEvent_t ready(int i) const { return slots_[i].ready; }
+
+ private:
+  struct Slot {
+    void* staging = nullptr;
+    size_t staging_bytes = 0;
+    cudaEvent_t ready = nullptr;  // compute stream: the transfer may start
+    cudaEvent_t done = nullptr;   // hop stream: the transfer completed
+  };
+  Slot slots_[2];
+  uint64_t count_ = 0;
 };
 
 class NcclSender : public DeviceActivationSender {
@@ -201,8 +294,21 @@ class NcclSender : public DeviceActivationSender {
     absl::Status status = hop_.link().Write(micro_batch_id, count, deadline, what);
     if (!status.ok()) return hop_.Fail(std::move(status));
     if (bytes > 0) {
-      RS_RETURN_IF_ERROR(hop_.Complete(ncclSend(source, bytes, ncclUint8, 1, hop_.comm(), stream),
-                                       "ncclSend", stream, deadline, what));
+      // Staged on the compute stream, sent from the staging buffer on the hop stream.
+      RS_ASSIGN_OR_RETURN(const int i, transfers_.Next(hop_, bytes, deadline, what));
+      void* staging = transfers_.staging(i);
+      RS_RETURN_IF_ERROR(
+          hop_.Check(Cuda(cudaMemcpyAsync(staging, source, bytes, cudaMemcpyDeviceToDevice, stream),
+                          "cudaMemcpyAsync", what)));
+      RS_RETURN_IF_ERROR(
+          hop_.Check(Cuda(cudaEventRecord(transfers_.ready(i), stream), "cudaEventRecord", what)));
+      RS_RETURN_IF_ERROR(hop_.Check(Cuda(cudaStreamWaitEvent(hop_.stream(), transfers_.ready(i), 0),
+                                         "cudaStreamWaitEvent", what)));
+      RS_RETURN_IF_ERROR(
+          hop_.Posted(ncclSend(staging, bytes, ncclUint8, 1, hop_.comm(), hop_.stream()),
+                      "ncclSend", deadline, what));
+      RS_RETURN_IF_ERROR(hop_.Fail(
+          Cuda(cudaEventRecord(transfers_.done(i), hop_.stream()), "cudaEventRecord", what)));
     }
     bytes_sent_ += static_cast<int64_t>(bytes);
     return absl::OkStatus();
@@ -211,6 +317,7 @@ class NcclSender : public DeviceActivationSender {
   int64_t bytes_sent() const override { return bytes_sent_; }
 
  private:
+  Transfers transfers_;  // destroyed after hop_ has aborted the communicator
   NcclHop hop_;
   int64_t bytes_sent_ = 0;
 };
@@ -238,9 +345,20 @@ class NcclReceiver : public DeviceActivationReceiver {
           fmt::format("{}: the plan expects {} bytes, the sender sent {}", what, bytes, sent)));
     }
     if (bytes > 0) {
+      // Into the destination on the hop stream, after the compute stream's earlier work (which
+      // may still read the destination); the compute stream waits for the transfer.
+      RS_ASSIGN_OR_RETURN(const int i, transfers_.Next(hop_, 0, deadline, what));
       RS_RETURN_IF_ERROR(
-          hop_.Complete(ncclRecv(destination, bytes, ncclUint8, 0, hop_.comm(), stream), "ncclRecv",
-                        stream, deadline, what));
+          hop_.Check(Cuda(cudaEventRecord(transfers_.ready(i), stream), "cudaEventRecord", what)));
+      RS_RETURN_IF_ERROR(hop_.Check(Cuda(cudaStreamWaitEvent(hop_.stream(), transfers_.ready(i), 0),
+                                         "cudaStreamWaitEvent", what)));
+      RS_RETURN_IF_ERROR(
+          hop_.Posted(ncclRecv(destination, bytes, ncclUint8, 0, hop_.comm(), hop_.stream()),
+                      "ncclRecv", deadline, what));
+      RS_RETURN_IF_ERROR(hop_.Fail(
+          Cuda(cudaEventRecord(transfers_.done(i), hop_.stream()), "cudaEventRecord", what)));
+      RS_RETURN_IF_ERROR(hop_.Check(
+          Cuda(cudaStreamWaitEvent(stream, transfers_.done(i), 0), "cudaStreamWaitEvent", what)));
     }
     bytes_received_ += static_cast<int64_t>(bytes);
     return absl::OkStatus();
@@ -249,6 +367,7 @@ class NcclReceiver : public DeviceActivationReceiver {
   int64_t bytes_received() const override { return bytes_received_; }
 
  private:
+  Transfers transfers_;  // destroyed after hop_ has aborted the communicator
   NcclHop hop_;
   int64_t bytes_received_ = 0;
 };

@@ -4,13 +4,21 @@
 // NCCL unique id at set-up and one small frame per message:
 //
 //   frame: tag = micro_batch_id, payload = u64 byte count (little endian)
-//   then:  ncclSend / ncclRecv of that many bytes (ncclUint8) on the caller's stream
+//   then:  ncclSend / ncclRecv of that many bytes (ncclUint8) on the hop's own stream
 //
 // The receiver reads and checks the frame (DataLoss for a wrong id or byte count, naming both)
 // BEFORE posting ncclRecv, so a mismatch never leaves NCCL waiting. Communicators are
 // non-blocking (ncclConfig_t::blocking = 0); every wait polls with a deadline and, on timeout
-// or error, aborts the communicator (ncclCommAbort), so nothing hangs. Send and Recv return
-// once the transfer has completed on `stream` (which includes the work enqueued before it).
+// or error, aborts the communicator (ncclCommAbort), so nothing hangs.
+//
+// Transfers run on a stream of the hop's own, ordered against the caller's compute stream by
+// events, and neither CPU waits for them: Send copies the activations into one of two staging
+// buffers on the compute stream (device-local) and posts ncclSend of the staging buffer on the
+// hop stream, so the transfer overlaps the sender's next forward pass; Recv posts ncclRecv into
+// the destination on the hop stream after the compute stream's earlier work, and the compute
+// stream waits for it. A transfer's completion is checked (polled, with the deadline) two
+// transfers later, before its staging buffer or event is reused: an error or a stalled peer
+// surfaces there, or at the receiver's deadline.
 //
 // bytes_sent() / bytes_received() count activation bytes only (not the frames). A receiver
 // blocked on the frame sees the sender's Close() at once (Unavailable); one already inside

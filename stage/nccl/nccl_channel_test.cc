@@ -164,6 +164,9 @@ TEST_F(NcclChannelTest, DeliversMicroBatchesOfEverySizeExactly) {
       DeviceBuffer source(kSenderDevice, sizes[i]);
       source.Fill(Pattern(sizes[i], i));
       send_status = sender_->Send(100 + i, source.get(), sizes[i], send_stream_, kTimeout);
+      // The source is copied on send_stream_ (to a staging buffer) after Send returns.
+      if (cudaStreamSynchronize(send_stream_) != cudaSuccess)
+        send_status = absl::InternalError("sync");
     }
   });
   int64_t total = 0;
@@ -173,6 +176,8 @@ TEST_F(NcclChannelTest, DeliversMicroBatchesOfEverySizeExactly) {
         receiver_->Recv(100 + i, destination.get(), sizes[i], recv_stream_, kTimeout);
     EXPECT_TRUE(status.ok()) << "micro-batch " << 100 + i << ": " << status;
     if (!status.ok()) break;
+    // Work on recv_stream_ after Recv sees the data; a host read waits for that stream.
+    ASSERT_EQ(cudaStreamSynchronize(recv_stream_), cudaSuccess);
     EXPECT_TRUE(SameBytes(destination.Read(), Pattern(sizes[i], i)))
         << "micro-batch " << 100 + i << " of " << sizes[i] << " bytes";
     total += static_cast<int64_t>(sizes[i]);

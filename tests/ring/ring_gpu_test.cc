@@ -121,6 +121,45 @@ INSTANTIATE_TEST_SUITE_P(Rings, RingGpuTest,
                                            GpuCase{"mistral", {1, 1, 1}, "cuda_ipc"}),
                          CaseName);
 
+// The cuda_ipc sender's own copy stream (used between different GPUs: staging buffers, the
+// transfer overlapping the next step) forced on one GPU: the same greedy tokens as
+// transformers.
+TEST(RingGpuE2ETest, CopyStreamTransfersKeepTheGreedyTokens) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  Golden golden = LoadGolden("llama");
+  ASSERT_FALSE(golden.prompts.empty());
+  std::vector<v1::GenerateRequest> requests;
+  for (size_t i = 0; i < golden.prompts.size(); ++i) {
+    requests.push_back(IdsRequest(golden.prompts[i], static_cast<int>(golden.greedy[i].size())));
+  }
+  // The stage processes inherit it.
+  ASSERT_EQ(setenv("RINGSERVE_CUDA_IPC_COPY_STREAM", "always", 1), 0);
+  auto ring = Ring::Start({.model_dir = FixtureModel("llama"),
+                           .partition = {1, 1, 1, 1},
+                           .device = "cuda:0",
+                           .channel = "cuda_ipc"});
+  unsetenv("RINGSERVE_CUDA_IPC_COPY_STREAM");
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::vector<std::vector<int32_t>> got = GenerateEach(**ring, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(got[i], golden.greedy[i]) << "prompt " << i << ": differs from transformers";
+  }
+}
+
+// A stage refuses an unknown RINGSERVE_CUDA_IPC_COPY_STREAM value by name.
+TEST(RingGpuE2ETest, UnknownCopyStreamModeIsRefused) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_EQ(setenv("RINGSERVE_CUDA_IPC_COPY_STREAM", "sometimes", 1), 0);
+  auto ring = Ring::Start({.model_dir = FixtureModel("llama"),
+                           .partition = {2, 2},
+                           .device = "cuda:0",
+                           .channel = "cuda_ipc"});
+  unsetenv("RINGSERVE_CUDA_IPC_COPY_STREAM");
+  ASSERT_FALSE(ring.ok());
+  EXPECT_NE(ring.status().ToString().find("RINGSERVE_CUDA_IPC_COPY_STREAM"), std::string::npos)
+      << ring.status();
+}
+
 // Several micro-batches in flight through a 4-stage cuda_ipc ring: stages that are not last
 // return before their GPU work ran (the handoff is on the GPU), so a stage prepares the next
 // micro-batch while earlier ones are still queued. Every copy of every golden prompt, all at
