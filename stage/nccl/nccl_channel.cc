@@ -307,7 +307,7 @@ class NcclSender : public DeviceActivationSender {
       RS_RETURN_IF_ERROR(
           hop_.Posted(ncclSend(staging, bytes, ncclUint8, 1, hop_.comm(), hop_.stream()),
                       "ncclSend", deadline, what));
-      RS_RETURN_IF_ERROR(hop_.Fail(
+      RS_RETURN_IF_ERROR(hop_.Check(
           Cuda(cudaEventRecord(transfers_.done(i), hop_.stream()), "cudaEventRecord", what)));
     }
     bytes_sent_ += static_cast<int64_t>(bytes);
@@ -355,7 +355,7 @@ class NcclReceiver : public DeviceActivationReceiver {
       RS_RETURN_IF_ERROR(
           hop_.Posted(ncclRecv(destination, bytes, ncclUint8, 0, hop_.comm(), hop_.stream()),
                       "ncclRecv", deadline, what));
-      RS_RETURN_IF_ERROR(hop_.Fail(
+      RS_RETURN_IF_ERROR(hop_.Check(
           Cuda(cudaEventRecord(transfers_.done(i), hop_.stream()), "cudaEventRecord", what)));
       RS_RETURN_IF_ERROR(hop_.Check(
           Cuda(cudaStreamWaitEvent(stream, transfers_.done(i), 0), "cudaStreamWaitEvent", what)));

@@ -21,8 +21,10 @@
 // surfaces there, or at the receiver's deadline.
 //
 // bytes_sent() / bytes_received() count activation bytes only (not the frames). A receiver
-// blocked on the frame sees the sender's Close() at once (Unavailable); one already inside
-// ncclRecv when the sender dies fails at its deadline (DeadlineExceeded).
+// blocked on the frame sees the sender's Close() at once (Unavailable). A transfer whose peer
+// dies after the frame leaves the receiver's compute stream waiting for it until the receiver
+// checks it (two receives later, DeadlineExceeded at that call's deadline) or closes the
+// channel: either aborts the communicator, which ends the transfer.
 //
 // Set-up ends with a 1-byte warm-up transfer (sender -> receiver), so the NCCL connection
 // exists and works when NcclAccept / NcclConnect return.
