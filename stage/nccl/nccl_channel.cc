@@ -261,9 +261,20 @@ class Transfers {
     }
     return i;
   }
+  // Posts transfer `i` on the hop stream after the work already on `compute`: `post` is the
+  // ncclSend/ncclRecv call on hop.stream(); slot i's done event is recorded after it.
+  template <typename PostFn>
+  absl::Status Post(NcclHop& hop, int i, cudaStream_t compute, PostFn post, const char* call,
+                    absl::Time deadline, const std::string& what) {
+    const Slot& s = slots_[i];
+    RS_RETURN_IF_ERROR(hop.Check(Cuda(cudaEventRecord(s.ready, compute), "cudaEventRecord", what)));
+    RS_RETURN_IF_ERROR(hop.Check(
+        Cuda(cudaStreamWaitEvent(hop.stream(), s.ready, 0), "cudaStreamWaitEvent", what)));
+    RS_RETURN_IF_ERROR(hop.Posted(post(), call, deadline, what));
+    return hop.Check(Cuda(cudaEventRecord(s.done, hop.stream()), "cudaEventRecord", what));
+  }
   void* staging(int i) const { return slots_[i].staging; }
   cudaEvent_t done(int i) const { return slots_[i].done; }
-  cudaEvent_t ready(int i) const { return slots_[i].ready; }
 
  private:
   struct Slot {
@@ -300,15 +311,10 @@ class NcclSender : public DeviceActivationSender {
       RS_RETURN_IF_ERROR(
           hop_.Check(Cuda(cudaMemcpyAsync(staging, source, bytes, cudaMemcpyDeviceToDevice, stream),
                           "cudaMemcpyAsync", what)));
-      RS_RETURN_IF_ERROR(
-          hop_.Check(Cuda(cudaEventRecord(transfers_.ready(i), stream), "cudaEventRecord", what)));
-      RS_RETURN_IF_ERROR(hop_.Check(Cuda(cudaStreamWaitEvent(hop_.stream(), transfers_.ready(i), 0),
-                                         "cudaStreamWaitEvent", what)));
-      RS_RETURN_IF_ERROR(
-          hop_.Posted(ncclSend(staging, bytes, ncclUint8, 1, hop_.comm(), hop_.stream()),
-                      "ncclSend", deadline, what));
-      RS_RETURN_IF_ERROR(hop_.Check(
-          Cuda(cudaEventRecord(transfers_.done(i), hop_.stream()), "cudaEventRecord", what)));
+      RS_RETURN_IF_ERROR(transfers_.Post(
+          hop_, i, stream,
+          [&] { return ncclSend(staging, bytes, ncclUint8, 1, hop_.comm(), hop_.stream()); },
+          "ncclSend", deadline, what));
     }
     bytes_sent_ += static_cast<int64_t>(bytes);
     return absl::OkStatus();
@@ -348,15 +354,10 @@ class NcclReceiver : public DeviceActivationReceiver {
       // Into the destination on the hop stream, after the compute stream's earlier work (which
       // may still read the destination); the compute stream waits for the transfer.
       RS_ASSIGN_OR_RETURN(const int i, transfers_.Next(hop_, 0, deadline, what));
-      RS_RETURN_IF_ERROR(
-          hop_.Check(Cuda(cudaEventRecord(transfers_.ready(i), stream), "cudaEventRecord", what)));
-      RS_RETURN_IF_ERROR(hop_.Check(Cuda(cudaStreamWaitEvent(hop_.stream(), transfers_.ready(i), 0),
-                                         "cudaStreamWaitEvent", what)));
-      RS_RETURN_IF_ERROR(
-          hop_.Posted(ncclRecv(destination, bytes, ncclUint8, 0, hop_.comm(), hop_.stream()),
-                      "ncclRecv", deadline, what));
-      RS_RETURN_IF_ERROR(hop_.Check(
-          Cuda(cudaEventRecord(transfers_.done(i), hop_.stream()), "cudaEventRecord", what)));
+      RS_RETURN_IF_ERROR(transfers_.Post(
+          hop_, i, stream,
+          [&] { return ncclRecv(destination, bytes, ncclUint8, 0, hop_.comm(), hop_.stream()); },
+          "ncclRecv", deadline, what));
       RS_RETURN_IF_ERROR(hop_.Check(
           Cuda(cudaStreamWaitEvent(stream, transfers_.done(i), 0), "cudaStreamWaitEvent", what)));
     }
