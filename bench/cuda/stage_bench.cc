@@ -4,7 +4,7 @@
 // table (our GEMV vs cuBLASLt). Prints a table last.
 //
 //   stage_bench [--model_dir DIR] [--shape llama8b|qwen3_8b] [--quick] [--kernels_only]
-//               [--bandwidth_tbps 4.28] [--peak_tflops 785]
+//               [--prefill_only] [--bandwidth_tbps 4.28] [--peak_tflops 785]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/cuda/prefill_table.h"
 #include "common/logging.h"
 #include "fmt/format.h"
 #include "kernels/cuda/attention.h"
@@ -34,6 +35,7 @@ struct Flags {
   std::string shape = "llama8b";
   bool quick = false;
   bool kernels_only = false;  // just the small-kernel table at 32 tokens (for profilers)
+  bool prefill_only = false;  // just the prefill breakdown and the prefill rows
   bool graphs = true;
   double bandwidth = 4.28e12;
   double peak = 785e12;
@@ -413,6 +415,8 @@ int Main(int argc, char** argv) {
       flags.quick = true;
     else if (a == "--kernels_only")
       flags.kernels_only = true;
+    else if (a == "--prefill_only")
+      flags.prefill_only = true;
     else if (a == "--bandwidth_tbps")
       flags.bandwidth = std::stod(value()) * 1e12;
     else if (a == "--peak_tflops")
@@ -461,59 +465,67 @@ int Main(int argc, char** argv) {
   std::fputs(header.c_str(), stdout);
   std::fflush(stdout);
 
-  std::string gemm_table;
-  GemmTable(config, slice.gemm(), flags.bandwidth, &gemm_table);
-  std::fputs(gemm_table.c_str(), stdout);
-  std::fflush(stdout);
-
-  std::string kernel_table;
-  KernelTable(config, 1, 256, &kernel_table);
-  KernelTable(config, 32, 160, &kernel_table);
-  std::fputs(kernel_table.c_str(), stdout);
-  std::fflush(stdout);
-
   Bench bench(slice, flags);
   std::vector<Row> rows;
-  const int steps = flags.quick ? 16 : 64;
-  auto decode_row = [&](const std::string& name, int streams, int prompt, int n_steps,
-                        const std::string& note) {
-    auto r = bench.Decode(streams, prompt, n_steps, 3);
-    if (!r.ok()) {
-      rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
-      return;
-    }
-    const double step_s = streams / r->first;
-    const double bytes = WeightBytes(config) + streams * r->second * KvBytesPerPosition(config);
-    rows.push_back({name, r->first, bytes / flags.bandwidth / step_s, "bandwidth", note});
-    std::printf("%s: %.1f tok/s\n", name.c_str(), r->first);
+  std::string gemm_table, kernel_table;
+  if (!flags.prefill_only) {
+    GemmTable(config, slice.gemm(), flags.bandwidth, &gemm_table);
+    std::fputs(gemm_table.c_str(), stdout);
     std::fflush(stdout);
-  };
-  for (int streams : {1, 8, 32, 64}) {
-    decode_row(fmt::format("decode {} streams", streams), streams, 128, steps,
-               "graphs, tuned GEMMs");
-  }
-  decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
-  // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and
-  // no graphs.
-  slice.gemm().set_tune(false);
-  slice.ResetGraphs();
-  for (int streams : {1, 8, 32}) {
-    decode_row(fmt::format("decode {} untuned", streams), streams, 128, steps / 2,
-               "graphs, heuristic GEMMs");
-  }
-  slice.gemm().set_tune(true);
-  slice.ResetGraphs();
-  slice.set_use_cuda_graphs(false);
-  decode_row("decode 1 eager", 1, 128, steps / 2, "no graphs");
-  decode_row("decode 32 eager", 32, 128, steps / 2, "no graphs");
-  slice.set_use_cuda_graphs(flags.graphs);
-  // Without programmatic dependent launch (graphs captured again without it).
-  SetDependentLaunch(false);
-  slice.ResetGraphs();
-  decode_row("decode 1 no-pdl", 1, 128, steps / 2, "graphs, no dependent launch");
-  decode_row("decode 32 no-pdl", 32, 128, steps / 2, "graphs, no dependent launch");
-  SetDependentLaunch(true);
-  slice.ResetGraphs();
+
+    KernelTable(config, 1, 256, &kernel_table);
+    KernelTable(config, 32, 160, &kernel_table);
+    std::fputs(kernel_table.c_str(), stdout);
+    std::fflush(stdout);
+
+    const int steps = flags.quick ? 16 : 64;
+    auto decode_row = [&](const std::string& name, int streams, int prompt, int n_steps,
+                          const std::string& note) {
+      auto r = bench.Decode(streams, prompt, n_steps, 3);
+      if (!r.ok()) {
+        rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
+        return;
+      }
+      const double step_s = streams / r->first;
+      const double bytes = WeightBytes(config) + streams * r->second * KvBytesPerPosition(config);
+      rows.push_back({name, r->first, bytes / flags.bandwidth / step_s, "bandwidth", note});
+      std::printf("%s: %.1f tok/s\n", name.c_str(), r->first);
+      std::fflush(stdout);
+    };
+    for (int streams : {1, 8, 32, 64}) {
+      decode_row(fmt::format("decode {} streams", streams), streams, 128, steps,
+                 "graphs, tuned GEMMs");
+    }
+    decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
+    // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and
+    // no graphs.
+    slice.gemm().set_tune(false);
+    slice.ResetGraphs();
+    for (int streams : {1, 8, 32}) {
+      decode_row(fmt::format("decode {} untuned", streams), streams, 128, steps / 2,
+                 "graphs, heuristic GEMMs");
+    }
+    slice.gemm().set_tune(true);
+    slice.ResetGraphs();
+    slice.set_use_cuda_graphs(false);
+    decode_row("decode 1 eager", 1, 128, steps / 2, "no graphs");
+    decode_row("decode 32 eager", 32, 128, steps / 2, "no graphs");
+    slice.set_use_cuda_graphs(flags.graphs);
+    // Without programmatic dependent launch (graphs captured again without it).
+    SetDependentLaunch(false);
+    slice.ResetGraphs();
+    decode_row("decode 1 no-pdl", 1, 128, steps / 2, "graphs, no dependent launch");
+    decode_row("decode 32 no-pdl", 32, 128, steps / 2, "graphs, no dependent launch");
+    SetDependentLaunch(true);
+    slice.ResetGraphs();
+  }  // !prefill_only
+
+  // The prefill breakdown runs on the slice's GEMM runner before the prefill rows: the rows
+  // then use the plans it tuned for m = 2048 and 8192 (the slice itself does not tune prefill).
+  std::string prefill_table;
+  PrefillTable(config, slice.gemm(), {2048, 8192}, &prefill_table);
+  std::fputs(prefill_table.c_str(), stdout);
+  std::fflush(stdout);
   for (int length : {2048, 8192}) {
     auto r = bench.Prefill(length, flags.quick ? 1 : 3);
     const std::string name = fmt::format("prefill {}", length);
@@ -528,7 +540,7 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  std::string table = header + gemm_table + kernel_table;
+  std::string table = header + gemm_table + kernel_table + prefill_table;
   table +=
       fmt::format("{:<24} {:>12} {:>9} {:>10}  {}\n", "case", "tok/s", "of bound", "bound", "note");
   for (const Row& r : rows) {

@@ -10,10 +10,12 @@
 //    into `partition`-key pieces (split-K, PlanDecodeSplits) and a second kernel merges the
 //    pieces when num_splits > 1. Any head_dim in {16, 32, 64, 128, 256} with group * head_dim
 //    <= 1024.
-//  - Prefill (LaunchPrefillAttention): flash-attention style, tensor cores (mma.sync bf16,
-//    fp32 accumulation), 64 queries x 64 keys tiles, online softmax, variable-length batch.
-//    head_dim 128 only; other head dims go through the decode kernel, one entry per query
-//    token (correct, slower).
+//  - Prefill (LaunchPrefillAttention): flash-attention style on tensor cores with fp32
+//    accumulation, online softmax, variable-length batch. Two kernels, picked by the batch's
+//    tile_rows: 128-query tiles use Hopper's warpgroup MMA (wgmma, sm_90 devices only:
+//    prefill_attention_sm90.cu), 64-query tiles use mma.sync (any sm_80+ device).
+//    PrefillTileRows() says which the current device runs. head_dim 128 only; other head dims
+//    go through the decode kernel, one entry per query token (correct, slower).
 #pragma once
 
 #include <cstdint>
@@ -89,9 +91,10 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
 // Prefill chunks, device memory. Sequence s owns query rows [q_starts[s], q_starts[s] +
 // num_tokens[s]) whose positions are start_positions[s] + i; its keys are cache positions
 // [0, start_positions[s] + num_tokens[s]) through block table row s ([num_seqs, max_blocks]).
-// `tiles` ([num_tiles] int2 = (seq, first query of the tile), tiles of kPrefillTile queries)
-// comes from MakePrefillTiles.
-inline constexpr int kPrefillTile = 64;
+// `tiles` ([num_tiles] int2 = (seq, first query of the tile), tiles of tile_rows queries)
+// comes from MakePrefillTiles with the same tile_rows.
+inline constexpr int kPrefillTile = 64;       // mma.sync kernel; the smallest tile
+inline constexpr int kPrefillTileSm90 = 128;  // wgmma kernel (sm_90 only)
 struct PrefillBatch {
   const int32_t* q_starts = nullptr;
   const int32_t* num_tokens = nullptr;
@@ -100,14 +103,22 @@ struct PrefillBatch {
   int max_blocks = 0;
   const int32_t* tiles = nullptr;  // [num_tiles, 2]
   int num_tiles = 0;
+  int tile_rows = kPrefillTile;  // kPrefillTile or kPrefillTileSm90
 };
 
-// Host-side: the (seq, first query) pairs covering every chunk, longest-running tiles (most
-// keys) first. Appends to `tiles` as flat pairs.
-void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
-                      const std::vector<int32_t>& start_positions, std::vector<int32_t>* tiles);
+// The tile size of the fastest prefill kernel the current device runs: kPrefillTileSm90 on
+// compute capability 9.0, else kPrefillTile. Cached per device.
+int PrefillTileRows();
 
-// Requires cache.head_dim == 128 and a group size num_heads / num_kv_heads >= 1.
+// Host-side: the (seq, first query) pairs covering every chunk in tiles of `tile_rows` queries,
+// longest-running tiles (most keys) first. Appends to `tiles` as flat pairs. At most
+// sum(num_tokens) / kPrefillTile + num_seqs tiles for any tile_rows >= kPrefillTile.
+void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
+                      const std::vector<int32_t>& start_positions, std::vector<int32_t>* tiles,
+                      int tile_rows = kPrefillTile);
+
+// Requires cache.head_dim == 128, a group size num_heads / num_kv_heads >= 1, and
+// batch.tile_rows == kPrefillTile, or kPrefillTileSm90 on a compute capability 9.0 device.
 absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, bf16* out,
                                     const PrefillBatch& batch, cudaStream_t stream);
 

@@ -143,14 +143,13 @@ TEST(CudaDecodeAttentionTest, SplitPlanCoversContextAndFillsSms) {
   EXPECT_EQ(PlanDecodeSplits(256, 8, 512, 132).splits, 1);   // batch fills the GPU
 }
 
-TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
-  RS_SKIP_WITHOUT_GPU();
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+// One prefill batch (sequence s: num_tokens[s] queries at positions starts[s]...) in tiles of
+// `tile_rows`, against the CPU reference, in total and per sequence.
+void RunPrefillCase(const std::vector<int32_t>& num_tokens, const std::vector<int32_t>& starts,
+                    int tile_rows, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "tile_rows " << tile_rows << " seed " << seed);
   std::mt19937 rng(seed);
   const int d = 128, heads = 8, kv_heads = 2, bs = 16;
-  const std::vector<int32_t> num_tokens = {100, 64, 1, 130, 7};
-  const std::vector<int32_t> starts = {0, 37, 200, 1000, 63};
   const int seqs = static_cast<int>(num_tokens.size());
   int max_end = 0;
   for (int s = 0; s < seqs; ++s) max_end = std::max(max_end, starts[s] + num_tokens[s]);
@@ -174,7 +173,7 @@ TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
                         starts[s], scale, want.data() + off);
   }
   std::vector<int32_t> tiles;
-  MakePrefillTiles(num_tokens, starts, &tiles);
+  MakePrefillTiles(num_tokens, starts, &tiles, tile_rows);
   DeviceBuffer dq = UploadBf16(q), dout, dqs = Upload(q_starts), dnt = Upload(num_tokens),
                dst = Upload(starts), dtables = Upload(tables), dtiles = Upload(tiles);
   ASSERT_TRUE(dout.Allocate(q.size() * 2).ok());
@@ -186,7 +185,8 @@ TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
                      .block_tables = dtables.as<int32_t>(),
                      .max_blocks = max_blocks,
                      .tiles = dtiles.as<int32_t>(),
-                     .num_tiles = static_cast<int>(tiles.size() / 2)};
+                     .num_tiles = static_cast<int>(tiles.size() / 2),
+                     .tile_rows = tile_rows};
   RS_ASSERT_OK(LaunchPrefillAttention(shape, dq.as<bf16>(), dout.as<bf16>(), batch, nullptr));
   const auto got = DownloadBf16(dout, q.size());
   EXPECT_LT(RelL2(got, want), 2e-2);
@@ -198,6 +198,41 @@ TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
                     std::vector<float>(want.begin() + off, want.begin() + off + n)),
               2e-2)
         << "seq " << s;
+  }
+}
+
+// Every tile size the device runs: 64 (mma.sync) everywhere, 128 (wgmma) on compute
+// capability 9.0.
+std::vector<int> TileSizesToTest() {
+  std::vector<int> sizes = {kPrefillTile};
+  if (PrefillTileRows() == kPrefillTileSm90) sizes.push_back(kPrefillTileSm90);
+  return sizes;
+}
+
+TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  for (int tile_rows : TileSizesToTest()) {
+    // Partial tiles, a one-token chunk, chunks after a cached prefix (keys span many tiles).
+    RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, seed);
+    // Whole tiles and one past: 128-key tiles from position 0 and from an unaligned prefix.
+    RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, seed + 1);
+  }
+}
+
+TEST(CudaPrefillAttentionTest, RefusesUnknownTileSizes) {
+  RS_SKIP_WITHOUT_GPU();
+  PrefillBatch batch{.num_tiles = 1, .tile_rows = 96};
+  const AttentionShape shape{.num_heads = 8,
+                             .scale = 0.1f,
+                             .cache = {.num_kv_heads = 2, .block_size = 16, .head_dim = 128}};
+  const absl::Status status = LaunchPrefillAttention(shape, nullptr, nullptr, batch, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(std::string(status.message()).find("tile_rows"), std::string::npos) << status;
+  if (PrefillTileRows() != kPrefillTileSm90) {
+    batch.tile_rows = kPrefillTileSm90;
+    EXPECT_EQ(LaunchPrefillAttention(shape, nullptr, nullptr, batch, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
   }
 }
 

@@ -62,4 +62,29 @@ __device__ __forceinline__ uint4 LoadStreaming(const void* ptr) {
   return v;
 }
 
+// Shared-memory address of a generic pointer into shared memory (for PTX operands).
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy in the background; valid == false writes 16 zero bytes.
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src),
+               "r"(src_size));
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Two floats -> bf16x2 in one 32-bit register (lo in the low half), as mma fragments hold them.
+__device__ __forceinline__ uint32_t PackBF16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
 }  // namespace ringserve::cuda

@@ -1,12 +1,17 @@
 // Flash-attention style causal prefill over the paged cache, head_dim 128, mma.sync m16n8k16
-// bf16 with fp32 accumulation. CTA = 4 warps = 64 queries of one head; K/V tiles of 64 keys,
+// bf16 with fp32 accumulation (any sm_80+ device; Hopper runs prefill_attention_sm90.cu), and
+// the launcher that picks between the two. CTA = 4 warps = 64 queries of one head; K/V tiles of 64 keys,
 // double-buffered with cp.async; shared-memory rows of 128 bf16 are XOR-swizzled in 16-byte
 // chunks (chunk c of row r stored at c ^ (r & 7)) so ldmatrix is conflict-free.
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
+#include <mutex>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/prefill_attention_sm90.h"
 
 namespace ringserve::cuda {
 namespace {
@@ -18,6 +23,7 @@ constexpr int kThreads = 128;
 constexpr int kTileElems = 64 * kD;
 constexpr int kSmemBytes = (kTileElems * 5) * 2;  // Q + 2 x (K, V)
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxDevices = 64;
 
 struct PrefillArgs {
   AttentionShape shape;
@@ -25,21 +31,6 @@ struct PrefillArgs {
   bf16* out;
   PrefillBatch batch;
 };
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
-  const int src_size = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src),
-               "r"(src_size));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ int Swz(int row, int chunk) {
   return row * kD + ((chunk ^ (row & 7)) << 3);
@@ -62,11 +53,6 @@ __device__ __forceinline__ void Mma(float* c, const uint32_t* a, uint32_t b0, ui
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t PackBF16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // Loads keys [key0, key0 + 64) of kv head `kvh` into a swizzled tile; keys >= kv_end are zero.
@@ -95,8 +81,10 @@ __device__ __forceinline__ void LoadKvTile(bf16* dst, const bf16* cache, const i
 __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sq = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sk[2] = {sq + kTileElems, sq + 2 * kTileElems};
-  bf16* sv[2] = {sq + 3 * kTileElems, sq + 4 * kTileElems};
+  // K of buffer b at sq + (1 + b) tiles, V at sq + (3 + b) tiles (offsets, not a pointer array:
+  // an array indexed at run time would live in local memory).
+  auto sk = [&](int b) { return sq + (1 + b) * kTileElems; };
+  auto sv = [&](int b) { return sq + (3 + b) * kTileElems; };
 
   const KvCacheLayer& c = a.shape.cache;
   const int seq = a.batch.tiles[2 * blockIdx.x];
@@ -131,8 +119,8 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
               : a.q;
     CpAsync16(sq + Swz(r, chunk), src, valid);
   }
-  LoadKvTile(sk[0], c.k, table, 0, kv_end, kvh, c);
-  LoadKvTile(sv[0], c.v, table, 0, kv_end, kvh, c);
+  LoadKvTile(sk(0), c.k, table, 0, kv_end, kvh, c);
+  LoadKvTile(sv(0), c.v, table, 0, kv_end, kvh, c);
   CpAsyncCommit();
 
   uint32_t qa[8][4];
@@ -152,8 +140,8 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
   for (int j = 0; j < num_kt; ++j) {
     const int buf = j & 1;
     if (j + 1 < num_kt) {
-      LoadKvTile(sk[buf ^ 1], c.k, table, (j + 1) * kBk, kv_end, kvh, c);
-      LoadKvTile(sv[buf ^ 1], c.v, table, (j + 1) * kBk, kv_end, kvh, c);
+      LoadKvTile(sk(buf ^ 1), c.k, table, (j + 1) * kBk, kv_end, kvh, c);
+      LoadKvTile(sv(buf ^ 1), c.v, table, (j + 1) * kBk, kv_end, kvh, c);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
@@ -174,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[i][e] = 0.0f;
     }
-    const bf16* kt = sk[buf];
+    const bf16* kt = sk(buf);
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
 #pragma unroll
@@ -238,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
     }
 
     // O += P V.
-    const bf16* vt = sv[buf];
+    const bf16* vt = sv(buf);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -281,15 +269,38 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
 
 }  // namespace
 
+int PrefillTileRows() {
+  // Compute capability 9.0 per device ordinal, looked up once (-1: not yet).
+  static std::atomic<int> sm90[kMaxDevices];
+  static std::once_flag init;
+  std::call_once(init, [] {
+    for (auto& v : sm90) v.store(-1);
+  });
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
+    return kPrefillTile;
+  }
+  int known = sm90[device].load();
+  if (known < 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    known = major == 9 && minor == 0 ? 1 : 0;
+    sm90[device].store(known);
+  }
+  return known == 1 ? kPrefillTileSm90 : kPrefillTile;
+}
+
 void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
-                      const std::vector<int32_t>& start_positions, std::vector<int32_t>* tiles) {
+                      const std::vector<int32_t>& start_positions, std::vector<int32_t>* tiles,
+                      int tile_rows) {
   struct Tile {
     int32_t seq, q0, keys;
   };
   std::vector<Tile> list;
   for (size_t s = 0; s < num_tokens.size(); ++s) {
-    for (int32_t q0 = 0; q0 < num_tokens[s]; q0 += kPrefillTile) {
-      const int32_t nq = std::min(kPrefillTile, num_tokens[s] - q0);
+    for (int32_t q0 = 0; q0 < num_tokens[s]; q0 += tile_rows) {
+      const int32_t nq = std::min(tile_rows, num_tokens[s] - q0);
       list.push_back({static_cast<int32_t>(s), q0, start_positions[s] + q0 + nq});
     }
   }
@@ -309,6 +320,18 @@ absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, 
     return absl::InvalidArgumentError("LaunchPrefillAttention: needs head_dim 128 and GQA shape");
   }
   if (batch.num_tiles == 0) return absl::OkStatus();
+  if (batch.tile_rows == kPrefillTileSm90) {
+    if (PrefillTileRows() != kPrefillTileSm90) {
+      return absl::InvalidArgumentError(
+          "LaunchPrefillAttention: 128-query tiles need a compute capability 9.0 device");
+    }
+    return LaunchPrefillAttentionSm90(shape, q, out, batch, stream);
+  }
+  if (batch.tile_rows != kPrefillTile) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LaunchPrefillAttention: tile_rows must be ", kPrefillTile, " or ",
+                     kPrefillTileSm90, ", got ", batch.tile_rows));
+  }
   // Once per process (one stage process drives one device).
   static const cudaError_t attribute_error =
       cudaFuncSetAttribute(PrefillKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);

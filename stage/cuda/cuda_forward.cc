@@ -173,7 +173,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     for (int r = 0; r < p->logit_rows; ++r) p->output_rows.push_back(r);
   }
   std::vector<int32_t> tiles;
-  if (!p->graph) MakePrefillTiles(pre_tokens, pre_starts, &tiles);
+  if (!p->graph) MakePrefillTiles(pre_tokens, pre_starts, &tiles, prefill_tile_rows_);
   p->num_decode = static_cast<int>(dec_rows.size());
   p->num_tiles = static_cast<int>(tiles.size() / 2);
 
@@ -271,7 +271,8 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
                              .block_tables = m + p.tables,
                              .max_blocks = p.table_stride,
                              .tiles = m + p.tiles,
-                             .num_tiles = p.num_tiles};
+                             .num_tiles = p.num_tiles,
+                             .tile_rows = prefill_tile_rows_};
     RS_RETURN_IF_ERROR(
         LaunchPrefillAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_));
   }

@@ -115,6 +115,7 @@ absl::Status CudaModelSlice::Init(const ModelConfig& config, const SliceOptions&
   RS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   RS_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, cuda.device));
+  prefill_tile_rows_ = PrefillTileRows();
   RS_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create({.gemv_max_rows = cuda.gemv_max_rows}));
   const std::vector<float> inv_freq = RopeInverseFrequencies(config.rope, config.head_dim);
   RS_RETURN_IF_ERROR(inv_freq_.Allocate(inv_freq.size() * sizeof(float)));

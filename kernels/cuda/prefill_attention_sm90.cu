@@ -1,0 +1,321 @@
+// Causal prefill attention over the paged cache for Hopper (compiled for sm_90a only): Hopper's
+// warpgroup MMA (wgmma) reads Q and K/V straight from shared memory, so the tensor cores are fed
+// without ldmatrix traffic through registers.
+//
+// CTA = 2 warpgroups (256 threads) = 128 queries of one head; warpgroup w owns queries
+// [64 w, 64 w + 64). K/V tiles of 128 keys, double-buffered with cp.async (all 256 threads load).
+// Per key tile: S = Q K^T (8 wgmma m64n128k16 from shared memory), online softmax in registers,
+// O += P V (8 wgmma with P from registers, V read MN-major from shared memory).
+//
+// Shared-memory tiles (128 rows x 128 bf16) are stored as two 64-column halves of 128 rows x
+// 128 bytes in the 128-byte swizzle wgmma expects: 16-byte chunk c of row r at r * 128 +
+// ((c ^ (r & 7)) << 4), every tile 1024-byte aligned.
+#include <cfloat>
+
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/prefill_attention_sm90.h"
+
+namespace ringserve::cuda {
+namespace {
+
+constexpr int kD = 128;
+constexpr int kBq = kPrefillTileSm90;  // queries per CTA
+constexpr int kBk = 128;               // keys per tile
+constexpr int kThreads = 256;
+constexpr int kHalfBytes = 128 * 128;          // 128 rows x 64 bf16
+constexpr int kTileBytes = 2 * kHalfBytes;     // 128 rows x 128 bf16
+constexpr int kSmemBytes = 5 * kTileBytes + 1024;  // Q, K x 2, V x 2, alignment slack
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct Args {
+  AttentionShape shape;
+  const bf16* q;
+  bf16* out;
+  PrefillBatch batch;
+};
+
+// Byte offset of 16-byte chunk `chunk` (0..15) of row `row` in a swizzled tile.
+__device__ __forceinline__ uint32_t ChunkOffset(int row, int chunk) {
+  return (chunk >> 3) * kHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// wgmma shared-memory matrix descriptor, 128-byte swizzle. K-major operands: `stride` = bytes
+// between 8-row groups (1024), `leading` unused. MN-major: `leading` = bytes between 64-column
+// halves, `stride` = bytes between 8-row groups.
+__device__ __forceinline__ uint64_t Descriptor(uint32_t smem_addr, uint32_t leading,
+                                               uint32_t stride) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>(leading >> 4) << 16) | (static_cast<uint64_t>(stride >> 4) << 32) |
+         (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommitAndWait() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Keeps the compiler from moving accesses of the accumulators across a wgmma wait or fence.
+__device__ __forceinline__ void FenceRegisters(float* r) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// Makes this thread's completed shared-memory writes (cp.async) visible to wgmma's reads.
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// D (64 x 128 fp32; this thread's 64 values) = A (64 x 16, smem, K-major) * B (16 x 128, smem,
+// K-major: one key per row) + (scale_d ? D : 0).
+__device__ __forceinline__ void WgmmaSS(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      :
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+      "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+      "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+      "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+      "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+      "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+      "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+      "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D (64 x 128) += A (64 x 16 bf16 in registers, per warp the mma.sync m16n8k16 A-fragment
+// layout) * B (16 x 128, smem, MN-major: one key per row of head dims).
+__device__ __forceinline__ void WgmmaRS(float* d, const uint32_t* a, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      :
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+      "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+      "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+      "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+      "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+      "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+      "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+      "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+// Queues keys [key0, key0 + 128) of kv head `kvh` into a swizzled tile; keys >= kv_end are zero.
+__device__ __forceinline__ void LoadKvTile(unsigned char* dst, const bf16* cache,
+                                           const int32_t* table, int key0, int kv_end, int kvh,
+                                           const KvCacheLayer& c) {
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    const int i = threadIdx.x + kThreads * u;
+    const int r = i >> 4;
+    const int chunk = i & 15;
+    const int key = key0 + r;
+    const bool valid = key < kv_end;
+    const bf16* src = cache;
+    if (valid) {
+      const int blk_idx = key / c.block_size;
+      const int slot = key - blk_idx * c.block_size;
+      src = cache +
+            ((static_cast<int64_t>(table[blk_idx]) * c.num_kv_heads + kvh) * c.block_size + slot) *
+                kD +
+            chunk * 8;
+    }
+    CpAsync16(dst + ChunkOffset(r, chunk), src, valid);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // 1024-byte aligned base for the swizzle pattern.
+  unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  unsigned char* sq = smem;
+  auto sk = [&](int b) { return smem + (1 + b) * kTileBytes; };
+  auto sv = [&](int b) { return smem + (3 + b) * kTileBytes; };
+
+  const KvCacheLayer& c = a.shape.cache;
+  const int num_heads = a.shape.num_heads;
+  // Heads vary fastest: the longest tiles of every head run first, and the heads of one kv
+  // group run side by side (their K/V stay in L2).
+  const int tile = blockIdx.x / num_heads;
+  const int head = blockIdx.x - tile * num_heads;
+  const int seq = a.batch.tiles[2 * tile];
+  const int q0 = a.batch.tiles[2 * tile + 1];
+  const int kvh = head / (num_heads / c.num_kv_heads);
+  const int q_start = a.batch.q_starts[seq];
+  const int ntok = a.batch.num_tokens[seq];
+  const int start_pos = a.batch.start_positions[seq];
+  const int32_t* table = a.batch.block_tables + static_cast<int64_t>(seq) * a.batch.max_blocks;
+  const int nq = min(kBq, ntok - q0);
+  const int kv_end = start_pos + q0 + nq;
+  const int num_kt = (kv_end + kBk - 1) / kBk;
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+  const int warp = (tid >> 5) & 3;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    const int i = tid + kThreads * u;
+    const int r = i >> 4;
+    const int chunk = i & 15;
+    const bool valid = r < nq;
+    const bf16* src =
+        valid ? a.q + (static_cast<int64_t>(q_start + q0 + r) * num_heads + head) * kD + chunk * 8
+              : a.q;
+    CpAsync16(sq + ChunkOffset(r, chunk), src, valid);
+  }
+  LoadKvTile(sk(0), c.k, table, 0, kv_end, kvh, c);
+  LoadKvTile(sv(0), c.v, table, 0, kv_end, kvh, c);
+  CpAsyncCommit();
+
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  float m_row[2] = {-FLT_MAX, -FLT_MAX};
+  float l_row[2] = {0.0f, 0.0f};
+  const float scale = a.shape.scale * kLog2e;
+  // This thread's two query rows (tile-relative) and their absolute positions.
+  const int row0 = 64 * wg + 16 * warp + g;
+  const int qpos0 = start_pos + q0 + row0;
+  const int qpos1 = qpos0 + 8;
+  const uint32_t q_addr = SmemAddr(sq) + 64 * wg * 128;
+
+  for (int j = 0; j < num_kt; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < num_kt) {
+      LoadKvTile(sk(buf ^ 1), c.k, table, (j + 1) * kBk, kv_end, kvh, c);
+      LoadKvTile(sv(buf ^ 1), c.v, table, (j + 1) * kBk, kv_end, kvh, c);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    FenceProxyAsync();
+    __syncthreads();
+
+    // S = Q K^T over the 128 head dims: 8 steps of 16 (4 per 64-column half, 32 bytes each).
+    float s[64];
+    const uint32_t k_addr = SmemAddr(sk(buf));
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t off = (kk >> 2) * kHalfBytes + (kk & 3) * 32;
+      WgmmaSS(s, Descriptor(q_addr + off, 16, 1024), Descriptor(k_addr + off, 16, 1024), kk > 0);
+    }
+    WgmmaCommitAndWait();
+    FenceRegisters(s);
+
+    // Scale, causal mask, online softmax. s[4 n + e]: key 8 n + 2 t4 + (e & 1) of the tile, row
+    // row0 (e < 2) or row0 + 8.
+    const int key_base = j * kBk;
+    const bool needs_mask = key_base + kBk - 1 > start_pos + q0;
+    float tile_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      float v = s[i] * scale;
+      if (needs_mask) {
+        const int key = key_base + 8 * (i >> 2) + 2 * t4 + (i & 1);
+        if (key > ((i & 2) ? qpos1 : qpos0)) v = -FLT_MAX;
+      }
+      s[i] = v;
+      tile_max[(i >> 1) & 1] = fmaxf(tile_max[(i >> 1) & 1], v);
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(m_row[r], tile_max[r]);
+      alpha[r] = exp2f(m_row[r] - m_new);
+      m_row[r] = m_new;
+      l_row[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] *= alpha[(i >> 1) & 1];
+    // P as wgmma A fragments: keys [16 kk, 16 kk + 16) are accumulator columns n = 2 kk, 2 kk + 1.
+    uint32_t pa[8][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float* sv4 = s + 8 * kk + 4 * h;
+        const float p0 = exp2f(sv4[0] - m_row[0]);
+        const float p1 = exp2f(sv4[1] - m_row[0]);
+        const float p2 = exp2f(sv4[2] - m_row[1]);
+        const float p3 = exp2f(sv4[3] - m_row[1]);
+        l_row[0] += p0 + p1;
+        l_row[1] += p2 + p3;
+        pa[kk][2 * h] = PackBF16(p0, p1);
+        pa[kk][2 * h + 1] = PackBF16(p2, p3);
+      }
+    }
+
+    // O += P V: 8 steps of 16 keys (2048 bytes of V each).
+    const uint32_t v_addr = SmemAddr(sv(buf));
+    FenceRegisters(o);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      WgmmaRS(o, pa[kk], Descriptor(v_addr + kk * 2048, kHalfBytes, 1024));
+    }
+    WgmmaCommitAndWait();
+    FenceRegisters(o);
+    __syncthreads();  // every warpgroup is done with this buffer before it is refilled
+  }
+
+  // Normalize and store.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
+    l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
+  }
+  const float inv[2] = {1.0f / l_row[0], 1.0f / l_row[1]};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + 8 * h;
+    if (r >= nq) continue;
+    bf16* dst = a.out + (static_cast<int64_t>(q_start + q0 + r) * num_heads + head) * kD;
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * n + 2 * t4) =
+          __floats2bfloat162_rn(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]);
+    }
+  }
+#endif
+}
+
+}  // namespace
+
+absl::Status LaunchPrefillAttentionSm90(const AttentionShape& shape, const bf16* q, bf16* out,
+                                        const PrefillBatch& batch, cudaStream_t stream) {
+  // Once per process (one stage process drives one device).
+  static const cudaError_t attribute_error = cudaFuncSetAttribute(
+      PrefillKernelSm90, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  RS_CUDA_RETURN_IF_ERROR(attribute_error);
+  const Args args{shape, q, out, batch};
+  PrefillKernelSm90<<<batch.num_tiles * shape.num_heads, kThreads, kSmemBytes, stream>>>(args);
+  return LaunchStatus("PrefillKernelSm90");
+}
+
+}  // namespace ringserve::cuda
