@@ -3,12 +3,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "fmt/format.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
 
 namespace ringserve::cuda {
 namespace {
@@ -33,8 +35,13 @@ double TimeMs(Fn&& fn, int iters) {
 
 }  // namespace
 
-void PrefillTable(const ModelConfig& c, GemmRunner& gemm, const std::vector<int>& lengths,
-                  std::string* out) {
+void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::string* out) {
+  absl::StatusOr<std::unique_ptr<GemmRunner>> runner = GemmRunner::Create();
+  if (!runner.ok()) {
+    *out += fmt::format("prefill table: {}\n", runner.status().ToString());
+    return;
+  }
+  GemmRunner& gemm = **runner;
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const int qkv_w = (c.num_heads + 2 * c.num_kv_heads) * d;
   struct Shape {

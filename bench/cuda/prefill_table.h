@@ -6,13 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/gemm.h"
 #include "stage/model/model_config.h"
 
 namespace ringserve::cuda {
 
-// Appends one block per length to `out`. Uses its own device buffers (freed on return).
-void PrefillTable(const ModelConfig& c, GemmRunner& gemm, const std::vector<int>& lengths,
-                  std::string* out);
+// Appends one block per length to `out`. Uses its own device buffers and its own GEMM runner
+// (freed on return), so its tuning does not change the plans a model slice uses.
+void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::string* out);
 
 }  // namespace ringserve::cuda

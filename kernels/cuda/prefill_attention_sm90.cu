@@ -117,27 +117,52 @@ __device__ __forceinline__ void WgmmaRS(float* d, const uint32_t* a, uint64_t de
       "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
-// Queues keys [key0, key0 + 128) of kv head `kvh` into a swizzled tile; keys >= kv_end are zero.
-__device__ __forceinline__ void LoadKvTile(unsigned char* dst, const bf16* cache,
-                                           const int32_t* table, int key0, int kv_end, int kvh,
-                                           const KvCacheLayer& c) {
+// Exact 2^x for x <= 0 up to the approximation of the hardware unit (ftz: tiny results are 0).
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Where this thread's cp.async copies land and come from. A thread always copies 16-byte chunk
+// (tid & 15) of rows tid / 16 + 16 u, u = 0..7, so its shared-memory offsets are one base plus
+// u * 2048 (the swizzle depends on row & 7, the same for every u).
+struct LoadPlan {
+  uint32_t smem_base;  // ChunkOffset(tid / 16, tid & 15)
+  int row;             // tid / 16
+  int chunk;           // tid & 15
+  int block_shift;     // log2(block_size) when it is a power of two, else -1
+};
+
+__device__ __forceinline__ LoadPlan MakeLoadPlan(int block_size) {
+  LoadPlan p;
+  p.row = threadIdx.x >> 4;
+  p.chunk = threadIdx.x & 15;
+  p.smem_base = ChunkOffset(p.row, p.chunk);
+  p.block_shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
+  return p;
+}
+
+// Queues keys [key0, key0 + 128) of kv head `kvh` into swizzled K and V tiles (one address
+// computation per key for both); keys >= kv_end are zero.
+__device__ __forceinline__ void LoadKvTiles(unsigned char* dk, unsigned char* dv,
+                                            const KvCacheLayer& c, const int32_t* table, int key0,
+                                            int kv_end, int kvh, const LoadPlan& p) {
 #pragma unroll
   for (int u = 0; u < 8; ++u) {
-    const int i = threadIdx.x + kThreads * u;
-    const int r = i >> 4;
-    const int chunk = i & 15;
-    const int key = key0 + r;
+    const int key = key0 + p.row + 16 * u;
     const bool valid = key < kv_end;
-    const bf16* src = cache;
+    int64_t offset = 0;
     if (valid) {
-      const int blk_idx = key / c.block_size;
-      const int slot = key - blk_idx * c.block_size;
-      src = cache +
-            ((static_cast<int64_t>(table[blk_idx]) * c.num_kv_heads + kvh) * c.block_size + slot) *
-                kD +
-            chunk * 8;
+      const int blk = p.block_shift >= 0 ? key >> p.block_shift : key / c.block_size;
+      const int slot = key - blk * c.block_size;
+      offset = ((static_cast<int64_t>(table[blk]) * c.num_kv_heads + kvh) * c.block_size + slot) *
+                   kD +
+               p.chunk * 8;
     }
-    CpAsync16(dst + ChunkOffset(r, chunk), src, valid);
+    const uint32_t dst = p.smem_base + u * 2048;
+    CpAsync16(dk + dst, c.k + offset, valid);
+    CpAsync16(dv + dst, c.v + offset, valid);
   }
 }
 
@@ -174,19 +199,18 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
   const int g = lane >> 2;
   const int t4 = lane & 3;
 
+  const LoadPlan plan = MakeLoadPlan(c.block_size);
 #pragma unroll
   for (int u = 0; u < 8; ++u) {
-    const int i = tid + kThreads * u;
-    const int r = i >> 4;
-    const int chunk = i & 15;
+    const int r = plan.row + 16 * u;
     const bool valid = r < nq;
     const bf16* src =
-        valid ? a.q + (static_cast<int64_t>(q_start + q0 + r) * num_heads + head) * kD + chunk * 8
+        valid ? a.q + (static_cast<int64_t>(q_start + q0 + r) * num_heads + head) * kD +
+                    plan.chunk * 8
               : a.q;
-    CpAsync16(sq + ChunkOffset(r, chunk), src, valid);
+    CpAsync16(sq + plan.smem_base + u * 2048, src, valid);
   }
-  LoadKvTile(sk(0), c.k, table, 0, kv_end, kvh, c);
-  LoadKvTile(sv(0), c.v, table, 0, kv_end, kvh, c);
+  LoadKvTiles(sk(0), sv(0), c, table, 0, kv_end, kvh, plan);
   CpAsyncCommit();
 
   float o[64];
@@ -203,16 +227,15 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
 
   for (int j = 0; j < num_kt; ++j) {
     const int buf = j & 1;
-    if (j + 1 < num_kt) {
-      LoadKvTile(sk(buf ^ 1), c.k, table, (j + 1) * kBk, kv_end, kvh, c);
-      LoadKvTile(sv(buf ^ 1), c.v, table, (j + 1) * kBk, kv_end, kvh, c);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
+    CpAsyncWait<0>();  // tile j (the only copies in flight)
     FenceProxyAsync();
+    // Tile j is visible to every warpgroup, and every warpgroup is done with tile j - 1, whose
+    // buffer now receives tile j + 1 while tile j is computed.
     __syncthreads();
+    if (j + 1 < num_kt) {
+      LoadKvTiles(sk(buf ^ 1), sv(buf ^ 1), c, table, (j + 1) * kBk, kv_end, kvh, plan);
+      CpAsyncCommit();
+    }
 
     // S = Q K^T over the 128 head dims: 8 steps of 16 (4 per 64-column half, 32 bytes each).
     float s[64];
@@ -228,26 +251,26 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
 
     // Scale, causal mask, online softmax. s[4 n + e]: key 8 n + 2 t4 + (e & 1) of the tile, row
     // row0 (e < 2) or row0 + 8.
+    // The maximum is taken over unscaled scores (scale > 0) and the scale folded into the
+    // exponent: p = 2^(s * scale - m), one FFMA per score.
     const int key_base = j * kBk;
-    const bool needs_mask = key_base + kBk - 1 > start_pos + q0;
+    if (key_base + kBk - 1 > start_pos + q0) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int key = key_base + 8 * (i >> 2) + 2 * t4 + (i & 1);
+        if (key > ((i & 2) ? qpos1 : qpos0)) s[i] = -FLT_MAX;
+      }
+    }
     float tile_max[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
-      float v = s[i] * scale;
-      if (needs_mask) {
-        const int key = key_base + 8 * (i >> 2) + 2 * t4 + (i & 1);
-        if (key > ((i & 2) ? qpos1 : qpos0)) v = -FLT_MAX;
-      }
-      s[i] = v;
-      tile_max[(i >> 1) & 1] = fmaxf(tile_max[(i >> 1) & 1], v);
-    }
+    for (int i = 0; i < 64; ++i) tile_max[(i >> 1) & 1] = fmaxf(tile_max[(i >> 1) & 1], s[i]);
     float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float m_new = fmaxf(m_row[r], tile_max[r]);
-      alpha[r] = exp2f(m_row[r] - m_new);
+      const float m_new = fmaxf(m_row[r], tile_max[r] * scale);
+      alpha[r] = Exp2(m_row[r] - m_new);
       m_row[r] = m_new;
       l_row[r] *= alpha[r];
     }
@@ -260,10 +283,10 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float* sv4 = s + 8 * kk + 4 * h;
-        const float p0 = exp2f(sv4[0] - m_row[0]);
-        const float p1 = exp2f(sv4[1] - m_row[0]);
-        const float p2 = exp2f(sv4[2] - m_row[1]);
-        const float p3 = exp2f(sv4[3] - m_row[1]);
+        const float p0 = Exp2(fmaf(sv4[0], scale, -m_row[0]));
+        const float p1 = Exp2(fmaf(sv4[1], scale, -m_row[0]));
+        const float p2 = Exp2(fmaf(sv4[2], scale, -m_row[1]));
+        const float p3 = Exp2(fmaf(sv4[3], scale, -m_row[1]));
         l_row[0] += p0 + p1;
         l_row[1] += p2 + p3;
         pa[kk][2 * h] = PackBF16(p0, p1);
@@ -281,7 +304,6 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
     }
     WgmmaCommitAndWait();
     FenceRegisters(o);
-    __syncthreads();  // every warpgroup is done with this buffer before it is refilled
   }
 
   // Normalize and store.
