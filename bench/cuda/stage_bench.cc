@@ -182,10 +182,12 @@ class Bench {
     return std::make_pair(streams * steps / seconds, mean_ctx);
   }
 
-  absl::StatusOr<double> Prefill(int length, int reps) {
+  // Prefills one prompt of `length` tokens in chunks of `chunk` tokens (0: the slice's
+  // max_batch_tokens), as a coordinator with that token budget would. Returns tok/s.
+  absl::StatusOr<double> Prefill(int length, int reps, int chunk = 0) {
     ResetBlocks();
     const auto table = Blocks(length);
-    const int max_tokens = slice_.cuda_options().max_batch_tokens;
+    const int max_tokens = chunk > 0 ? chunk : slice_.cuda_options().max_batch_tokens;
     double seconds = 0;
     for (int r = 0; r < reps + 1; ++r) {
       const auto t0 = Clock::now();
@@ -514,8 +516,10 @@ int Main(int argc, char** argv) {
     // Without programmatic dependent launch (graphs captured again without it).
     SetDependentLaunch(false);
     slice.ResetGraphs();
-    decode_row("decode 1 no-pdl", 1, 128, steps / 2, "graphs, no dependent launch");
-    decode_row("decode 32 no-pdl", 32, 128, steps / 2, "graphs, no dependent launch");
+    for (int streams : {1, 8, 32, 64}) {
+      decode_row(fmt::format("decode {} no-pdl", streams), streams, 128, steps / 2,
+                 "graphs, no dependent launch");
+    }
     SetDependentLaunch(true);
     slice.ResetGraphs();
   }  // !prefill_only
@@ -526,16 +530,20 @@ int Main(int argc, char** argv) {
   PrefillTable(config, {2048, 8192}, &prefill_table);
   std::fputs(prefill_table.c_str(), stdout);
   std::fflush(stdout);
-  for (int length : {2048, 8192}) {
-    auto r = bench.Prefill(length, flags.quick ? 1 : 3);
-    const std::string name = fmt::format("prefill {}", length);
+  // Whole prompts in one chunk, and an 8k prompt in 4k and 2k chunks (a coordinator token
+  // budget of 4096 or 2048: each chunk attends to the cached chunks before it).
+  for (const auto& [length, chunk] : {std::pair{2048, 0}, std::pair{8192, 0}, std::pair{8192, 4096},
+                                     std::pair{8192, 2048}}) {
+    auto r = bench.Prefill(length, flags.quick ? 1 : 3, chunk);
+    const std::string name = chunk > 0 ? fmt::format("prefill {} in {}s", length, chunk)
+                                       : fmt::format("prefill {}", length);
     if (!r.ok()) {
       rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
       continue;
     }
     const double seconds = length / *r;
     rows.push_back({name, *r, PrefillFlops(config, length) / flags.peak / seconds, "compute",
-                    "one chunk, tensor-core attention"});
+                    chunk > 0 ? "chunked prefill" : "one chunk"});
     std::printf("%s: %.1f tok/s\n", name.c_str(), *r);
     std::fflush(stdout);
   }
