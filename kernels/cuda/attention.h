@@ -107,7 +107,7 @@ struct PrefillBatch {
 };
 
 // The tile size of the fastest prefill kernel the current device runs: kPrefillTileSm90 on
-// compute capability 9.0, else kPrefillTile. Cached per device.
+// compute capability 9.0 (when the build targets sm_90), else kPrefillTile. Cached per device.
 int PrefillTileRows();
 
 // Host-side: the (seq, first query) pairs covering every chunk in tiles of `tile_rows` queries,

@@ -1,12 +1,11 @@
-// Flash-attention style causal prefill over the paged cache, head_dim 128, mma.sync m16n8k16
-// bf16 with fp32 accumulation (any sm_80+ device; Hopper runs prefill_attention_sm90.cu), and
-// the launcher that picks between the two. CTA = 4 warps = 64 queries of one head; K/V tiles of 64 keys,
-// double-buffered with cp.async; shared-memory rows of 128 bf16 are XOR-swizzled in 16-byte
-// chunks (chunk c of row r stored at c ^ (r & 7)) so ldmatrix is conflict-free.
+// Causal prefill attention: the launcher that picks a kernel, and the flash-attention style
+// kernel for any sm_80+ device (Hopper runs prefill_attention_sm90.cu): head_dim 128, mma.sync
+// m16n8k16 bf16 with fp32 accumulation. CTA = 4 warps = 64 queries of one head; K/V tiles of 64
+// keys, double-buffered with cp.async; shared-memory rows of 128 bf16 are XOR-swizzled in
+// 16-byte chunks (chunk c of row r stored at c ^ (r & 7)) so ldmatrix is conflict-free.
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention.h"
@@ -270,25 +269,25 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
 }  // namespace
 
 int PrefillTileRows() {
-  // Compute capability 9.0 per device ordinal, looked up once (-1: not yet).
-  static std::atomic<int> sm90[kMaxDevices];
-  static std::once_flag init;
-  std::call_once(init, [] {
-    for (auto& v : sm90) v.store(-1);
-  });
+#if defined(RS_HAVE_SM90_PREFILL)
+  // Per device ordinal: 0 = not looked up yet, 1 = not compute capability 9.0, 2 = 9.0.
+  static std::atomic<int> is_sm90[kMaxDevices];
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
     return kPrefillTile;
   }
-  int known = sm90[device].load();
-  if (known < 0) {
+  int known = is_sm90[device].load();
+  if (known == 0) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    known = major == 9 && minor == 0 ? 1 : 0;
-    sm90[device].store(known);
+    known = major == 9 && minor == 0 ? 2 : 1;
+    is_sm90[device].store(known);
   }
-  return known == 1 ? kPrefillTileSm90 : kPrefillTile;
+  return known == 2 ? kPrefillTileSm90 : kPrefillTile;
+#else
+  return kPrefillTile;  // built without sm_90 (CMAKE_CUDA_ARCHITECTURES lacks 90)
+#endif
 }
 
 void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
@@ -323,9 +322,12 @@ absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, 
   if (batch.tile_rows == kPrefillTileSm90) {
     if (PrefillTileRows() != kPrefillTileSm90) {
       return absl::InvalidArgumentError(
-          "LaunchPrefillAttention: 128-query tiles need a compute capability 9.0 device");
+          "LaunchPrefillAttention: 128-query tiles need a compute capability 9.0 device and a "
+          "build for sm_90");
     }
+#if defined(RS_HAVE_SM90_PREFILL)
     return LaunchPrefillAttentionSm90(shape, q, out, batch, stream);
+#endif
   }
   if (batch.tile_rows != kPrefillTile) {
     return absl::InvalidArgumentError(
