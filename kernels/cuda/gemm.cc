@@ -15,7 +15,7 @@ struct GemmRunner::Plan {
   cublasLtMatmulAlgo_t algo{};         // the heuristic's first, or the fastest when tuned
   bool use_gemv = false;               // Linear runs LaunchGemv instead
   bool tuned = false;
-  int candidate = 0;  // index of `algo` among the tuning candidates (the heuristic's first)
+  int candidate = 0;  // index of `algo` among the heuristic's results
 
   ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -112,28 +112,6 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
   std::vector<cublasLtMatmulHeuristicResult_t> candidates;
   RS_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
                       MakePlan(m, n, k, out, kTuneCandidates, &candidates));
-  // The heuristic's picks for twice the rows too, where they accept this shape: on an H200 its
-  // best algorithm for the o projection at m = 64 (80% of copy bandwidth) is not among its
-  // picks for m = 32 (60%).
-  if (m >= 4 && m <= kTuneWiderMaxRows) {
-    std::vector<cublasLtMatmulHeuristicResult_t> wider;
-    absl::StatusOr<std::unique_ptr<Plan>> wider_plan =
-        MakePlan(2 * m, n, k, out, kTuneCandidates, &wider);
-    if (wider_plan.ok()) {
-      for (const cublasLtMatmulHeuristicResult_t& r : wider) {
-        cublasLtMatmulHeuristicResult_t checked{};
-        if (r.state == CUBLAS_STATUS_SUCCESS &&
-            cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), plan->op, plan->a,
-                                    plan->b, plan->c, plan->c, &r.algo,
-                                    &checked) == CUBLAS_STATUS_SUCCESS &&
-            checked.workspaceSize <= workspace_.bytes()) {
-          checked.algo = r.algo;
-          checked.state = CUBLAS_STATUS_SUCCESS;
-          candidates.push_back(checked);
-        }
-      }
-    }
-  }
   cudaEvent_t start = nullptr, stop = nullptr;
   RS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   const cudaError_t created = cudaEventCreate(&stop);

@@ -6,12 +6,11 @@
 //   y: [m, n] bf16 or fp32
 // Each (m, n, k, output dtype) gets a plan, cached: cuBLASLt's matmul descriptors, layouts and
 // algorithm, or our own memory-bound GEMV kernel (gemv.cu).
-//   - Tune() times cuBLASLt's candidate algorithms (up to kTuneCandidates from its heuristic,
-//     plus those it proposes for 2m rows that accept m rows, for small m) and, for m <=
-//     gemv_max_rows, our GEMV on the given operands, and keeps the fastest. The CUDA slice tunes
-//     the shapes of a decode batch size before it captures its graph: the heuristic's first
-//     choice is not the fastest for small m (on an H200 it read the qkv and o matrices of a
-//     Llama-3.1-8B shape at 56-70% of copy bandwidth at m = 32).
+//   - Tune() times cuBLASLt's candidate algorithms (up to kTuneCandidates from its heuristic)
+//     and, for m <= gemv_max_rows, our GEMV on the given operands, and keeps the fastest. The
+//     CUDA slice tunes the shapes of a decode batch size before it captures its graph: the
+//     heuristic's first choice is not the fastest for small m (on an H200 it read the qkv and o
+//     matrices of a Llama-3.1-8B shape at 56-70% of copy bandwidth at m = 32).
 //   - A shape first seen by Linear (prefill, untuned batch sizes) uses the heuristic's first
 //     algorithm, or the GEMV when m <= gemv_max_rows.
 //
@@ -47,8 +46,6 @@ struct GemmOptions {
 
 // cuBLASLt algorithms timed per tuned shape (the heuristic's best first).
 inline constexpr int kTuneCandidates = 12;
-// Tune() also tries the heuristic's candidates for 2m rows when 4 <= m <= this.
-inline constexpr int kTuneWiderMaxRows = 64;
 
 class GemmRunner {
  public:
