@@ -532,8 +532,8 @@ int Main(int argc, char** argv) {
   std::fflush(stdout);
   // Whole prompts in one chunk, and an 8k prompt in 4k and 2k chunks (a coordinator token
   // budget of 4096 or 2048: each chunk attends to the cached chunks before it).
-  for (const auto& [length, chunk] : {std::pair{2048, 0}, std::pair{8192, 0}, std::pair{8192, 4096},
-                                     std::pair{8192, 2048}}) {
+  for (const auto& [length, chunk] :
+       {std::pair{2048, 0}, std::pair{8192, 0}, std::pair{8192, 4096}, std::pair{8192, 2048}}) {
     auto r = bench.Prefill(length, flags.quick ? 1 : 3, chunk);
     const std::string name = chunk > 0 ? fmt::format("prefill {} in {}s", length, chunk)
                                        : fmt::format("prefill {}", length);

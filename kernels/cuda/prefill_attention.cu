@@ -330,9 +330,9 @@ absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, 
 #endif
   }
   if (batch.tile_rows != kPrefillTile) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LaunchPrefillAttention: tile_rows must be ", kPrefillTile, " or ",
-                     kPrefillTileSm90, ", got ", batch.tile_rows));
+    return absl::InvalidArgumentError(absl::StrCat("LaunchPrefillAttention: tile_rows must be ",
+                                                   kPrefillTile, " or ", kPrefillTileSm90, ", got ",
+                                                   batch.tile_rows));
   }
   // Once per process (one stage process drives one device).
   static const cudaError_t attribute_error =

@@ -22,8 +22,8 @@ constexpr int kD = 128;
 constexpr int kBq = kPrefillTileSm90;  // queries per CTA
 constexpr int kBk = 128;               // keys per tile
 constexpr int kThreads = 256;
-constexpr int kHalfBytes = 128 * 128;          // 128 rows x 64 bf16
-constexpr int kTileBytes = 2 * kHalfBytes;     // 128 rows x 128 bf16
+constexpr int kHalfBytes = 128 * 128;              // 128 rows x 64 bf16
+constexpr int kTileBytes = 2 * kHalfBytes;         // 128 rows x 128 bf16
 constexpr int kSmemBytes = 5 * kTileBytes + 1024;  // Q, K x 2, V x 2, alignment slack
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -67,34 +67,30 @@ __device__ __forceinline__ void FenceProxyAsync() {
 }
 
 // The 64 fp32 accumulators of an m64n128 wgmma: operands %0..%63 and their "+f" bindings.
-#define RS_WGMMA_D64_REGS \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define RS_WGMMA_D64(d) \
-      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
-      "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
-      "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
-      "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
-      "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
-      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
-      "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
-      "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
-      "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define RS_WGMMA_D64_REGS                                                            \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define RS_WGMMA_D64(d)                                                                           \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
 // D (64 x 128 fp32; this thread's 64 values) = A (64 x 16, smem, K-major) * B (16 x 128, smem,
 // K-major: one key per row) + (scale_d ? D : 0).
 __device__ __forceinline__ void WgmmaSS(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      RS_WGMMA_D64_REGS
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" RS_WGMMA_D64_REGS
       "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      :
-      RS_WGMMA_D64(d)
+      : RS_WGMMA_D64(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
@@ -103,11 +99,9 @@ __device__ __forceinline__ void WgmmaSS(float* d, uint64_t desc_a, uint64_t desc
 __device__ __forceinline__ void WgmmaRS(float* d, const uint32_t* a, uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      RS_WGMMA_D64_REGS
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" RS_WGMMA_D64_REGS
       "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      :
-      RS_WGMMA_D64(d)
+      : RS_WGMMA_D64(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
@@ -150,9 +144,9 @@ __device__ __forceinline__ void LoadKvTiles(unsigned char* dk, unsigned char* dv
     if (valid) {
       const int blk = p.block_shift >= 0 ? key >> p.block_shift : key / c.block_size;
       const int slot = key - blk * c.block_size;
-      offset = ((static_cast<int64_t>(table[blk]) * c.num_kv_heads + kvh) * c.block_size + slot) *
-                   kD +
-               p.chunk * 8;
+      offset =
+          ((static_cast<int64_t>(table[blk]) * c.num_kv_heads + kvh) * c.block_size + slot) * kD +
+          p.chunk * 8;
     }
     const uint32_t dst = p.smem_base + u * 2048;
     CpAsync16(dk + dst, c.k + offset, valid);
@@ -198,10 +192,10 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
   for (int u = 0; u < 8; ++u) {
     const int r = plan.row + 16 * u;
     const bool valid = r < nq;
-    const bf16* src =
-        valid ? a.q + (static_cast<int64_t>(q_start + q0 + r) * num_heads + head) * kD +
-                    plan.chunk * 8
-              : a.q;
+    const bf16* src = valid
+                          ? a.q + (static_cast<int64_t>(q_start + q0 + r) * num_heads + head) * kD +
+                                plan.chunk * 8
+                          : a.q;
     CpAsync16(sq + plan.smem_base + u * 2048, src, valid);
   }
   LoadKvTiles(sk(0), sv(0), c, table, 0, kv_end, kvh, plan);

@@ -193,7 +193,7 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmRunner> gemm_;
   int max_blocks_per_seq_ = 0;
-  int num_sms_ = 132;  // of cuda_.device; sizes the decode attention split-K
+  int num_sms_ = 132;           // of cuda_.device; sizes the decode attention split-K
   int prefill_tile_rows_ = 64;  // PrefillTileRows() of cuda_.device: the prefill kernel
 
   DeviceBuffer weight_buffer_;
