@@ -404,6 +404,55 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
   cudaEventDestroy(e1);
 }
 
+// The decode rows: 1/8/32/64 streams with 128-token prompts, one stream at a long context, and
+// the same with untuned GEMMs, without CUDA graphs and without programmatic dependent launch.
+void DecodeRows(const ModelConfig& config, const Flags& flags, int long_ctx, CudaModelSlice& slice,
+                Bench& bench, std::vector<Row>* rows_out) {
+  std::vector<Row>& rows = *rows_out;
+  const int steps = flags.quick ? 16 : 64;
+  auto decode_row = [&](const std::string& name, int streams, int prompt, int n_steps,
+                        const std::string& note) {
+    auto r = bench.Decode(streams, prompt, n_steps, 3);
+    if (!r.ok()) {
+      rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
+      return;
+    }
+    const double step_s = streams / r->first;
+    const double bytes = WeightBytes(config) + streams * r->second * KvBytesPerPosition(config);
+    rows.push_back({name, r->first, bytes / flags.bandwidth / step_s, "bandwidth", note});
+    std::printf("%s: %.1f tok/s\n", name.c_str(), r->first);
+    std::fflush(stdout);
+  };
+  for (int streams : {1, 8, 32, 64}) {
+    decode_row(fmt::format("decode {} streams", streams), streams, 128, steps,
+               "graphs, tuned GEMMs");
+  }
+  decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
+  // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and
+  // no graphs.
+  slice.gemm().set_tune(false);
+  slice.ResetGraphs();
+  for (int streams : {1, 8, 32}) {
+    decode_row(fmt::format("decode {} untuned", streams), streams, 128, steps / 2,
+               "graphs, heuristic GEMMs");
+  }
+  slice.gemm().set_tune(true);
+  slice.ResetGraphs();
+  slice.set_use_cuda_graphs(false);
+  decode_row("decode 1 eager", 1, 128, steps / 2, "no graphs");
+  decode_row("decode 32 eager", 32, 128, steps / 2, "no graphs");
+  slice.set_use_cuda_graphs(flags.graphs);
+  // Without programmatic dependent launch (graphs captured again without it).
+  SetDependentLaunch(false);
+  slice.ResetGraphs();
+  for (int streams : {1, 8, 32, 64}) {
+    decode_row(fmt::format("decode {} no-pdl", streams), streams, 128, steps / 2,
+               "graphs, no dependent launch");
+  }
+  SetDependentLaunch(true);
+  slice.ResetGraphs();
+}
+
 int Main(int argc, char** argv) {
   Flags flags;
   for (int i = 1; i < argc; ++i) {
@@ -480,49 +529,8 @@ int Main(int argc, char** argv) {
     std::fputs(kernel_table.c_str(), stdout);
     std::fflush(stdout);
 
-    const int steps = flags.quick ? 16 : 64;
-    auto decode_row = [&](const std::string& name, int streams, int prompt, int n_steps,
-                          const std::string& note) {
-      auto r = bench.Decode(streams, prompt, n_steps, 3);
-      if (!r.ok()) {
-        rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
-        return;
-      }
-      const double step_s = streams / r->first;
-      const double bytes = WeightBytes(config) + streams * r->second * KvBytesPerPosition(config);
-      rows.push_back({name, r->first, bytes / flags.bandwidth / step_s, "bandwidth", note});
-      std::printf("%s: %.1f tok/s\n", name.c_str(), r->first);
-      std::fflush(stdout);
-    };
-    for (int streams : {1, 8, 32, 64}) {
-      decode_row(fmt::format("decode {} streams", streams), streams, 128, steps,
-                 "graphs, tuned GEMMs");
-    }
-    decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
-    // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and
-    // no graphs.
-    slice.gemm().set_tune(false);
-    slice.ResetGraphs();
-    for (int streams : {1, 8, 32}) {
-      decode_row(fmt::format("decode {} untuned", streams), streams, 128, steps / 2,
-                 "graphs, heuristic GEMMs");
-    }
-    slice.gemm().set_tune(true);
-    slice.ResetGraphs();
-    slice.set_use_cuda_graphs(false);
-    decode_row("decode 1 eager", 1, 128, steps / 2, "no graphs");
-    decode_row("decode 32 eager", 32, 128, steps / 2, "no graphs");
-    slice.set_use_cuda_graphs(flags.graphs);
-    // Without programmatic dependent launch (graphs captured again without it).
-    SetDependentLaunch(false);
-    slice.ResetGraphs();
-    for (int streams : {1, 8, 32, 64}) {
-      decode_row(fmt::format("decode {} no-pdl", streams), streams, 128, steps / 2,
-                 "graphs, no dependent launch");
-    }
-    SetDependentLaunch(true);
-    slice.ResetGraphs();
-  }  // !prefill_only
+    DecodeRows(config, flags, long_ctx, slice, bench, &rows);
+  }
 
   // The prefill breakdown (its own GEMM runner: the rows below keep the slice's untuned
   // prefill plans, as a serving stage runs them).
