@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <random>
 
@@ -217,6 +218,43 @@ TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
     RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, seed);
     // Whole tiles and one past: 128-key tiles from position 0 and from an unaligned prefix.
     RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, seed + 1);
+  }
+}
+
+// Host side, no GPU needed: every query of every chunk lies in exactly one tile, tiles start at
+// multiples of tile_rows, and tiles with more keys come first.
+TEST(CudaPrefillAttentionTest, TilesCoverEveryQueryOnceLongestFirst) {
+  const std::vector<int32_t> num_tokens = {300, 1, 128, 129, 64};
+  const std::vector<int32_t> starts = {0, 5000, 77, 0, 1000};
+  for (int tile_rows : {kPrefillTile, kPrefillTileSm90}) {
+    SCOPED_TRACE(::testing::Message() << "tile_rows " << tile_rows);
+    std::vector<int32_t> tiles;
+    MakePrefillTiles(num_tokens, starts, &tiles, tile_rows);
+    ASSERT_EQ(tiles.size() % 2, 0u);
+    int total = 0;
+    for (int32_t n : num_tokens) total += n;
+    EXPECT_LE(static_cast<int>(tiles.size() / 2),
+              total / kPrefillTile + static_cast<int>(num_tokens.size()));
+    std::vector<std::vector<int>> covered(num_tokens.size());
+    for (size_t s = 0; s < num_tokens.size(); ++s) covered[s].assign(num_tokens[s], 0);
+    int64_t last_keys = INT64_MAX;
+    for (size_t t = 0; t < tiles.size(); t += 2) {
+      const int seq = tiles[t];
+      const int q0 = tiles[t + 1];
+      ASSERT_GE(seq, 0);
+      ASSERT_LT(seq, static_cast<int>(num_tokens.size()));
+      EXPECT_EQ(q0 % tile_rows, 0);
+      const int nq = std::min(tile_rows, num_tokens[seq] - q0);
+      ASSERT_GT(nq, 0);
+      for (int i = 0; i < nq; ++i) ++covered[seq][q0 + i];
+      const int64_t keys = starts[seq] + q0 + nq;
+      EXPECT_LE(keys, last_keys);
+      last_keys = keys;
+    }
+    for (size_t s = 0; s < num_tokens.size(); ++s) {
+      for (int i = 0; i < num_tokens[s]; ++i)
+        EXPECT_EQ(covered[s][i], 1) << "seq " << s << " q " << i;
+    }
   }
 }
 
