@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench/cuda/event_timer.h"
 #include "fmt/format.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
@@ -13,28 +14,6 @@
 #include "kernels/cuda/gemm.h"
 
 namespace ringserve::cuda {
-namespace {
-
-// Milliseconds per call of `fn`, averaged over `iters` back-to-back calls after 2 warm-ups.
-template <typename Fn>
-double TimeMs(Fn&& fn, int iters) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 2; ++i) (void)fn();
-  cudaEventRecord(e0);
-  for (int i = 0; i < iters; ++i) (void)fn();
-  cudaEventRecord(e1);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms / iters;
-}
-
-}  // namespace
-
 void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::string* out) {
   absl::StatusOr<std::unique_ptr<GemmRunner>> runner = GemmRunner::Create();
   if (!runner.ok()) {
@@ -78,9 +57,9 @@ void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::st
         return gemm.Linear(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, n, s.n, s.k,
                            nullptr);
       };
-      const double heur_ms = TimeMs(run, 10);
+      const double heur_ms = TimeMs(run, 2, 10);
       (void)gemm.Tune(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, n, s.n, s.k, nullptr);
-      const double tuned_ms = TimeMs(run, 10);
+      const double tuned_ms = TimeMs(run, 2, 10);
       layer_us += 1000 * tuned_ms;
       *out += fmt::format("{:<24} {:>10.1f} {:>9.1f} {:>10.1f} {:>9.1f}\n",
                           fmt::format("{} m={}", s.name, n), 1000 * heur_ms, flops / heur_ms / 1e9,
@@ -115,7 +94,7 @@ void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::st
           [&] {
             return LaunchPrefillAttention(shape, q.as<bf16>(), attn.as<bf16>(), batch, nullptr);
           },
-          5);
+          2, 5);
       if (best_attn_ms == 0 || ms < best_attn_ms) best_attn_ms = ms;
       *out += fmt::format("{:<24} {:>10.1f} {:>9.1f}\n",
                           fmt::format("attention, {}-q tiles", tile_rows), 1000 * ms,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/cuda/event_timer.h"
 #include "bench/cuda/prefill_table.h"
 #include "common/logging.h"
 #include "fmt/format.h"
@@ -239,9 +240,6 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
   }
   (void)LaunchFillRandom(w.as<bf16>(), max_w, 7, 0, 0.03f, nullptr);
   (void)LaunchFillRandom(x.as<bf16>(), int64_t{64} * inter, 8, 0, 1, nullptr);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   *out += fmt::format("{:<8} {:>3} {:>8} {:>6} {:>9} {:>6} {:>8} {:>6}  {}\n", "gemm", "m",
                       "gemv_us", "bw%", "cublas_us", "bw%", "tuned_us", "bw%", "tuned plan");
   for (const Shape& s : shapes) {
@@ -268,15 +266,7 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
                                  nullptr);
           }
         };
-        for (int i = 0; i < 3; ++i) (void)run();
-        const int iters = 20;
-        cudaEventRecord(e0);
-        for (int i = 0; i < iters; ++i) (void)run();
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        us[path] = ms * 1000 / iters;
+        us[path] = 1000 * TimeMs(run, 3, 20);
       }
       const double bytes = 2.0 * s.n * s.k;
       auto frac = [&](double t) { return t > 0 ? 100 * bytes / bandwidth / (t * 1e-6) : 0; };
@@ -285,8 +275,6 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
                           gemm.PlanSummary(m, s.n, s.k, OutType::kBF16));
     }
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
 }
 
 // Times the decode step's small kernels alone (what the graph spends besides GEMMs) at `rows`
@@ -336,18 +324,8 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
     cudaMemcpy(meta.get(), m.data(), m.size() * 4, cudaMemcpyHostToDevice);
     return stride;
   };
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   auto time = [&](const std::string& name, auto&& fn) {
-    for (int i = 0; i < 3; ++i) (void)fn();
-    cudaEventRecord(e0);
-    for (int i = 0; i < 50; ++i) (void)fn();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    *out += fmt::format("{:<40} {:>8.1f} us\n", name, ms * 1000 / 50);
+    *out += fmt::format("{:<40} {:>8.1f} us\n", name, 1000 * TimeMs(fn, 3, 50));
   };
   const int32_t* md = meta.as<int32_t>();
   time(fmt::format("add_rmsnorm {}x{}", rows, h), [&] {
@@ -400,8 +378,6 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
   time(fmt::format("argmax {} x vocab", rows), [&] {
     return LaunchArgmax(logits.as<float>(), rows, c.vocab_size, tok.as<int32_t>(), nullptr);
   });
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
 }
 
 // The decode rows: 1/8/32/64 streams with 128-token prompts, one stream at a long context, and
