@@ -9,7 +9,8 @@
 //    group, in one pass (online softmax; K and V loads in flight together). Contexts are split
 //    into `partition`-key pieces (split-K, PlanDecodeSplits) and a second kernel merges the
 //    pieces when num_splits > 1. Any head_dim in {16, 32, 64, 128, 256} with group * head_dim
-//    <= 1024.
+//    <= 1024. Head dim 128 runs on tensor cores (decode_attention_tc.cu: the group's query
+//    heads are the rows of an mma.sync tile, K/V through shared memory); others on CUDA cores.
 //  - Prefill (LaunchPrefillAttention): flash-attention style on tensor cores with fp32
 //    accumulation, online softmax, variable-length batch. Two kernels, picked by the batch's
 //    tile_rows: 128-query tiles use Hopper's warpgroup MMA (wgmma, sm_90 devices only:

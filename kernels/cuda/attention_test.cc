@@ -123,6 +123,11 @@ TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
   RunDecodeCase(128, 32, 8, {1, 31, 32, 33, 2000}, seed + 6, /*partition=*/96);
   RunDecodeCase(128, 8, 2, {3000, 17, 1025}, seed + 7, /*partition=*/1024);  // long splits
   RunDecodeCase(64, 12, 4, {777, 2}, seed + 8, /*partition=*/32);            // group 3
+  // Head dim 128 runs the tensor-core kernel: group 8 (half the MMA rows), group 1 (MHA) and a
+  // split that is not a whole number of 32-key tiles.
+  RunDecodeCase(128, 16, 2, {5, 600, 33}, seed + 9);
+  RunDecodeCase(128, 4, 4, {1, 129, 70}, seed + 10);
+  RunDecodeCase(128, 32, 8, {47, 200, 1}, seed + 11, /*partition=*/48);
 }
 
 TEST(CudaDecodeAttentionTest, SplitPlanCoversContextAndFillsSms) {

@@ -2,7 +2,10 @@
 // attention.h.
 #include <cfloat>
 
+#include "common/status_macros.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/decode_attention_tc.h"
+#include "kernels/cuda/decode_merge.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
 
@@ -11,8 +14,8 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxGroup = 8;
-constexpr int kMaxGroupDim = 1024;  // group * head_dim
+constexpr int kMaxGroup = kDecodeMaxGroup;
+constexpr int kMaxGroupDim = kDecodeMaxGroupDim;
 constexpr int kUnroll = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -33,10 +36,9 @@ __device__ __forceinline__ int64_t CacheOffset(const int32_t* table, int key, co
 // One CTA per (entry, kv head, split). A key is handled by head_dim / 8 lanes (16 bytes of K
 // and of V each); every lane keeps a running max / sum / unnormalized output per query head of
 // the group over the keys it saw (online softmax), and the states are merged across lanes,
-// then warps, at the end. K and V of kUnroll keys are loaded together before any math.
-// D: the head dim when known at compile time (128: the lane arithmetic and the shuffle loops
-// fold away), 0 for any supported head dim at run time.
-template <int G, int D>
+// then warps, at the end. K and V of kUnroll keys are loaded together before any math. Head dim
+// 128 runs decode_attention_tc.cu instead (tensor cores).
+template <int G>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   WaitForPreviousKernel();
   __shared__ float partial[kWarps][kMaxGroupDim];
@@ -50,7 +52,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   const int k_begin = split * a.batch.partition;
   if (k_begin >= ctx) return;
   const int k_end = min(ctx, k_begin + a.batch.partition);
-  const int d = D > 0 ? D : c.head_dim;
+  const int d = c.head_dim;
   const int group = a.shape.num_heads / c.num_kv_heads;
   const int lanes_per_key = d / 8;
   const int keys_per_warp = 32 / lanes_per_key;
@@ -170,36 +172,8 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   }
   __syncthreads();
 
-  const int num_splits = gridDim.z;
-  for (int idx = threadIdx.x; idx < group * d; idx += kThreads) {
-    const int g = idx / d;
-    const int dim = idx - g * d;
-    float mx = -FLT_MAX;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, warp_ml[w][g][0]);
-    float v = 0.0f, sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = exp2f(warp_ml[w][g][0] - mx);
-      v += f * partial[w][idx];
-      sum += f * warp_ml[w][g][1];
-    }
-    const int head = kvh * group + g;
-    if (num_splits == 1) {
-      a.out[(static_cast<int64_t>(q_row) * a.shape.num_heads + head) * d + dim] =
-          __float2bfloat16(v / sum);
-    } else {
-      const int64_t part =
-          (static_cast<int64_t>(e) * a.shape.num_heads + head) * num_splits + split;
-      a.batch.workspace[part * d + dim] = v;
-      if (dim == 0) {
-        float* ml = a.batch.workspace +
-                    static_cast<int64_t>(a.batch.num_entries) * a.shape.num_heads * num_splits * d;
-        ml[2 * part] = mx;
-        ml[2 * part + 1] = sum;
-      }
-    }
-  }
+  FinishDecodeSplit<kWarps>(&partial[0][0], &warp_ml[0][0][0], group, d, kvh, split, a.shape,
+                            a.batch, a.out);
 }
 
 // Merges the splits of one (entry, head): out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s.
@@ -254,16 +228,16 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
   const DecodeArgs args{shape, q, out, batch};
   const dim3 grid(batch.num_entries, c.num_kv_heads, batch.num_splits);
   const int group = shape.num_heads / c.num_kv_heads;
-  if (group == 1) {
-    LaunchDependent(DecodeKernel<1, 0>, grid, kThreads, 0, stream, args);
+  if (d == 128) {
+    RS_RETURN_IF_ERROR(LaunchDecodeAttentionTc(shape, q, out, batch, stream));
+  } else if (group == 1) {
+    LaunchDependent(DecodeKernel<1>, grid, kThreads, 0, stream, args);
   } else if (group == 2) {
-    LaunchDependent(DecodeKernel<2, 0>, grid, kThreads, 0, stream, args);
-  } else if (group <= 4 && d == 128) {
-    LaunchDependent(DecodeKernel<4, 128>, grid, kThreads, 0, stream, args);
+    LaunchDependent(DecodeKernel<2>, grid, kThreads, 0, stream, args);
   } else if (group <= 4) {
-    LaunchDependent(DecodeKernel<4, 0>, grid, kThreads, 0, stream, args);
+    LaunchDependent(DecodeKernel<4>, grid, kThreads, 0, stream, args);
   } else {
-    LaunchDependent(DecodeKernel<8, 0>, grid, kThreads, 0, stream, args);
+    LaunchDependent(DecodeKernel<8>, grid, kThreads, 0, stream, args);
   }
   if (batch.num_splits > 1) {
     LaunchDependent(DecodeReduceKernel, dim3(batch.num_entries, shape.num_heads), 128, 0, stream,

@@ -1,0 +1,238 @@
+// Paged decode attention on tensor cores (mma.sync, sm_80+) for head_dim 128: the query heads of
+// one kv head's group are the rows of a 16-row MMA tile (rows >= group are zero), so each key
+// is read once per group and QK^T and PV run as m16n8k16 MMAs instead of per-lane dot products
+// and shuffle reductions.
+//
+// CTA = 4 warps = one (entry, kv head, split). Warp w takes the split's 32-key tiles w, w + 4,
+// ...: it copies each tile's K and V into its own swizzled shared-memory buffers with cp.async,
+// then S = Q K^T (16 x 32), online softmax over the tile, O += P V (16 x 128). The warps' states
+// are merged at the end (decode_merge.cuh).
+#include <cfloat>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/decode_attention_tc.h"
+#include "kernels/cuda/decode_merge.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/mma_sync.cuh"
+
+namespace ringserve::cuda {
+namespace {
+
+constexpr int kD = 128;
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kKeys = 32;                                            // keys per warp tile
+constexpr int kTileElems = kKeys * kD;                               // one K or V tile
+constexpr int kQElems = 16 * kD;                                     // the 16-row Q tile
+constexpr int kSmemBytes = (kQElems + 2 * kWarps * kTileElems) * 2;  // 68 KB: 3 CTAs per SM
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct Args {
+  AttentionShape shape;
+  const bf16* q;
+  bf16* out;
+  DecodeBatch batch;
+};
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a tile of 128-element rows, XOR-
+// swizzled so that ldmatrix reads are free of bank conflicts.
+__device__ __forceinline__ int Swz(int row, int chunk) {
+  return row * kD + ((chunk ^ (row & 7)) << 3);
+}
+
+__global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
+  WaitForPreviousKernel();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sq = reinterpret_cast<bf16*>(smem_raw);
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  bf16* sk = sq + kQElems + warp * 2 * kTileElems;
+  bf16* sv = sk + kTileElems;
+
+  const KvCacheLayer& c = a.shape.cache;
+  const int e = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.z;
+  const int ctx = a.batch.context_lens[e];
+  const int k_begin = split * a.batch.partition;
+  if (k_begin >= ctx) return;
+  const int k_end = min(ctx, k_begin + a.batch.partition);
+  const int group = a.shape.num_heads / c.num_kv_heads;
+  const int q_row = a.batch.q_rows[e];
+  const int32_t* table =
+      a.batch.block_tables + static_cast<int64_t>(a.batch.table_rows[e]) * a.batch.max_blocks;
+  const int block_shift = (c.block_size & (c.block_size - 1)) == 0 ? __ffs(c.block_size) - 1 : -1;
+
+  // Q tile: row r < group = query head kvh * group + r; rows >= group are zero.
+  for (int i = threadIdx.x; i < 16 * 16; i += kThreads) {
+    const int r = i >> 4;
+    const int chunk = i & 15;
+    const bool valid = r < group;
+    const bf16* src =
+        valid ? a.q + (static_cast<int64_t>(q_row) * a.shape.num_heads + kvh * group + r) * kD +
+                    chunk * 8
+              : a.q;
+    CpAsync16(sq + Swz(r, chunk), src, valid);
+  }
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  __syncthreads();
+  uint32_t qa[8][4];
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    LdMatrixX4(qa[kk], sq + Swz(lane & 15, 2 * kk + (lane >> 4)));
+  }
+
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  float o[16][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[i][j] = 0.0f;
+  }
+  float m_row[2] = {-FLT_MAX, -FLT_MAX};
+  float l_row[2] = {0.0f, 0.0f};
+  const float scale = a.shape.scale * kLog2e;
+
+  for (int key0 = k_begin + warp * kKeys; key0 < k_end; key0 += kWarps * kKeys) {
+    // K and V of keys [key0, key0 + 32): 512 chunks of 16 bytes each, 16 per lane; a row's
+    // cache offset is computed once for both.
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+      const int r = (lane >> 4) + 2 * u;
+      const int chunk = lane & 15;
+      const int key = key0 + r;
+      const bool valid = key < k_end;
+      int64_t offset = 0;
+      if (valid) {
+        const int blk = block_shift >= 0 ? key >> block_shift : key / c.block_size;
+        const int slot = key - blk * c.block_size;
+        offset =
+            ((static_cast<int64_t>(table[blk]) * c.num_kv_heads + kvh) * c.block_size + slot) * kD +
+            chunk * 8;
+      }
+      CpAsync16(sk + Swz(r, chunk), c.k + offset, valid);
+      CpAsync16(sv + Swz(r, chunk), c.v + offset, valid);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<0>();
+    __syncwarp();
+
+    // S = Q K^T: 16 rows x 32 keys (4 n-tiles of 8 keys).
+    float s[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[i][j] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        uint32_t b[4];
+        LdMatrixX4(b,
+                   sk + Swz(16 * p + ((lane >> 4) << 3) + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
+        Mma(s[2 * p], qa[kk], b[0], b[1]);
+        Mma(s[2 * p + 1], qa[kk], b[2], b[3]);
+      }
+    }
+
+    // Online softmax; keys >= k_end (zero rows of the last tile) are masked.
+    float tile_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int key = key0 + 8 * nt + 2 * t4 + (x & 1);
+        s[nt][x] = key < k_end ? s[nt][x] * scale : -FLT_MAX;
+        tile_max[x >> 1] = fmaxf(tile_max[x >> 1], s[nt][x]);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(m_row[r], tile_max[r]);
+      alpha[r] = exp2f(m_row[r] - m_new);
+      m_row[r] = m_new;
+      l_row[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+      o[nt][0] *= alpha[0];
+      o[nt][1] *= alpha[0];
+      o[nt][2] *= alpha[1];
+      o[nt][3] *= alpha[1];
+    }
+    // P as A fragments: keys [16 kk, 16 kk + 16) are n-tiles 2 kk and 2 kk + 1.
+    uint32_t pa[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const float p0 = exp2f(s[nt][0] - m_row[0]);
+      const float p1 = exp2f(s[nt][1] - m_row[0]);
+      const float p2 = exp2f(s[nt][2] - m_row[1]);
+      const float p3 = exp2f(s[nt][3] - m_row[1]);
+      l_row[0] += p0 + p1;
+      l_row[1] += p2 + p3;
+      pa[nt >> 1][(nt & 1) * 2] = PackBF16(p0, p1);
+      pa[nt >> 1][(nt & 1) * 2 + 1] = PackBF16(p2, p3);
+    }
+
+    // O += P V: 16 rows x 128 dims, 2 steps of 16 keys.
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+      for (int p = 0; p < 8; ++p) {
+        uint32_t b[4];
+        LdMatrixX4Trans(
+            b, sv + Swz(16 * kk + (((lane >> 3) & 1) << 3) + (lane & 7), 2 * p + (lane >> 4)));
+        Mma(o[2 * p], pa[kk], b[0], b[1]);
+        Mma(o[2 * p + 1], pa[kk], b[2], b[3]);
+      }
+    }
+    __syncwarp();  // every lane is done with this tile before the next copies land
+  }
+
+  // The warp's state for rows (query heads) g < group: row sums across the 4 lanes of a row.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
+    l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
+  }
+  __syncthreads();  // the K/V buffers become the merge scratch
+  float* partial = reinterpret_cast<float*>(smem_raw + kQElems * 2);  // [kWarps][MaxGroupDim]
+  float* warp_ml = partial + kWarps * kDecodeMaxGroupDim;             // [kWarps][MaxGroup][2]
+  if (g < group) {
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+      partial[warp * kDecodeMaxGroupDim + g * kD + 8 * nt + 2 * t4] = o[nt][0];
+      partial[warp * kDecodeMaxGroupDim + g * kD + 8 * nt + 2 * t4 + 1] = o[nt][1];
+    }
+    if (t4 == 0) {
+      warp_ml[(warp * kDecodeMaxGroup + g) * 2] = m_row[0];
+      warp_ml[(warp * kDecodeMaxGroup + g) * 2 + 1] = l_row[0];
+    }
+  }
+  __syncthreads();
+  FinishDecodeSplit<kWarps>(partial, warp_ml, group, kD, kvh, split, a.shape, a.batch, a.out);
+}
+
+}  // namespace
+
+absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q, bf16* out,
+                                     const DecodeBatch& batch, cudaStream_t stream) {
+  // Once per process (one stage process drives one device).
+  static const cudaError_t attribute_error =
+      cudaFuncSetAttribute(DecodeKernelTc, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  RS_CUDA_RETURN_IF_ERROR(attribute_error);
+  const Args args{shape, q, out, batch};
+  LaunchDependent(DecodeKernelTc,
+                  dim3(batch.num_entries, shape.cache.num_kv_heads, batch.num_splits), kThreads,
+                  kSmemBytes, stream, args);
+  return LaunchStatus("DecodeKernelTc");
+}
+
+}  // namespace ringserve::cuda

@@ -1,0 +1,58 @@
+// Internal to the decode attention kernels (decode_attention.cu, decode_attention_tc.cu): the
+// end of one CTA's work on one (entry, kv head, split). Each warp has left, per query head g of
+// the group, its unnormalized output partial[w * kDecodeMaxGroupDim + g * d + dim] and its
+// (running max, sum of exponentials) in warp_ml[(w * kDecodeMaxGroup + g) * 2 + {0, 1}], in
+// log2 units, in shared memory, followed by a __syncthreads(). FinishDecodeSplit merges the
+// warps and writes the normalized bf16 output (one split) or the unnormalized output and its
+// (max, sum) into the workspace for the split-merging kernel.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+
+namespace ringserve::cuda {
+
+inline constexpr int kDecodeMaxGroup = 8;
+inline constexpr int kDecodeMaxGroupDim = 1024;  // group * head_dim
+
+template <int kWarps>
+__device__ __forceinline__ void FinishDecodeSplit(const float* partial, const float* warp_ml,
+                                                  int group, int d, int kvh, int split,
+                                                  const AttentionShape& shape,
+                                                  const DecodeBatch& batch, bf16* out) {
+  const int e = blockIdx.x;
+  const int q_row = batch.q_rows[e];
+  const int num_splits = gridDim.z;
+  for (int idx = threadIdx.x; idx < group * d; idx += blockDim.x) {
+    const int g = idx / d;
+    const int dim = idx - g * d;
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, warp_ml[(w * kDecodeMaxGroup + g) * 2]);
+    float v = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(warp_ml[(w * kDecodeMaxGroup + g) * 2] - mx);
+      v += f * partial[w * kDecodeMaxGroupDim + idx];
+      sum += f * warp_ml[(w * kDecodeMaxGroup + g) * 2 + 1];
+    }
+    const int head = kvh * group + g;
+    if (num_splits == 1) {
+      out[(static_cast<int64_t>(q_row) * shape.num_heads + head) * d + dim] =
+          __float2bfloat16(v / sum);
+    } else {
+      const int64_t part = (static_cast<int64_t>(e) * shape.num_heads + head) * num_splits + split;
+      batch.workspace[part * d + dim] = v;
+      if (dim == 0) {
+        float* ml = batch.workspace +
+                    static_cast<int64_t>(batch.num_entries) * shape.num_heads * num_splits * d;
+        ml[2 * part] = mx;
+        ml[2 * part + 1] = sum;
+      }
+    }
+  }
+}
+
+}  // namespace ringserve::cuda
