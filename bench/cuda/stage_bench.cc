@@ -4,7 +4,7 @@
 // table (our GEMV vs cuBLASLt). Prints a table last.
 //
 //   stage_bench [--model_dir DIR] [--shape llama8b|qwen3_8b] [--quick] [--kernels_only]
-//               [--prefill_only] [--bandwidth_tbps 4.28] [--peak_tflops 785]
+//               [--prefill_only] [--decode_only] [--bandwidth_tbps 4.28] [--peak_tflops 785]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,6 +37,7 @@ struct Flags {
   bool quick = false;
   bool kernels_only = false;  // just the small-kernel table at 32 tokens (for profilers)
   bool prefill_only = false;  // just the prefill breakdown and the prefill rows
+  bool decode_only = false;   // just decode at 1 and 32 streams (for timeline profilers)
   bool graphs = true;
   double bandwidth = 4.28e12;
   double peak = 785e12;
@@ -400,9 +401,11 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, int long_ctx, Cud
     std::fflush(stdout);
   };
   for (int streams : {1, 8, 32, 64}) {
+    if (flags.decode_only && streams != 1 && streams != 32) continue;
     decode_row(fmt::format("decode {} streams", streams), streams, 128, steps,
                "graphs, tuned GEMMs");
   }
+  if (flags.decode_only) return;
   decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
   // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and
   // no graphs.
@@ -444,6 +447,8 @@ int Main(int argc, char** argv) {
       flags.kernels_only = true;
     else if (a == "--prefill_only")
       flags.prefill_only = true;
+    else if (a == "--decode_only")
+      flags.decode_only = true;
     else if (a == "--bandwidth_tbps")
       flags.bandwidth = std::stod(value()) * 1e12;
     else if (a == "--peak_tflops")
@@ -495,6 +500,11 @@ int Main(int argc, char** argv) {
   Bench bench(slice, flags);
   std::vector<Row> rows;
   std::string gemm_table, kernel_table;
+  if (flags.decode_only) {
+    DecodeRows(config, flags, long_ctx, slice, bench, &rows);
+    for (const Row& r : rows) std::printf("%-24s %12.1f\n", r.name.c_str(), r.value);
+    return 0;
+  }
   if (!flags.prefill_only) {
     GemmTable(config, slice.gemm(), flags.bandwidth, &gemm_table);
     std::fputs(gemm_table.c_str(), stdout);

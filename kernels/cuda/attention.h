@@ -42,6 +42,10 @@ struct AttentionShape {
 // context_lens[e] <= num_splits * partition is the caller's contract; context_lens[e]
 // == 0 writes nothing (padding). `workspace` holds DecodeWorkspaceFloats(...) floats when
 // num_splits > 1 (may be nullptr otherwise).
+// Under programmatic dependent launch (dependent_launch.cuh) the head_dim-128 kernel reads the
+// batch arrays and the cache rows of keys < context_lens[e] - 1 BEFORE waiting for the previous
+// kernel on the stream: those must have been written before that kernel started (a decode
+// step's QKV prepare writes only q and each entry's newest key, which are read after the wait).
 struct DecodeBatch {
   const int32_t* q_rows = nullptr;
   const int32_t* context_lens = nullptr;

@@ -42,7 +42,6 @@ __device__ __forceinline__ int Swz(int row, int chunk) {
 }
 
 __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
-  WaitForPreviousKernel();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sq = reinterpret_cast<bf16*>(smem_raw);
   const int warp = threadIdx.x >> 5;
@@ -50,21 +49,61 @@ __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
   bf16* sk = sq + kQElems + warp * 2 * kTileElems;
   bf16* sv = sk + kTileElems;
 
+  // The batch description (written before the step) and the cache rows of keys < ctx - 1
+  // (written by earlier steps) do not depend on the previous kernel: they are read before
+  // WaitForPreviousKernel (see the header); the query and the newest key, which the previous
+  // kernel (QKV prepare) writes, after it.
   const KvCacheLayer& c = a.shape.cache;
   const int e = blockIdx.x;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z;
   const int ctx = a.batch.context_lens[e];
   const int k_begin = split * a.batch.partition;
-  if (k_begin >= ctx) return;
+  if (k_begin >= ctx) {
+    WaitForPreviousKernel();
+    return;
+  }
   const int k_end = min(ctx, k_begin + a.batch.partition);
+  const int newest_key = ctx - 1;
   const int group = a.shape.num_heads / c.num_kv_heads;
-  const int q_row = a.batch.q_rows[e];
   const int32_t* table =
       a.batch.block_tables + static_cast<int64_t>(a.batch.table_rows[e]) * a.batch.max_blocks;
   const int block_shift = (c.block_size & (c.block_size - 1)) == 0 ? __ffs(c.block_size) - 1 : -1;
 
+  // Copies K and V of keys [key0, key0 + 32) into this warp's tile: 512 chunks of 16 bytes
+  // each, 16 per lane; a row's cache offset is computed once for both. Rows past k_end are
+  // zero-filled. kPart picks the rows: all, all but the newest key (left untouched), or only
+  // the newest key.
+  enum Part { kAllRows, kOlderRows, kNewestRow };
+  const auto load_tile = [&](int key0, Part part) {
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+      const int r = (lane >> 4) + 2 * u;
+      const int chunk = lane & 15;
+      const int key = key0 + r;
+      if ((part == kOlderRows && key == newest_key) || (part == kNewestRow && key != newest_key)) {
+        continue;
+      }
+      const bool valid = key < k_end;
+      int64_t offset = 0;
+      if (valid) {
+        const int blk = block_shift >= 0 ? key >> block_shift : key / c.block_size;
+        const int slot = key - blk * c.block_size;
+        offset =
+            ((static_cast<int64_t>(table[blk]) * c.num_kv_heads + kvh) * c.block_size + slot) * kD +
+            chunk * 8;
+      }
+      CpAsync16(sk + Swz(r, chunk), c.k + offset, valid);
+      CpAsync16(sv + Swz(r, chunk), c.v + offset, valid);
+    }
+  };
+  const int first_key = k_begin + warp * kKeys;
+  if (first_key < k_end) load_tile(first_key, kOlderRows);
+  WaitForPreviousKernel();
+  if (first_key < k_end) load_tile(first_key, kNewestRow);
+
   // Q tile: row r < group = query head kvh * group + r; rows >= group are zero.
+  const int q_row = a.batch.q_rows[e];
   for (int i = threadIdx.x; i < 16 * 16; i += kThreads) {
     const int r = i >> 4;
     const int chunk = i & 15;
@@ -96,28 +135,12 @@ __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
   float l_row[2] = {0.0f, 0.0f};
   const float scale = a.shape.scale * kLog2e;
 
-  for (int key0 = k_begin + warp * kKeys; key0 < k_end; key0 += kWarps * kKeys) {
-    // K and V of keys [key0, key0 + 32): 512 chunks of 16 bytes each, 16 per lane; a row's
-    // cache offset is computed once for both.
-#pragma unroll
-    for (int u = 0; u < 16; ++u) {
-      const int r = (lane >> 4) + 2 * u;
-      const int chunk = lane & 15;
-      const int key = key0 + r;
-      const bool valid = key < k_end;
-      int64_t offset = 0;
-      if (valid) {
-        const int blk = block_shift >= 0 ? key >> block_shift : key / c.block_size;
-        const int slot = key - blk * c.block_size;
-        offset =
-            ((static_cast<int64_t>(table[blk]) * c.num_kv_heads + kvh) * c.block_size + slot) * kD +
-            chunk * 8;
-      }
-      CpAsync16(sk + Swz(r, chunk), c.k + offset, valid);
-      CpAsync16(sv + Swz(r, chunk), c.v + offset, valid);
+  for (int key0 = first_key; key0 < k_end; key0 += kWarps * kKeys) {
+    if (key0 != first_key) {  // the first tile was loaded with Q
+      load_tile(key0, kAllRows);
+      CpAsyncCommit();
+      CpAsyncWait<0>();
     }
-    CpAsyncCommit();
-    CpAsyncWait<0>();
     __syncwarp();
 
     // S = Q K^T: 16 rows x 32 keys (4 n-tiles of 8 keys).

@@ -72,6 +72,7 @@ class GemmRunner {
 
   // Changing these drops the plans (CUDA graphs captured before keep their kernels).
   void set_gemv_max_rows(int rows);
+  int gemv_max_rows() const { return options_.gemv_max_rows; }
   void set_tune(bool tune);
 
  private:

@@ -15,10 +15,12 @@ inline constexpr int kGemvMaxRows = 8;
 absl::Status LaunchGemv(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
                         cudaStream_t stream);
 
-// The MLP's down projection fused with its activation: y[m, n] = act[m, :] . w[n, :] with
-// act = bf16(silu(gate_up[:, :k]) * gate_up[:, k:]) computed on the fly (LaunchSiluMul's
-// values). gate_up: [m, 2k] bf16; w: [n, k] bf16; y: [m, n] bf16. Same limits as LaunchGemv.
-absl::Status LaunchGemvSiluMul(const bf16* gate_up, const bf16* w, bf16* y, int m, int n, int k,
-                               cudaStream_t stream);
+// The MLP's gate/up projection fused with its activation: act[m, j] = bf16(silu(g) * u) with
+// g = bf16(x[m, :] . w_gate_up[j, :]) and u = bf16(x[m, :] . w_gate_up[inter + j, :]) — the
+// values LaunchSiluMul stores after the gate_up GEMM, without the [m, 2 inter] intermediate or
+// its kernel. w_gate_up: [2 inter, k] bf16 (gate rows, then up rows); act: [m, inter] bf16.
+// Same limits as LaunchGemv (on inter as n).
+absl::Status LaunchGemvGateUpSilu(const bf16* x, const bf16* w_gate_up, bf16* act, int m, int inter,
+                                  int k, cudaStream_t stream);
 
 }  // namespace ringserve::cuda

@@ -50,7 +50,7 @@ TEST(CudaGemmTest, MatchesCpuMatMulForDecodeAndPrefillShapes) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  const int n = 200, k = 264;
+  const int n = 200, k = 2120;  // 265 16-byte vectors per row: the GEMV loop runs 3 times
   for (int m : {1, 2, 3, 4, 7, 8, 33, 130}) {
     SCOPED_TRACE(::testing::Message() << "m " << m);
     const auto [x, w, want] = RandomMatMul(rng, m, n, k);
@@ -86,7 +86,7 @@ TEST(CudaGemmTest, TunedPlansMatchCpuAndTuningRefusesCapture) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  const int n = 200, k = 264;
+  const int n = 200, k = 2120;  // 265 16-byte vectors per row: the GEMV loop runs 3 times
   for (int m : {1, 5, 32}) {
     SCOPED_TRACE(::testing::Message() << "m " << m);
     const auto [x, w, want] = RandomMatMul(rng, m, n, k);
@@ -119,24 +119,26 @@ TEST(CudaGemmTest, TunedPlansMatchCpuAndTuningRefusesCapture) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
 }
 
-TEST(CudaGemmTest, GemvFusedWithSiluMulMatchesCpu) {
+TEST(CudaGemmTest, GemvFusedGateUpSiluMatchesCpu) {
   RS_SKIP_WITHOUT_GPU();
   std::mt19937 rng(10);
-  const int n = 72, k = 160;
+  const int inter = 72, k = 1032;  // 129 vectors: a second, partial loop iteration
   for (int m : {1, 4, 8}) {
-    const auto gate_up = RandomBf16Values(rng, static_cast<size_t>(m) * 2 * k, 2.0f);
-    const auto w = RandomBf16Values(rng, static_cast<size_t>(n) * k, 0.05f);
-    std::vector<float> act(static_cast<size_t>(m) * k), want(static_cast<size_t>(m) * n);
+    const auto x = RandomBf16Values(rng, static_cast<size_t>(m) * k, 1.0f);
+    const auto w = RandomBf16Values(rng, static_cast<size_t>(2) * inter * k, 0.2f);
+    std::vector<float> gate_up(static_cast<size_t>(m) * 2 * inter),
+        want(static_cast<size_t>(m) * inter);
+    cpu::MatMul(x.data(), w.data(), nullptr, m, k, 2 * inter, gate_up.data());
+    for (float& v : gate_up) v = BF16ToFloat(FloatToBF16(v));
     for (int r = 0; r < m; ++r) {
-      cpu::SiluMul(gate_up.data() + r * 2 * k, gate_up.data() + r * 2 * k + k, k,
-                   act.data() + r * k);
+      cpu::SiluMul(gate_up.data() + r * 2 * inter, gate_up.data() + r * 2 * inter + inter, inter,
+                   want.data() + r * inter);
     }
-    for (float& v : act) v = BF16ToFloat(FloatToBF16(v));
-    cpu::MatMul(act.data(), w.data(), nullptr, m, k, n, want.data());
-    DeviceBuffer dgu = UploadBf16(gate_up), dw = UploadBf16(w), dy;
+    DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w), dy;
     ASSERT_TRUE(dy.Allocate(want.size() * 2).ok());
     Poison(dy);
-    RS_ASSERT_OK(LaunchGemvSiluMul(dgu.as<bf16>(), dw.as<bf16>(), dy.as<bf16>(), m, n, k, nullptr));
+    RS_ASSERT_OK(
+        LaunchGemvGateUpSilu(dx.as<bf16>(), dw.as<bf16>(), dy.as<bf16>(), m, inter, k, nullptr));
     EXPECT_LT(RelL2(DownloadBf16(dy, want.size()), want), kBf16Tol) << "m " << m;
   }
 }

@@ -280,9 +280,15 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
                                    c.num_heads * d, stream_));
   RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual_.as<float>(), proj_.as<bf16>(), w.o_bias,
                                       w.post_norm, normed_.as<bf16>(), t, h, eps, stream_));
-  RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.gate_up, gate_up_.get(), OutType::kBF16, t,
-                                   2 * inter, h, stream_));
-  RS_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.as<bf16>(), act_.as<bf16>(), t, inter, stream_));
+  if (t <= gemm_->gemv_max_rows()) {
+    // Decode at GEMV sizes: gate/up and SiLU-and-multiply in one kernel.
+    RS_RETURN_IF_ERROR(
+        LaunchGemvGateUpSilu(normed_.as<bf16>(), w.gate_up, act_.as<bf16>(), t, inter, h, stream_));
+  } else {
+    RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.gate_up, gate_up_.get(), OutType::kBF16,
+                                     t, 2 * inter, h, stream_));
+    RS_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.as<bf16>(), act_.as<bf16>(), t, inter, stream_));
+  }
   return gemm_->Linear(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_);
 }
 
