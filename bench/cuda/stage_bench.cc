@@ -353,7 +353,8 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
     // As the slice plans a graph step: the context rounded up to a power of two.
     int planned = 32;
     while (planned < context) planned *= 2;
-    const DecodeSplitPlan split = PlanDecodeSplits(seqs, c.num_kv_heads, planned, num_sms);
+    const DecodeSplitPlan split =
+        PlanDecodeSplits(seqs, c.num_kv_heads, c.head_dim, planned, num_sms);
     const AttentionShape shape{.num_heads = c.num_heads, .scale = 0.088f, .cache = cache};
     const DecodeBatch batch{.q_rows = md + kQ,
                             .context_lens = md + kCtx,

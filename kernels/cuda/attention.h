@@ -59,23 +59,25 @@ struct DecodeBatch {
   int partition = kDecodePartition;
 };
 
-// Split-K choice: as many splits as fit one wave of the decode kernel (kDecodeCtasPerSm CTAs per
-// SM: its register use at group 4; num_entries x num_kv_heads x splits CTAs in all) — never a
-// second, partial wave, and no split (and no merge kernel) when the batch alone fills the GPU —
-// but no split shorter than kMinDecodePartition keys (a multiple of it); partition * splits >=
-// max_context. Measured on an H200 (Llama-3.1-8B shape, 32 sequences of 160 keys): 2 splits =
-// 1.3 waves took 27.4 us + 5.3 us of merge, where the batch alone is 256 CTAs.
+// Split-K choice: as many splits as fit one wave of the decode kernel (DecodeCtasPerSm CTAs per
+// SM; num_entries x num_kv_heads x splits CTAs in all) — never a second, partial wave, and no
+// split (and no merge kernel) when the batch alone fills the GPU — but no split shorter than
+// kMinDecodePartition keys (a multiple of it); partition * splits >= max_context. Measured on
+// an H200 (Llama-3.1-8B shape, 32 sequences of 160 keys): 2 splits = 1.3 waves took 27.4 us +
+// 5.3 us of merge, where the batch alone is 256 CTAs.
 inline constexpr int kMinDecodePartition = 32;
-inline constexpr int kDecodeCtasPerSm = 3;
+// CTAs of the decode kernel one SM holds: the tensor-core kernel (head_dim 128) by its shared
+// memory (100 KB), the CUDA-core kernel by its registers at group 4.
+inline int DecodeCtasPerSm(int head_dim) { return head_dim == 128 ? 2 : 3; }
 struct DecodeSplitPlan {
   int partition = kDecodePartition;
   int splits = 1;
 };
-inline DecodeSplitPlan PlanDecodeSplits(int num_entries, int num_kv_heads, int max_context,
-                                        int num_sms) {
+inline DecodeSplitPlan PlanDecodeSplits(int num_entries, int num_kv_heads, int head_dim,
+                                        int max_context, int num_sms) {
   const int ctx = max_context < 1 ? 1 : max_context;
   const int base = num_entries * num_kv_heads < 1 ? 1 : num_entries * num_kv_heads;
-  int splits = kDecodeCtasPerSm * num_sms / base;
+  int splits = DecodeCtasPerSm(head_dim) * num_sms / base;
   const int max_splits = (ctx + kMinDecodePartition - 1) / kMinDecodePartition;
   if (splits > max_splits) splits = max_splits;
   if (splits < 1) splits = 1;

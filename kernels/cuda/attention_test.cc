@@ -131,22 +131,31 @@ TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
 }
 
 TEST(CudaDecodeAttentionTest, SplitPlanCoversContextAndFillsSms) {
-  for (int entries : {1, 3, 32, 256}) {
-    for (int ctx : {0, 1, 31, 200, 512, 4097, 32768}) {
-      const DecodeSplitPlan plan = PlanDecodeSplits(entries, 8, ctx, 132);
-      SCOPED_TRACE(::testing::Message() << "entries " << entries << " ctx " << ctx);
-      EXPECT_GE(plan.splits, 1);
-      EXPECT_EQ(plan.partition % kMinDecodePartition, 0);
-      EXPECT_GE(int64_t{plan.partition} * plan.splits, ctx);
-      EXPECT_LT(int64_t{plan.partition} * (plan.splits - 1), std::max(ctx, 1));  // no empty split
-      EXPECT_EQ(plan.splits, DecodeSplitsFor(std::max(ctx, 1), plan.partition));
+  for (int head_dim : {64, 128}) {
+    for (int entries : {1, 3, 32, 256}) {
+      for (int ctx : {0, 1, 31, 200, 512, 4097, 32768}) {
+        const DecodeSplitPlan plan = PlanDecodeSplits(entries, 8, head_dim, ctx, 132);
+        SCOPED_TRACE(::testing::Message()
+                     << "head_dim " << head_dim << " entries " << entries << " ctx " << ctx);
+        EXPECT_GE(plan.splits, 1);
+        EXPECT_EQ(plan.partition % kMinDecodePartition, 0);
+        EXPECT_GE(int64_t{plan.partition} * plan.splits, ctx);
+        EXPECT_LT(int64_t{plan.partition} * (plan.splits - 1), std::max(ctx, 1));  // none empty
+        EXPECT_EQ(plan.splits, DecodeSplitsFor(std::max(ctx, 1), plan.partition));
+        EXPECT_LE(entries * 8 * plan.splits,
+                  std::max(entries * 8, DecodeCtasPerSm(head_dim) * 132));  // one wave
+      }
     }
   }
-  EXPECT_EQ(PlanDecodeSplits(1, 8, 32768, 132).splits, 49);  // one stream: one wave, 3 per SM
-  EXPECT_EQ(PlanDecodeSplits(1, 8, 512, 132).splits, 16);    // capped by 32-key pieces
-  EXPECT_EQ(PlanDecodeSplits(32, 8, 256, 132).splits, 1);    // 256 CTAs: a second wave costs more
-  EXPECT_EQ(PlanDecodeSplits(8, 8, 4096, 132).splits, 6);    // 384 CTAs <= 396
-  EXPECT_EQ(PlanDecodeSplits(256, 8, 512, 132).splits, 1);   // batch fills the GPU
+  // Head dim 128 (tensor-core kernel): 2 CTAs per SM, 264 on 132 SMs.
+  EXPECT_EQ(PlanDecodeSplits(1, 8, 128, 32768, 132).splits, 32);  // 33 fit; 1024-key pieces
+  EXPECT_EQ(PlanDecodeSplits(1, 8, 128, 512, 132).splits, 16);    // capped by 32-key pieces
+  EXPECT_EQ(PlanDecodeSplits(32, 8, 128, 256, 132).splits, 1);    // 256 CTAs: no second wave
+  EXPECT_EQ(PlanDecodeSplits(8, 8, 128, 4096, 132).splits, 4);    // 256 CTAs <= 264
+  EXPECT_EQ(PlanDecodeSplits(256, 8, 128, 512, 132).splits, 1);   // batch fills the GPU
+  // Other head dims (CUDA-core kernel): 3 per SM.
+  EXPECT_EQ(PlanDecodeSplits(1, 8, 64, 32768, 132).splits, 49);
+  EXPECT_EQ(PlanDecodeSplits(8, 8, 64, 4096, 132).splits, 6);  // 384 CTAs <= 396
 }
 
 // One prefill batch (sequence s: num_tokens[s] queries at positions starts[s]...) in tiles of

@@ -3,10 +3,11 @@
 // is read once per group and QK^T and PV run as m16n8k16 MMAs instead of per-lane dot products
 // and shuffle reductions.
 //
-// CTA = 4 warps = one (entry, kv head, split). Warp w takes the split's 32-key tiles w, w + 4,
+// CTA = 4 warps = one (entry, kv head, split). Warp w takes the split's 16-key tiles w, w + 4,
 // ...: it copies each tile's K and V into its own swizzled shared-memory buffers with cp.async,
-// then S = Q K^T (16 x 32), online softmax over the tile, O += P V (16 x 128). The warps' states
-// are merged at the end (decode_merge.cuh).
+// kStages tiles in flight, then S = Q K^T (16 x 16), online softmax over the tile, O += P V
+// (16 x 128). The warps' states are merged at the end (decode_merge.cuh). Short contexts (up to
+// 4 x kStages x 16 keys per split) are thus read in one round trip, longer ones pipelined.
 #include <cfloat>
 
 #include "kernels/cuda/attention.h"
@@ -22,10 +23,14 @@ namespace {
 constexpr int kD = 128;
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kKeys = 32;                                            // keys per warp tile
-constexpr int kTileElems = kKeys * kD;                               // one K or V tile
-constexpr int kQElems = 16 * kD;                                     // the 16-row Q tile
-constexpr int kSmemBytes = (kQElems + 2 * kWarps * kTileElems) * 2;  // 68 KB: 3 CTAs per SM
+constexpr int kKeys = 16;               // keys per warp tile
+constexpr int kStages = 3;              // tiles in flight per warp
+constexpr int kTileElems = kKeys * kD;  // one K or V tile
+constexpr int kQElems = 16 * kD;        // the 16-row Q tile
+// 100 KB: 2 CTAs per SM (DecodeCtasPerSm(128)).
+constexpr int kSmemBytes = (kQElems + 2 * kStages * kWarps * kTileElems) * 2;
+static_assert(kSmemBytes - kQElems * 2 >= kWarps * (kDecodeMaxGroupDim + 2 * kDecodeMaxGroup) * 4,
+              "the merge scratch reuses the K/V buffers");
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct Args {
@@ -41,13 +46,13 @@ __device__ __forceinline__ int Swz(int row, int chunk) {
   return row * kD + ((chunk ^ (row & 7)) << 3);
 }
 
-__global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
+__global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sq = reinterpret_cast<bf16*>(smem_raw);
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  bf16* sk = sq + kQElems + warp * 2 * kTileElems;
-  bf16* sv = sk + kTileElems;
+  // Stage i of this warp: K at kv + 2 i kTileElems, V after it.
+  bf16* const kv = sq + kQElems + warp * 2 * kStages * kTileElems;
 
   // The batch description (written before the step) and the cache rows of keys < ctx - 1
   // (written by earlier steps) do not depend on the previous kernel: they are read before
@@ -70,14 +75,16 @@ __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
       a.batch.block_tables + static_cast<int64_t>(a.batch.table_rows[e]) * a.batch.max_blocks;
   const int block_shift = (c.block_size & (c.block_size - 1)) == 0 ? __ffs(c.block_size) - 1 : -1;
 
-  // Copies K and V of keys [key0, key0 + 32) into this warp's tile: 512 chunks of 16 bytes
-  // each, 16 per lane; a row's cache offset is computed once for both. Rows past k_end are
-  // zero-filled. kPart picks the rows: all, all but the newest key (left untouched), or only
-  // the newest key.
+  // Copies K and V of keys [key0, key0 + kKeys) into stage buffer `stage`: 2 x kKeys x 16
+  // chunks of 16 bytes, kKeys / 2 rows per lane; a row's cache offset is computed once for both.
+  // Rows past k_end are zero-filled. `part` picks the rows: all, all but the newest key (left
+  // untouched), or only the newest key.
   enum Part { kAllRows, kOlderRows, kNewestRow };
-  const auto load_tile = [&](int key0, Part part) {
+  const auto load_tile = [&](int key0, int stage, Part part) {
+    bf16* sk = kv + 2 * stage * kTileElems;
+    bf16* sv = sk + kTileElems;
 #pragma unroll
-    for (int u = 0; u < 16; ++u) {
+    for (int u = 0; u < kKeys / 2; ++u) {
       const int r = (lane >> 4) + 2 * u;
       const int chunk = lane & 15;
       const int key = key0 + r;
@@ -97,10 +104,19 @@ __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
       CpAsync16(sv + Swz(r, chunk), c.v + offset, valid);
     }
   };
-  const int first_key = k_begin + warp * kKeys;
-  if (first_key < k_end) load_tile(first_key, kOlderRows);
+  // This warp's tiles start at tile_key(j), j = 0, 1, ... while < k_end. The first kStages are
+  // copied before the wait (older rows), each its own commit group.
+  const auto tile_key = [&](int j) { return k_begin + (warp + kWarps * j) * kKeys; };
+#pragma unroll
+  for (int j = 0; j < kStages; ++j) {
+    if (tile_key(j) < k_end) load_tile(tile_key(j), j, kOlderRows);
+    CpAsyncCommit();
+  }
   WaitForPreviousKernel();
-  if (first_key < k_end) load_tile(first_key, kNewestRow);
+#pragma unroll
+  for (int j = 0; j < kStages; ++j) {
+    if (tile_key(j) < k_end) load_tile(tile_key(j), j, kNewestRow);
+  }
 
   // Q tile: row r < group = query head kvh * group + r; rows >= group are zero.
   const int q_row = a.batch.q_rows[e];
@@ -135,25 +151,27 @@ __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
   float l_row[2] = {0.0f, 0.0f};
   const float scale = a.shape.scale * kLog2e;
 
-  for (int key0 = first_key; key0 < k_end; key0 += kWarps * kKeys) {
-    if (key0 != first_key) {  // the first tile was loaded with Q
-      load_tile(key0, kAllRows);
-      CpAsyncCommit();
-      CpAsyncWait<0>();
-    }
+  for (int j = 0; tile_key(j) < k_end; ++j) {
+    const int key0 = tile_key(j);
+    const int stage = j % kStages;
+    // Tiles < kStages arrived with Q; tile j >= kStages was committed kStages - 1 groups ago.
+    if (j >= kStages) CpAsyncWait<kStages - 1>();
     __syncwarp();
+    const bf16* sk = kv + 2 * stage * kTileElems;
+    const bf16* sv = sk + kTileElems;
 
-    // S = Q K^T: 16 rows x 32 keys (4 n-tiles of 8 keys).
-    float s[4][4];
+    // S = Q K^T: 16 rows x kKeys keys (kKeys / 8 n-tiles of 8 keys).
+    constexpr int kNt = kKeys / 8;
+    float s[kNt][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kNt; ++i) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) s[i][j] = 0.0f;
+      for (int j2 = 0; j2 < 4; ++j2) s[i][j2] = 0.0f;
     }
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
+      for (int p = 0; p < kKeys / 16; ++p) {
         uint32_t b[4];
         LdMatrixX4(b,
                    sk + Swz(16 * p + ((lane >> 4) << 3) + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
@@ -165,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
     // Online softmax; keys >= k_end (zero rows of the last tile) are masked.
     float tile_max[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         const int key = key0 + 8 * nt + 2 * t4 + (x & 1);
@@ -191,9 +209,9 @@ __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
       o[nt][3] *= alpha[1];
     }
     // P as A fragments: keys [16 kk, 16 kk + 16) are n-tiles 2 kk and 2 kk + 1.
-    uint32_t pa[2][4];
+    uint32_t pa[kKeys / 16][4];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < kNt; ++nt) {
       const float p0 = exp2f(s[nt][0] - m_row[0]);
       const float p1 = exp2f(s[nt][1] - m_row[0]);
       const float p2 = exp2f(s[nt][2] - m_row[1]);
@@ -204,9 +222,9 @@ __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
       pa[nt >> 1][(nt & 1) * 2 + 1] = PackBF16(p2, p3);
     }
 
-    // O += P V: 16 rows x 128 dims, 2 steps of 16 keys.
+    // O += P V: 16 rows x 128 dims, steps of 16 keys.
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
 #pragma unroll
       for (int p = 0; p < 8; ++p) {
         uint32_t b[4];
@@ -216,7 +234,9 @@ __global__ void __launch_bounds__(kThreads, 3) DecodeKernelTc(Args a) {
         Mma(o[2 * p + 1], pa[kk], b[2], b[3]);
       }
     }
-    __syncwarp();  // every lane is done with this tile before the next copies land
+    __syncwarp();  // every lane is done with this stage before the next copies land
+    if (tile_key(j + kStages) < k_end) load_tile(tile_key(j + kStages), stage, kAllRows);
+    CpAsyncCommit();  // one group per iteration, empty or not, for the wait count above
   }
 
   // The warp's state for rows (query heads) g < group: row sums across the 4 lanes of a row.

@@ -103,7 +103,8 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->tokens = bucket;
     chunk_cap = bucket;
     p->table_stride = (ctx + bs - 1) / bs;
-    const DecodeSplitPlan split = PlanDecodeSplits(bucket, config_.num_kv_heads, ctx, num_sms_);
+    const DecodeSplitPlan split =
+        PlanDecodeSplits(bucket, config_.num_kv_heads, config_.head_dim, ctx, num_sms_);
     p->partition = split.partition;
     p->splits = split.splits;
     p->graph_key = {bucket, ctx};
@@ -161,8 +162,9 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->gather_identity = true;
     p->logit_rows = p->tokens;
   } else {
-    const DecodeSplitPlan split = PlanDecodeSplits(static_cast<int>(dec_rows.size()),
-                                                   config_.num_kv_heads, max_decode_ctx, num_sms_);
+    const DecodeSplitPlan split =
+        PlanDecodeSplits(static_cast<int>(dec_rows.size()), config_.num_kv_heads, config_.head_dim,
+                         max_decode_ctx, num_sms_);
     p->partition = split.partition;
     p->splits = split.splits;
     p->gather_identity = static_cast<int>(gather.size()) == total;
