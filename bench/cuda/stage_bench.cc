@@ -21,6 +21,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/graph_edges.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "stage/cuda/cuda_model_slice.h"
@@ -406,6 +407,15 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, int long_ctx, Cud
     decode_row(fmt::format("decode {} streams", streams), streams, 128, steps,
                "graphs, tuned GEMMs");
   }
+  // Without moving the edges out of cuBLASLt kernels to launch completion (graph_edges.h).
+  SetEarlyGraphLaunch(false);
+  slice.ResetGraphs();
+  for (int streams : {1, 32}) {
+    decode_row(fmt::format("decode {} late", streams), streams, 128, steps,
+               "graphs, dependents after GEMMs launch at their end");
+  }
+  SetEarlyGraphLaunch(true);
+  slice.ResetGraphs();
   if (flags.decode_only) return;
   decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
   // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and

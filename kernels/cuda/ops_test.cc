@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/graph_edges.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/test_util.h"
@@ -141,6 +142,57 @@ TEST(CudaGemmTest, GemvFusedGateUpSiluMatchesCpu) {
         LaunchGemvGateUpSilu(dx.as<bf16>(), dw.as<bf16>(), dy.as<bf16>(), m, inter, k, nullptr));
     EXPECT_LT(RelL2(DownloadBf16(dy, want.size()), want), kBf16Tol) << "m " << m;
   }
+}
+
+// A graph of cuBLASLt GEMM -> SiLU-mul (a programmatic dependent): the edge out of the GEMM moves
+// to launch completion, and the SiLU-mul still reads the GEMM's finished output.
+TEST(CudaGraphEdgesTest, DependentAfterGemmLaunchesEarlyAndReadsItsOutput) {
+  RS_SKIP_WITHOUT_GPU();
+  auto runner_or = GemmRunner::Create({.gemv_max_rows = 0});
+  ASSERT_TRUE(runner_or.ok()) << runner_or.status();
+  std::mt19937 rng(12);
+  const int m = 32, inter = 1024, k = 4096;  // a GEMM long enough to still run at the launch
+  const auto x = RandomBf16Values(rng, static_cast<size_t>(m) * k, 1.0f);
+  const auto w = RandomBf16Values(rng, static_cast<size_t>(2) * inter * k, 0.05f);
+  std::vector<float> gate_up(static_cast<size_t>(m) * 2 * inter),
+      want(static_cast<size_t>(m) * inter);
+  cpu::MatMul(x.data(), w.data(), nullptr, m, k, 2 * inter, gate_up.data());
+  for (float& v : gate_up) v = BF16ToFloat(FloatToBF16(v));
+  for (int r = 0; r < m; ++r) {
+    cpu::SiluMul(gate_up.data() + r * 2 * inter, gate_up.data() + r * 2 * inter + inter, inter,
+                 want.data() + r * inter);
+  }
+  DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w), dgu, dy;
+  ASSERT_TRUE(dgu.Allocate(gate_up.size() * 2).ok());
+  ASSERT_TRUE(dy.Allocate(want.size() * 2).ok());
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (int run = 0; run < 3; ++run) {
+    Poison(dgu);
+    Poison(dy);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    RS_ASSERT_OK((*runner_or)
+                     ->Linear(dx.as<bf16>(), dw.as<bf16>(), dgu.get(), OutType::kBF16, m, 2 * inter,
+                              k, stream));
+    RS_ASSERT_OK(LaunchSiluMul(dgu.as<bf16>(), dy.as<bf16>(), m, inter, stream));
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    int changed = -1;
+    RS_ASSERT_OK(LaunchDependentsAtPredecessorStart(graph, &changed));
+    EXPECT_EQ(changed, major >= 9 ? 1 : changed);  // programmatic edges need sm_90
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    EXPECT_LT(RelL2(DownloadBf16(dy, want.size()), want), kBf16Tol) << "run " << run;
+  }
+  cudaStreamDestroy(stream);
 }
 
 TEST(CudaElementwiseTest, AddRmsNormMatchesCpu) {

@@ -8,6 +8,7 @@
 #include "fmt/format.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/graph_edges.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "stage/cuda/cuda_model_slice.h"
@@ -389,6 +390,13 @@ absl::Status CudaModelSlice::Launch(const Plan& plan, bool want_tokens) {
       return status;
     }
     RS_CUDA_RETURN_IF_ERROR(end);
+    if (EarlyGraphLaunchEnabled()) {
+      const absl::Status early = LaunchDependentsAtPredecessorStart(graph);
+      if (!early.ok()) {
+        cudaGraphDestroy(graph);
+        return early;
+      }
+    }
     cudaGraphExec_t exec = nullptr;
     const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
