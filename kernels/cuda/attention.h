@@ -10,7 +10,8 @@
 //    into `partition`-key pieces (split-K, PlanDecodeSplits) and a second kernel merges the
 //    pieces when num_splits > 1. Any head_dim in {16, 32, 64, 128, 256} with group * head_dim
 //    <= 1024. Head dim 128 runs on tensor cores (decode_attention_tc.cu: the group's query
-//    heads are the rows of an mma.sync tile, K/V through shared memory); others on CUDA cores.
+//    heads are the rows of an mma.sync tile, K/V through shared memory, 3 tiles in flight per
+//    warp) where the device allows 100 KB of shared memory per CTA; others on CUDA cores.
 //  - Prefill (LaunchPrefillAttention): flash-attention style on tensor cores with fp32
 //    accumulation, online softmax, variable-length batch. Two kernels, picked by the batch's
 //    tile_rows: 128-query tiles use Hopper's warpgroup MMA (wgmma, sm_90 devices only:
@@ -67,7 +68,8 @@ struct DecodeBatch {
 // 5.3 us of merge, where the batch alone is 256 CTAs.
 inline constexpr int kMinDecodePartition = 32;
 // CTAs of the decode kernel one SM holds: the tensor-core kernel (head_dim 128) by its shared
-// memory (100 KB), the CUDA-core kernel by its registers at group 4.
+// memory (100 KB), the CUDA-core kernel by its registers at group 4. (On a device without 100 KB
+// of shared memory per CTA head dim 128 runs the CUDA-core kernel with this same plan.)
 inline int DecodeCtasPerSm(int head_dim) { return head_dim == 128 ? 2 : 3; }
 struct DecodeSplitPlan {
   int partition = kDecodePartition;

@@ -12,6 +12,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/decode_attention_tc.h"
+#include "kernels/cuda/decode_attention_tc.h"
 #include "kernels/cuda/test_util.h"
 
 namespace ringserve::cuda {
@@ -128,6 +130,10 @@ TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
   RunDecodeCase(128, 16, 2, {5, 600, 33}, seed + 9);
   RunDecodeCase(128, 4, 4, {1, 129, 70}, seed + 10);
   RunDecodeCase(128, 32, 8, {47, 200, 1}, seed + 11, /*partition=*/48);
+  // Head dim 128 on the CUDA-core kernel (devices without 100 KB of shared memory per CTA).
+  ForceDecodeAttentionCudaCores(true);
+  RunDecodeCase(128, 32, 8, {1, 200, 513}, seed + 12, /*partition=*/256);
+  ForceDecodeAttentionCudaCores(false);
 }
 
 TEST(CudaDecodeAttentionTest, SplitPlanCoversContextAndFillsSms) {

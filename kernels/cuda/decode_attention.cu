@@ -228,7 +228,7 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
   const DecodeArgs args{shape, q, out, batch};
   const dim3 grid(batch.num_entries, c.num_kv_heads, batch.num_splits);
   const int group = shape.num_heads / c.num_kv_heads;
-  if (d == 128) {
+  if (d == 128 && DecodeAttentionTcFits()) {
     RS_RETURN_IF_ERROR(LaunchDecodeAttentionTc(shape, q, out, batch, stream));
   } else if (group == 1) {
     LaunchDependent(DecodeKernel<1>, grid, kThreads, 0, stream, args);

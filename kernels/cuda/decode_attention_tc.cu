@@ -8,6 +8,7 @@
 // kStages tiles in flight, then S = Q K^T (16 x 16), online softmax over the tile, O += P V
 // (16 x 128). The warps' states are merged at the end (decode_merge.cuh). Short contexts (up to
 // 4 x kStages x 16 keys per split) are thus read in one round trip, longer ones pipelined.
+#include <atomic>
 #include <cfloat>
 
 #include "kernels/cuda/attention.h"
@@ -264,6 +265,27 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> force_cuda_cores{false};
+}  // namespace
+
+void ForceDecodeAttentionCudaCores(bool force) { force_cuda_cores.store(force); }
+
+bool DecodeAttentionTcFits() {
+  if (force_cuda_cores.load(std::memory_order_relaxed)) return false;
+  static const bool fits = [] {
+    int device = 0, optin = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return optin >= kSmemBytes;
+  }();
+  return fits;
+}
 
 absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q, bf16* out,
                                      const DecodeBatch& batch, cudaStream_t stream) {

@@ -8,6 +8,14 @@
 
 namespace ringserve::cuda {
 
+// Whether the current device gives a CTA the kernel's 100 KB of shared memory (sm_80 and sm_90
+// do; sm_86 / sm_89 parts stop at 99 KB and run the CUDA-core kernel). Looked up once per
+// process (one stage process drives one device).
+bool DecodeAttentionTcFits();
+// Tests: makes LaunchDecodeAttention run head dim 128 on the CUDA-core kernel, as on a device
+// where the tensor-core kernel does not fit.
+void ForceDecodeAttentionCudaCores(bool force);
+
 absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q, bf16* out,
                                      const DecodeBatch& batch, cudaStream_t stream);
 

@@ -29,8 +29,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const uint4* wrow[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    wrow[p] =
-        reinterpret_cast<const uint4*>(w + (static_cast<int64_t>(min(col, n - 1)) + p * n) * k);
+    wrow[p] = reinterpret_cast<const uint4*>(w + (static_cast<int64_t>(col) + p * n) * k);
   }
   uint4 wv[P][kUnroll];
   const auto load_weights = [&](int i) {
@@ -43,8 +42,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
   };
   WaitForPreviousKernel();
-  load_weights(lane);
   if (col >= n) return;
+  load_weights(lane);
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   float acc[P][M];
 #pragma unroll
