@@ -13,7 +13,6 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/decode_attention_tc.h"
-#include "kernels/cuda/decode_attention_tc.h"
 #include "kernels/cuda/test_util.h"
 
 namespace ringserve::cuda {

@@ -306,8 +306,10 @@ absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
                                    (c.num_heads + 2 * c.num_kv_heads) * d, h, stream_));
     RS_RETURN_IF_ERROR(gemm_->Tune(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
                                    c.num_heads * d, stream_));
-    RS_RETURN_IF_ERROR(
-        gemm_->Tune(normed, w.gate_up, gate_up_.get(), OutType::kBF16, t, 2 * inter, h, stream_));
+    if (t > gemm_->gemv_max_rows()) {  // else RunLayer runs the fused gate/up GEMV
+      RS_RETURN_IF_ERROR(
+          gemm_->Tune(normed, w.gate_up, gate_up_.get(), OutType::kBF16, t, 2 * inter, h, stream_));
+    }
     RS_RETURN_IF_ERROR(
         gemm_->Tune(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_));
   }
