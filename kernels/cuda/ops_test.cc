@@ -120,6 +120,21 @@ TEST(CudaGemmTest, TunedPlansMatchCpuAndTuningRefusesCapture) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
 }
 
+// The CPU's bf16(silu(g) * u) for g, u = bf16(x . w^T) over w's gate rows [0, inter) and up rows
+// [inter, 2 inter): what the gate_up GEMM plus SiLU-mul (or the fused GEMV) must produce.
+std::vector<float> CpuGateUpSilu(const std::vector<float>& x, const std::vector<float>& w, int m,
+                                 int inter, int k) {
+  std::vector<float> gate_up(static_cast<size_t>(m) * 2 * inter),
+      act(static_cast<size_t>(m) * inter);
+  cpu::MatMul(x.data(), w.data(), nullptr, m, k, 2 * inter, gate_up.data());
+  for (float& v : gate_up) v = BF16ToFloat(FloatToBF16(v));
+  for (int r = 0; r < m; ++r) {
+    cpu::SiluMul(gate_up.data() + r * 2 * inter, gate_up.data() + r * 2 * inter + inter, inter,
+                 act.data() + r * inter);
+  }
+  return act;
+}
+
 TEST(CudaGemmTest, GemvFusedGateUpSiluMatchesCpu) {
   RS_SKIP_WITHOUT_GPU();
   std::mt19937 rng(10);
@@ -127,14 +142,7 @@ TEST(CudaGemmTest, GemvFusedGateUpSiluMatchesCpu) {
   for (int m : {1, 4, 8}) {
     const auto x = RandomBf16Values(rng, static_cast<size_t>(m) * k, 1.0f);
     const auto w = RandomBf16Values(rng, static_cast<size_t>(2) * inter * k, 0.2f);
-    std::vector<float> gate_up(static_cast<size_t>(m) * 2 * inter),
-        want(static_cast<size_t>(m) * inter);
-    cpu::MatMul(x.data(), w.data(), nullptr, m, k, 2 * inter, gate_up.data());
-    for (float& v : gate_up) v = BF16ToFloat(FloatToBF16(v));
-    for (int r = 0; r < m; ++r) {
-      cpu::SiluMul(gate_up.data() + r * 2 * inter, gate_up.data() + r * 2 * inter + inter, inter,
-                   want.data() + r * inter);
-    }
+    const std::vector<float> want = CpuGateUpSilu(x, w, m, inter, k);
     DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w), dy;
     ASSERT_TRUE(dy.Allocate(want.size() * 2).ok());
     Poison(dy);
@@ -154,16 +162,9 @@ TEST(CudaGraphEdgesTest, DependentAfterGemmLaunchesEarlyAndReadsItsOutput) {
   const int m = 32, inter = 1024, k = 4096;  // a GEMM long enough to still run at the launch
   const auto x = RandomBf16Values(rng, static_cast<size_t>(m) * k, 1.0f);
   const auto w = RandomBf16Values(rng, static_cast<size_t>(2) * inter * k, 0.05f);
-  std::vector<float> gate_up(static_cast<size_t>(m) * 2 * inter),
-      want(static_cast<size_t>(m) * inter);
-  cpu::MatMul(x.data(), w.data(), nullptr, m, k, 2 * inter, gate_up.data());
-  for (float& v : gate_up) v = BF16ToFloat(FloatToBF16(v));
-  for (int r = 0; r < m; ++r) {
-    cpu::SiluMul(gate_up.data() + r * 2 * inter, gate_up.data() + r * 2 * inter + inter, inter,
-                 want.data() + r * inter);
-  }
+  const std::vector<float> want = CpuGateUpSilu(x, w, m, inter, k);
   DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w), dgu, dy;
-  ASSERT_TRUE(dgu.Allocate(gate_up.size() * 2).ok());
+  ASSERT_TRUE(dgu.Allocate(static_cast<size_t>(m) * 2 * inter * 2).ok());
   ASSERT_TRUE(dy.Allocate(want.size() * 2).ok());
   int device = 0, major = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
