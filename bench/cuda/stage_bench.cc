@@ -279,6 +279,76 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
   }
 }
 
+// One decode row (m = 1): each projection with its neighbouring norm or residual add as separate
+// kernels, against the fused GEMV that replaces them (gemv.h). Back-to-back launches, so a
+// kernel's launch gap is in its time as it is in a graph without early launch.
+void FusedGemvTable(const ModelConfig& c, double bandwidth, std::string* out) {
+  const int h = c.hidden_size, inter = c.intermediate_size;
+  const int qkv_w = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim,
+            attn_w = c.num_heads * c.head_dim;
+  const float eps = 1e-5f;
+  DeviceBuffer w, res, wnorm, x, y;
+  if (!w.Allocate(int64_t{2} * inter * h * 2).ok() || !res.Allocate(int64_t{h} * 4).ok() ||
+      !wnorm.Allocate(h * 2).ok() || !x.Allocate(int64_t{inter} * 2).ok() ||
+      !y.Allocate(int64_t{2} * inter * 2).ok()) {
+    *out += "fused gemv table: allocation failed\n";
+    return;
+  }
+  (void)LaunchFillRandom(w.as<bf16>(), w.bytes() / 2, 7, 0, 0.03f, nullptr);
+  (void)LaunchFillRandom(wnorm.as<bf16>(), h, 8, 1, 0.1f, nullptr);
+  (void)LaunchFillRandom(x.as<bf16>(), inter, 9, 0, 1, nullptr);
+  cudaMemset(res.get(), 0, res.bytes());
+  const RmsNormedInput normed{res.as<float>(), wnorm.as<bf16>(), eps};
+  const auto norm = [&] {
+    return LaunchAddRmsNorm(res.as<float>(), nullptr, nullptr, wnorm.as<bf16>(), x.as<bf16>(), 1, h,
+                            eps, nullptr);
+  };
+  const auto row = [&](const std::string& name, double bytes, auto&& separate, auto&& fused) {
+    const double us_separate = 1000 * TimeMs(separate, 3, 50);
+    const double us_fused = 1000 * TimeMs(fused, 3, 50);
+    *out += fmt::format("{:<34} {:>9.1f} {:>8.1f} {:>6.1f}\n", name, us_separate, us_fused,
+                        100 * bytes / bandwidth / (us_fused * 1e-6));
+  };
+  *out +=
+      fmt::format("{:<34} {:>9} {:>8} {:>6}\n", "fused gemv, m = 1", "separate", "fused", "bw%");
+  row(
+      "qkv: rmsnorm + gemv", 2.0 * qkv_w * h,
+      [&] {
+        const absl::Status s = norm();
+        return s.ok() ? LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, 1, qkv_w, h,
+                                   nullptr)
+                      : s;
+      },
+      [&] { return LaunchGemvNormed(normed, w.as<bf16>(), y.as<bf16>(), 1, qkv_w, h, nullptr); });
+  row(
+      "gate_up: rmsnorm + gemv silu", 4.0 * inter * h,
+      [&] {
+        const absl::Status s = norm();
+        return s.ok() ? LaunchGemvGateUpSilu(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), 1, inter, h,
+                                             nullptr)
+                      : s;
+      },
+      [&] {
+        return LaunchGemvGateUpSiluNormed(normed, w.as<bf16>(), y.as<bf16>(), 1, inter, h, nullptr);
+      });
+  for (const auto& [name, k] : {std::pair{"o: gemv + residual add", attn_w},
+                                std::pair{"down: gemv + residual add", inter}}) {
+    row(
+        name, 2.0 * h * k,
+        [&] {
+          const absl::Status s =
+              LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, 1, h, k, nullptr);
+          return s.ok() ? LaunchAddRmsNorm(res.as<float>(), y.as<bf16>(), nullptr, nullptr, nullptr,
+                                           1, h, eps, nullptr)
+                        : s;
+        },
+        [&] {
+          return LaunchGemvAddResidual(x.as<bf16>(), w.as<bf16>(), nullptr, res.as<float>(), 1, h,
+                                       k, nullptr);
+        });
+  }
+}
+
 // Times the decode step's small kernels alone (what the graph spends besides GEMMs) at `rows`
 // tokens = sequences of context `ctx` each, with events over 50 back-to-back launches each;
 // one sequence also at 2k and 32k context.
@@ -415,7 +485,14 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, int long_ctx, Cud
                "graphs, dependents after GEMMs launch at their end");
   }
   SetEarlyGraphLaunch(true);
+  // Without the norms and residual adds folded into the GEMVs (gemv.h; 1 stream is the GEMV
+  // size), then with them again: an A/B inside one process.
+  slice.set_fuse_decode_norms(false);
   slice.ResetGraphs();
+  decode_row("decode 1 unfused", 1, 128, steps, "graphs, norms as their own kernels");
+  slice.set_fuse_decode_norms(true);
+  slice.ResetGraphs();
+  decode_row("decode 1 again", 1, 128, steps, "graphs, tuned GEMMs");
   if (flags.decode_only) return;
   decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
   // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and
@@ -511,6 +588,10 @@ int Main(int argc, char** argv) {
   Bench bench(slice, flags);
   std::vector<Row> rows;
   std::string gemm_table, kernel_table;
+  std::string fused_table;
+  FusedGemvTable(config, flags.bandwidth, &fused_table);
+  std::fputs(fused_table.c_str(), stdout);
+  std::fflush(stdout);
   if (flags.decode_only) {
     DecodeRows(config, flags, long_ctx, slice, bench, &rows);
     for (const Row& r : rows) std::printf("%-24s %12.1f\n", r.name.c_str(), r.value);

@@ -35,6 +35,17 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return WarpSum(v);
 }
 
+// 4 bf16 packed in 8 bytes -> 4 floats.
+__device__ __forceinline__ void Unpack4(const uint2& packed, float* out) {
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+  const float2 a = __bfloat1622float2(pairs[0]);
+  const float2 b = __bfloat1622float2(pairs[1]);
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = b.x;
+  out[3] = b.y;
+}
+
 // 8 bf16 packed in 16 bytes <-> 8 floats.
 __device__ __forceinline__ void Unpack8(const uint4& packed, float* out) {
   const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);

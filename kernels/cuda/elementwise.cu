@@ -43,16 +43,6 @@ __global__ void __launch_bounds__(kNormThreads)
 // scale, loads 16 bytes of fp32 / 8 bytes of bf16 at a time.
 constexpr int kNormCache = 8;
 
-__device__ __forceinline__ void Unpack4(const uint2& packed, float* out) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
-  const float2 a = __bfloat1622float2(pairs[0]);
-  const float2 b = __bfloat1622float2(pairs[1]);
-  out[0] = a.x;
-  out[1] = a.y;
-  out[2] = b.x;
-  out[3] = b.y;
-}
-
 __global__ void __launch_bounds__(kNormThreads)
     AddRmsNormKernel4(float* __restrict__ residual, const bf16* __restrict__ delta,
                       const bf16* __restrict__ bias, const bf16* __restrict__ weight,

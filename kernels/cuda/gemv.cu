@@ -1,7 +1,7 @@
-// Memory-bound GEMV for decode: y[m, n] = x[m, :] . w[n, :] for m <= kGemvMaxRows, and the
-// MLP's gate/up projection fused with SiLU-and-multiply. One warp per output column n; lanes stride
-// over k in 16-byte vectors, kUnroll loads in flight. (kUnroll 8 measured worse on H200: qkv 65% of
-// copy bandwidth against 73-76% with 4.)
+// Memory-bound GEMV for decode: y[m, n] = x[m, :] . w[n, :] for m <= kGemvMaxRows, and its
+// decode-layer fusions (gemv.h). One warp per output column n; lanes stride over k in 16-byte
+// vectors, kUnroll loads in flight. (kUnroll 8 measured worse on H200: qkv 65% of copy
+// bandwidth against 73-76% with 4.)
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/gemv.h"
@@ -11,25 +11,70 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kUnroll = 4;
+constexpr int kNormedInputSmemBytes = 48 * 1024;
 
-// M is the register capacity (rows); the runtime row count m <= M. kGateUp: w holds 2n rows
-// (the MLP's gate rows, then its up rows) and a warp computes both dot products of output
+// Where x comes from and what happens to a column's dot product.
+enum class In { kBf16, kNormed };
+enum class Out { kStore, kGateUpSilu, kAddResidual };
+
+struct GemvArgs {
+  const bf16* x;          // In::kBf16: [m, k]
+  RmsNormedInput normed;  // In::kNormed
+  const bf16* w;          // [n, k], or [2n, k] for Out::kGateUpSilu
+  void* y;                // [m, n] OutT; Out::kAddResidual: the fp32 residual
+  const bf16* bias;       // Out::kAddResidual: [n] or null
+  int m, n, k;
+};
+
+// Each block writes the m normalized rows of x into shared memory `xs` ([m][k / 8] vectors):
+// the values and the rounding of AddRmsNormKernel4 (elementwise.cu).
+__device__ __forceinline__ void NormalizeRowsToShared(const RmsNormedInput& in, int m, int k,
+                                                      uint4* xs) {
+  __shared__ float scratch[32];
+  const int quads = k / 4;
+  const uint2* weight = reinterpret_cast<const uint2*>(in.weight);
+  for (int r = 0; r < m; ++r) {
+    const float4* row = reinterpret_cast<const float4*>(in.residual + static_cast<int64_t>(r) * k);
+    float sum_sq = 0.0f;
+    for (int i = threadIdx.x; i < quads; i += blockDim.x) {
+      const float4 v = __ldg(row + i);
+      sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    const float inv = rsqrtf(BlockSum(sum_sq, scratch) / k + in.eps);
+    uint2* out = reinterpret_cast<uint2*>(xs) + static_cast<int64_t>(r) * quads;
+    for (int i = threadIdx.x; i < quads; i += blockDim.x) {
+      const float4 v = __ldg(row + i);
+      float w[4];
+      Unpack4(__ldg(weight + i), w);
+      uint2 packed;
+      __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
+      pairs[0] = __floats2bfloat162_rn(v.x * inv * w[0], v.y * inv * w[1]);
+      pairs[1] = __floats2bfloat162_rn(v.z * inv * w[2], v.w * inv * w[3]);
+      out[i] = packed;
+    }
+  }
+  __syncthreads();
+}
+
+// M is the register capacity (rows); the runtime row count m <= M. Out::kGateUpSilu: w holds 2n
+// rows (the MLP's gate rows, then its up rows) and a warp computes both dot products of output
 // column col — g with row col, u with row col + n — and stores bf16(silu(g) * u) with g and u
 // rounded to bf16 first, exactly what the GEMM into gate_up followed by LaunchSiluMul stores.
 // (Issuing the first weight loads before WaitForPreviousKernel was measured on an H200: no
-// change in decode tok/s, so the kernel waits first like every other.)
-template <int M, typename OutT, bool kGateUp>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    GemvKernel(const bf16* __restrict__ x, const bf16* __restrict__ w, OutT* __restrict__ y, int m,
-               int n, int k) {
-  constexpr int P = kGateUp ? 2 : 1;  // weight rows per warp
+// change in decode tok/s, so the kernel waits first like every other; with In::kNormed they are
+// in flight while the block normalizes x.)
+template <int M, typename OutT, In kIn, Out kOut>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
+  constexpr int P = kOut == Out::kGateUpSilu ? 2 : 1;  // weight rows per warp
+  extern __shared__ uint4 normed_x[];                  // In::kNormed: [m][k / 8]
   const int lane = threadIdx.x & 31;
   const int col = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  const int m = a.m, n = a.n, k = a.k;
   const int vecs = k / 8;
   const uint4* wrow[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    wrow[p] = reinterpret_cast<const uint4*>(w + (static_cast<int64_t>(col) + p * n) * k);
+    wrow[p] = reinterpret_cast<const uint4*>(a.w + (static_cast<int64_t>(col) + p * n) * k);
   }
   uint4 wv[P][kUnroll];
   const auto load_weights = [&](int i) {
@@ -42,9 +87,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
   };
   WaitForPreviousKernel();
-  if (col >= n) return;
-  load_weights(lane);
-  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  if constexpr (kIn == In::kNormed) {
+    if (col < n) load_weights(lane);
+    NormalizeRowsToShared(a.normed, m, k, normed_x);  // every thread: it synchronizes the block
+    if (col >= n) return;
+  } else {
+    if (col >= n) return;
+    load_weights(lane);
+  }
+  const auto load_x = [&](int r, int i) {
+    if constexpr (kIn == In::kNormed) {
+      return normed_x[r * vecs + i];
+    } else {
+      return __ldg(reinterpret_cast<const uint4*>(a.x) + static_cast<int64_t>(r) * vecs + i);
+    }
+  };
   float acc[P][M];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
@@ -63,7 +120,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       for (int r = 0; r < M; ++r) {
         if (r >= m) break;
         float xf[8];
-        Unpack8(__ldg(xv + static_cast<int64_t>(r) * vecs + i + 32 * u), xf);
+        Unpack8(load_x(r, i + 32 * u), xf);
 #pragma unroll
         for (int p = 0; p < P; ++p) {
 #pragma unroll
@@ -78,63 +135,86 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (r >= m) break;
     const float sum = WarpSum(acc[0][r]);
     float value = sum;
-    if constexpr (kGateUp) {
+    if constexpr (kOut == Out::kGateUpSilu) {
       const float g = __bfloat162float(__float2bfloat16(sum));
       const float u = __bfloat162float(__float2bfloat16(WarpSum(acc[P - 1][r])));
       value = g / (1.0f + __expf(-g)) * u;
     }
-    if (lane == 0) {
-      if constexpr (sizeof(OutT) == 4) {
-        y[static_cast<int64_t>(r) * n + col] = value;
-      } else {
-        y[static_cast<int64_t>(r) * n + col] = __float2bfloat16(value);
-      }
+    if (lane != 0) continue;
+    OutT* y = static_cast<OutT*>(a.y) + static_cast<int64_t>(r) * n + col;
+    if constexpr (kOut == Out::kAddResidual) {
+      const float delta = __bfloat162float(__float2bfloat16(sum)) +
+                          (a.bias != nullptr ? __bfloat162float(a.bias[col]) : 0.0f);
+      *y += delta;
+    } else if constexpr (sizeof(OutT) == 4) {
+      *y = value;
+    } else {
+      *y = __float2bfloat16(value);
     }
   }
 }
 
-template <int M>
-void Launch(const bf16* x, const bf16* w, void* y, OutType out, bool gate_up, int m, int n, int k,
-            cudaStream_t stream) {
-  const dim3 grid((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if (gate_up) {
-    LaunchDependent(GemvKernel<M, bf16, true>, grid, kWarpsPerBlock * 32, 0, stream, x, w,
-                    static_cast<bf16*>(y), m, n, k);
-  } else if (out == OutType::kF32) {
-    LaunchDependent(GemvKernel<M, float, false>, grid, kWarpsPerBlock * 32, 0, stream, x, w,
-                    static_cast<float*>(y), m, n, k);
-  } else {
-    LaunchDependent(GemvKernel<M, bf16, false>, grid, kWarpsPerBlock * 32, 0, stream, x, w,
-                    static_cast<bf16*>(y), m, n, k);
-  }
+template <int M, typename OutT, In kIn, Out kOut>
+void Launch(const GemvArgs& a, cudaStream_t stream) {
+  const dim3 grid((a.n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const size_t smem = kIn == In::kNormed ? static_cast<size_t>(a.m) * a.k * sizeof(bf16) : 0;
+  LaunchDependent(GemvKernel<M, OutT, kIn, kOut>, grid, kWarpsPerBlock * 32, smem, stream, a);
 }
 
-absl::Status Dispatch(const bf16* x, const bf16* w, void* y, OutType out, bool gate_up, int m,
-                      int n, int k, cudaStream_t stream) {
-  if (m < 1 || m > kGemvMaxRows || n < 1 || k < 8 || k % 8 != 0) {
-    return absl::InvalidArgumentError("LaunchGemv: need 1 <= m <= 8, n >= 1, k a multiple of 8");
+// Three register capacities keep compile time down; a smaller m runs predicated.
+template <typename OutT, In kIn, Out kOut>
+absl::Status Dispatch(const GemvArgs& a, cudaStream_t stream) {
+  if (a.m < 1 || a.m > kGemvMaxRows || a.n < 1 || a.k < 8 || a.k % 8 != 0) {
+    return absl::InvalidArgumentError("GEMV: need 1 <= m <= 8, n >= 1, k a multiple of 8");
   }
-  // Three register capacities keep compile time down; a smaller m runs predicated.
-  if (m == 1) {
-    Launch<1>(x, w, y, out, gate_up, m, n, k, stream);
-  } else if (m <= 4) {
-    Launch<4>(x, w, y, out, gate_up, m, n, k, stream);
+  if (kIn == In::kNormed && !GemvNormedInputFits(a.m, a.k)) {
+    return absl::InvalidArgumentError("GEMV: normalized input rows exceed 48 KiB");
+  }
+  if (a.m == 1) {
+    Launch<1, OutT, kIn, kOut>(a, stream);
+  } else if (a.m <= 4) {
+    Launch<4, OutT, kIn, kOut>(a, stream);
   } else {
-    Launch<8>(x, w, y, out, gate_up, m, n, k, stream);
+    Launch<8, OutT, kIn, kOut>(a, stream);
   }
   return LaunchStatus("GemvKernel");
 }
 
 }  // namespace
 
+bool GemvNormedInputFits(int m, int k) {
+  return static_cast<int64_t>(m) * k * static_cast<int64_t>(sizeof(bf16)) <= kNormedInputSmemBytes;
+}
+
 absl::Status LaunchGemv(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
                         cudaStream_t stream) {
-  return Dispatch(x, w, y, out, /*gate_up=*/false, m, n, k, stream);
+  const GemvArgs a{.x = x, .w = w, .y = y, .m = m, .n = n, .k = k};
+  return out == OutType::kF32 ? Dispatch<float, In::kBf16, Out::kStore>(a, stream)
+                              : Dispatch<bf16, In::kBf16, Out::kStore>(a, stream);
 }
 
 absl::Status LaunchGemvGateUpSilu(const bf16* x, const bf16* w_gate_up, bf16* act, int m, int inter,
                                   int k, cudaStream_t stream) {
-  return Dispatch(x, w_gate_up, act, OutType::kBF16, /*gate_up=*/true, m, inter, k, stream);
+  const GemvArgs a{.x = x, .w = w_gate_up, .y = act, .m = m, .n = inter, .k = k};
+  return Dispatch<bf16, In::kBf16, Out::kGateUpSilu>(a, stream);
+}
+
+absl::Status LaunchGemvNormed(const RmsNormedInput& x, const bf16* w, bf16* y, int m, int n, int k,
+                              cudaStream_t stream) {
+  const GemvArgs a{.normed = x, .w = w, .y = y, .m = m, .n = n, .k = k};
+  return Dispatch<bf16, In::kNormed, Out::kStore>(a, stream);
+}
+
+absl::Status LaunchGemvGateUpSiluNormed(const RmsNormedInput& x, const bf16* w_gate_up, bf16* act,
+                                        int m, int inter, int k, cudaStream_t stream) {
+  const GemvArgs a{.normed = x, .w = w_gate_up, .y = act, .m = m, .n = inter, .k = k};
+  return Dispatch<bf16, In::kNormed, Out::kGateUpSilu>(a, stream);
+}
+
+absl::Status LaunchGemvAddResidual(const bf16* x, const bf16* w, const bf16* bias, float* residual,
+                                   int m, int n, int k, cudaStream_t stream) {
+  const GemvArgs a{.x = x, .w = w, .y = residual, .bias = bias, .m = m, .n = n, .k = k};
+  return Dispatch<float, In::kBf16, Out::kAddResidual>(a, stream);
 }
 
 }  // namespace ringserve::cuda

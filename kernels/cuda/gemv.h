@@ -1,4 +1,5 @@
-// Our own memory-bound GEMV for decode-sized batches (see gemm.h for the dispatch).
+// Our own memory-bound GEMV for decode-sized batches (see gemm.h for the dispatch), and its
+// variants that fold the decoder's neighbouring per-row ops into the projection.
 #pragma once
 
 #include "absl/status/status.h"
@@ -22,5 +23,32 @@ absl::Status LaunchGemv(const bf16* x, const bf16* w, void* y, OutType out, int 
 // Same limits as LaunchGemv (on inter as n).
 absl::Status LaunchGemvGateUpSilu(const bf16* x, const bf16* w_gate_up, bf16* act, int m, int inter,
                                   int k, cudaStream_t stream);
+
+// ---- Decode-layer fusions (the CUDA slice runs them at GEMV sizes) ----
+//
+// An input given as the RMSNorm of the fp32 residual stream: the GEMV's x is
+//   x[r, :] = bf16(residual[r, :] * rsqrt(mean(residual[r, :]^2) + eps) * weight[:]),
+// what LaunchAddRmsNorm writes without a delta. Every block normalizes the m rows into its
+// shared memory before it streams its weight rows, so the norm costs no kernel of its own.
+// residual: [m, k] fp32, 16-byte aligned; weight: [k] bf16.
+struct RmsNormedInput {
+  const float* residual = nullptr;
+  const bf16* weight = nullptr;
+  float eps = 0;
+};
+// Whether m normalized rows of k values fit the blocks' shared memory (m * k * 2 <= 48 KiB).
+bool GemvNormedInputFits(int m, int k);
+// LaunchGemv (bf16 out) / LaunchGemvGateUpSilu on the normalized rows; needs
+// GemvNormedInputFits(m, k) besides their own limits.
+absl::Status LaunchGemvNormed(const RmsNormedInput& x, const bf16* w, bf16* y, int m, int n, int k,
+                              cudaStream_t stream);
+absl::Status LaunchGemvGateUpSiluNormed(const RmsNormedInput& x, const bf16* w_gate_up, bf16* act,
+                                        int m, int inter, int k, cudaStream_t stream);
+// The projection that ends an attention or MLP block, added into the residual stream:
+//   residual[r, j] += float(bf16(x[r, :] . w[j, :])) + bias[j]   (bias may be null),
+// the values LaunchGemv (bf16 out) followed by LaunchAddRmsNorm's add store. residual: [m, n]
+// fp32. Same limits as LaunchGemv.
+absl::Status LaunchGemvAddResidual(const bf16* x, const bf16* w, const bf16* bias, float* residual,
+                                   int m, int n, int k, cudaStream_t stream);
 
 }  // namespace ringserve::cuda

@@ -152,6 +152,68 @@ TEST(CudaGemmTest, GemvFusedGateUpSiluMatchesCpu) {
   }
 }
 
+// The decode-layer fusions (gemv.h) against the CPU's separate ops: RMSNorm (rounded to bf16)
+// then the product, and the product (rounded to bf16) plus bias added to the residual. n = 75
+// leaves warps past the last column in the last block (they still help normalize x).
+TEST(CudaGemmTest, GemvWithFusedNormAndResidualAddMatchesCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(14);
+  const int n = 75, k = 1032;  // 129 vectors: a second, partial loop iteration
+  const float eps = 1e-5f;
+  for (int m : {1, 3, 8}) {
+    SCOPED_TRACE(::testing::Message() << "m " << m);
+    const auto residual = RandomBf16Values(rng, static_cast<size_t>(m) * k, 2.0f);
+    const auto norm_weight = RandomBf16Values(rng, k);
+    std::vector<float> normed(residual.size());
+    cpu::RmsNorm(residual.data(), norm_weight.data(), m, k, eps, normed.data());
+    for (float& v : normed) v = BF16ToFloat(FloatToBF16(v));
+    DeviceBuffer dres = Upload(residual), dnorm = UploadBf16(norm_weight);
+    const RmsNormedInput in{dres.as<float>(), dnorm.as<bf16>(), eps};
+
+    const auto [x, w, want] = RandomMatMul(rng, m, n, k);
+    DeviceBuffer dw = UploadBf16(w), dy;
+    ASSERT_TRUE(dy.Allocate(static_cast<size_t>(m) * n * 2).ok());
+    std::vector<float> want_normed(static_cast<size_t>(m) * n);
+    cpu::MatMul(normed.data(), w.data(), nullptr, m, k, n, want_normed.data());
+    Poison(dy);
+    RS_ASSERT_OK(LaunchGemvNormed(in, dw.as<bf16>(), dy.as<bf16>(), m, n, k, nullptr));
+    EXPECT_LT(RelL2(DownloadBf16(dy, want_normed.size()), want_normed), kBf16Tol);
+
+    const auto w_gate_up = RandomBf16Values(rng, static_cast<size_t>(2) * n * k, 0.2f);
+    const std::vector<float> want_act = CpuGateUpSilu(normed, w_gate_up, m, n, k);
+    DeviceBuffer dgu = UploadBf16(w_gate_up);
+    Poison(dy);
+    RS_ASSERT_OK(LaunchGemvGateUpSiluNormed(in, dgu.as<bf16>(), dy.as<bf16>(), m, n, k, nullptr));
+    EXPECT_LT(RelL2(DownloadBf16(dy, want_act.size()), want_act), kBf16Tol);
+
+    // residual[m, n] += bf16(x . w^T) + bias.
+    const auto stream = RandomBf16Values(rng, static_cast<size_t>(m) * n);
+    const auto bias = RandomBf16Values(rng, n);
+    DeviceBuffer dx = UploadBf16(x), dstream = Upload(stream), dbias = UploadBf16(bias);
+    for (const bool with_bias : {true, false}) {
+      RS_ASSERT_OK(LaunchGemvAddResidual(dx.as<bf16>(), dw.as<bf16>(),
+                                         with_bias ? dbias.as<bf16>() : nullptr,
+                                         dstream.as<float>(), m, n, k, nullptr));
+    }
+    std::vector<float> want_stream = stream;
+    for (int r = 0; r < m; ++r) {
+      for (int j = 0; j < n; ++j) {
+        const float delta = BF16ToFloat(FloatToBF16(want[r * n + j]));
+        want_stream[r * n + j] += delta + bias[j];
+        want_stream[r * n + j] += delta;
+      }
+    }
+    // A GPU and a CPU dot product may round to neighbouring bf16 values (~2e-4 here per such
+    // element); a missing add or bias is an error of order 1.
+    EXPECT_LT(RelL2(Download<float>(dstream, want_stream.size()), want_stream), 1e-3);
+  }
+  // 8 rows of 4096 values are 64 KiB of shared memory: refused, not launched.
+  EXPECT_FALSE(GemvNormedInputFits(8, 4096));
+  EXPECT_TRUE(GemvNormedInputFits(1, 4096));
+  const absl::Status refused = LaunchGemvNormed({}, nullptr, nullptr, 8, 64, 4096, nullptr);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+}
+
 // A graph of cuBLASLt GEMM -> SiLU-mul (a programmatic dependent): the edge out of the GEMM moves
 // to launch completion, and the SiLU-mul still reads the GEMM's finished output.
 TEST(CudaGraphEdgesTest, DependentAfterGemmLaunchesEarlyAndReadsItsOutput) {

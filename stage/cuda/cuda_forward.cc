@@ -8,6 +8,7 @@
 #include "fmt/format.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/graph_edges.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
@@ -214,6 +215,11 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
   return absl::OkStatus();
 }
 
+bool CudaModelSlice::FusesNorms(const Plan& p) const {
+  return cuda_.fuse_decode_norms && p.tokens <= gemm_->gemv_max_rows() &&
+         GemvNormedInputFits(p.tokens, config_.hidden_size);
+}
+
 absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
@@ -222,11 +228,18 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
   const int qkv_width = (c.num_heads + 2 * c.num_kv_heads) * d;
   const int32_t* m = meta_.as<int32_t>();
   const float eps = c.rms_norm_eps;
-  RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual_.as<float>(), l == 0 ? nullptr : proj_.as<bf16>(),
-                                      nullptr, w.input_norm, normed_.as<bf16>(), t, h, eps,
-                                      stream_));
-  RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.qkv, qkv_.get(), OutType::kBF16, t,
-                                   qkv_width, h, stream_));
+  float* residual = residual_.as<float>();
+  const bool fused = FusesNorms(p);
+  if (fused) {
+    RS_RETURN_IF_ERROR(LaunchGemvNormed({residual, w.input_norm, eps}, w.qkv, qkv_.as<bf16>(), t,
+                                        qkv_width, h, stream_));
+  } else {
+    // The previous layer's MLP output is still to be added (not on layer 0).
+    RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual, l == 0 ? nullptr : proj_.as<bf16>(), nullptr,
+                                        w.input_norm, normed_.as<bf16>(), t, h, eps, stream_));
+    RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.qkv, qkv_.get(), OutType::kBF16, t,
+                                     qkv_width, h, stream_));
+  }
   const KvCacheLayer cache{.k = kv_buffer_.as<bf16>() + 2 * l * kv_layer_elems_,
                            .v = kv_buffer_.as<bf16>() + (2 * l + 1) * kv_layer_elems_,
                            .num_kv_heads = c.num_kv_heads,
@@ -245,10 +258,39 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
                                        .num_tokens = t,
                                        .num_heads = c.num_heads},
                                       stream_));
-  const AttentionShape shape{
-      .num_heads = c.num_heads, .scale = 1.0f / std::sqrt(static_cast<float>(d)), .cache = cache};
+  RS_RETURN_IF_ERROR(RunAttention(p, cache));
+  if (fused) {
+    RS_RETURN_IF_ERROR(LaunchGemvAddResidual(attn_.as<bf16>(), w.o, w.o_bias, residual, t, h,
+                                             c.num_heads * d, stream_));
+    RS_RETURN_IF_ERROR(LaunchGemvGateUpSiluNormed({residual, w.post_norm, eps}, w.gate_up,
+                                                  act_.as<bf16>(), t, inter, h, stream_));
+    return LaunchGemvAddResidual(act_.as<bf16>(), w.down, nullptr, residual, t, h, inter, stream_);
+  }
+  RS_RETURN_IF_ERROR(gemm_->Linear(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
+                                   c.num_heads * d, stream_));
+  RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual, proj_.as<bf16>(), w.o_bias, w.post_norm,
+                                      normed_.as<bf16>(), t, h, eps, stream_));
+  if (t <= gemm_->gemv_max_rows()) {
+    // Decode at GEMV sizes: gate/up and SiLU-and-multiply in one kernel.
+    RS_RETURN_IF_ERROR(
+        LaunchGemvGateUpSilu(normed_.as<bf16>(), w.gate_up, act_.as<bf16>(), t, inter, h, stream_));
+  } else {
+    RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.gate_up, gate_up_.get(), OutType::kBF16,
+                                     t, 2 * inter, h, stream_));
+    RS_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.as<bf16>(), act_.as<bf16>(), t, inter, stream_));
+  }
+  // Left in proj_ for the next layer's (or the slice's final) add.
+  return gemm_->Linear(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_);
+}
+
+absl::Status CudaModelSlice::RunAttention(const Plan& p, const KvCacheLayer& cache) {
+  const ModelConfig& c = config_;
+  const int32_t* m = meta_.as<int32_t>();
+  const AttentionShape shape{.num_heads = c.num_heads,
+                             .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                             .cache = cache};
   if (p.num_decode > 0) {
-    const int64_t per_entry = DecodeWorkspaceFloats(1, c.num_heads, d, p.splits);
+    const int64_t per_entry = DecodeWorkspaceFloats(1, c.num_heads, c.head_dim, p.splits);
     const int per_launch = p.splits == 1
                                ? p.num_decode
                                : static_cast<int>(std::max<int64_t>(
@@ -267,39 +309,23 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
           LaunchDecodeAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_));
     }
   }
-  if (p.num_tiles > 0) {
-    const PrefillBatch batch{.q_starts = m + p.pre_q_starts,
-                             .num_tokens = m + p.pre_tokens,
-                             .start_positions = m + p.pre_starts,
-                             .block_tables = m + p.tables,
-                             .max_blocks = p.table_stride,
-                             .tiles = m + p.tiles,
-                             .num_tiles = p.num_tiles,
-                             .tile_rows = prefill_tile_rows_};
-    RS_RETURN_IF_ERROR(
-        LaunchPrefillAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_));
-  }
-  RS_RETURN_IF_ERROR(gemm_->Linear(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
-                                   c.num_heads * d, stream_));
-  RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual_.as<float>(), proj_.as<bf16>(), w.o_bias,
-                                      w.post_norm, normed_.as<bf16>(), t, h, eps, stream_));
-  if (t <= gemm_->gemv_max_rows()) {
-    // Decode at GEMV sizes: gate/up and SiLU-and-multiply in one kernel.
-    RS_RETURN_IF_ERROR(
-        LaunchGemvGateUpSilu(normed_.as<bf16>(), w.gate_up, act_.as<bf16>(), t, inter, h, stream_));
-  } else {
-    RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.gate_up, gate_up_.get(), OutType::kBF16,
-                                     t, 2 * inter, h, stream_));
-    RS_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.as<bf16>(), act_.as<bf16>(), t, inter, stream_));
-  }
-  return gemm_->Linear(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_);
+  if (p.num_tiles == 0) return absl::OkStatus();
+  const PrefillBatch batch{.q_starts = m + p.pre_q_starts,
+                           .num_tokens = m + p.pre_tokens,
+                           .start_positions = m + p.pre_starts,
+                           .block_tables = m + p.tables,
+                           .max_blocks = p.table_stride,
+                           .tiles = m + p.tiles,
+                           .num_tiles = p.num_tiles,
+                           .tile_rows = prefill_tile_rows_};
+  return LaunchPrefillAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_);
 }
 
 absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
   const ModelConfig& c = config_;
   const int t = p.tokens;
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
-  if (!layers_.empty()) {
+  if (!layers_.empty() && !FusesNorms(p)) {  // else RunLayer runs only our fused GEMVs
     const LayerWeights& w = layers_[0];
     const bf16* normed = normed_.as<bf16>();
     RS_RETURN_IF_ERROR(gemm_->Tune(normed, w.qkv, qkv_.get(), OutType::kBF16, t,
@@ -326,11 +352,14 @@ absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
                                        c.hidden_size, stream_));
   }
   for (int l = 0; l < options_.layers.size(); ++l) RS_RETURN_IF_ERROR(RunLayer(l, p));
+  // The last layer's MLP output: already in the residual stream when the norms are fused.
+  const bf16* pending = FusesNorms(p) || layers_.empty() ? nullptr : proj_.as<bf16>();
   if (!is_last()) {
-    return LaunchAddRmsNorm(residual_.as<float>(), proj_.as<bf16>(), nullptr, nullptr, nullptr,
-                            p.tokens, c.hidden_size, c.rms_norm_eps, stream_);
+    if (pending == nullptr) return absl::OkStatus();
+    return LaunchAddRmsNorm(residual_.as<float>(), pending, nullptr, nullptr, nullptr, p.tokens,
+                            c.hidden_size, c.rms_norm_eps, stream_);
   }
-  RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual_.as<float>(), proj_.as<bf16>(), nullptr, final_norm_,
+  RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual_.as<float>(), pending, nullptr, final_norm_,
                                       normed_.as<bf16>(), p.tokens, c.hidden_size, c.rms_norm_eps,
                                       stream_));
   if (p.logit_rows == 0) return absl::OkStatus();

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "stage/cuda/gpu_step_timer.h"
 #include "stage/model/model_config.h"
@@ -59,6 +60,9 @@ struct CudaSliceOptions {
   // GemmOptions::gemv_max_rows. Measured on H200: our GEMV wins only at m = 1 (cuBLASLt is
   // about 2x faster from m = 4 on).
   int gemv_max_rows = 1;
+  // At GEMV sizes (tokens <= gemv_max_rows), fold each RMSNorm into the GEMV that reads it and
+  // each residual add into the GEMV that produces it (gemv.h): two kernels fewer per layer.
+  bool fuse_decode_norms = true;
   // Sample the logits rows on the GPU (kernels/cuda/sampling.h; the CPU sampler's contract) in
   // SampleResident; when false they are copied back and sampled on the host.
   bool gpu_sampling = true;
@@ -126,6 +130,7 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   // Drops the captured graphs (e.g. after changing gemm() settings), and turns graphs on/off.
   void ResetGraphs();
   void set_use_cuda_graphs(bool use) { cuda_.use_cuda_graphs = use; }
+  void set_fuse_decode_norms(bool fuse) { cuda_.fuse_decode_norms = fuse; }
 
  private:
   struct LayerWeights {
@@ -178,7 +183,13 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   // Tunes the GEMM shapes of a decode step of plan.tokens rows (GemmRunner::Tune, on layer 0's
   // weights; writes only buffers the step itself writes before reading). Before a capture.
   absl::Status TuneGemms(const Plan& plan);
+  // Whether RunLayer folds the norms and residual adds into its GEMVs (CudaSliceOptions::
+  // fuse_decode_norms); then no MLP output is left in proj_ after a layer.
+  bool FusesNorms(const Plan& plan) const;
+  // One decoder layer; without fused norms it leaves its MLP output in proj_ for the next
+  // layer's (or the slice's final) add.
   absl::Status RunLayer(int layer, const Plan& plan);
+  absl::Status RunAttention(const Plan& plan, const KvCacheLayer& cache);
   // Logits rows one sampling call handles, and the pinned staging for them.
   int64_t SampleRowsCapacity() const {
     return std::max(cuda_.max_logit_rows, cuda_.max_graph_batch);

@@ -39,9 +39,11 @@ std::vector<int32_t> Table(int seq) {
 
 class CudaFixtureTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(CudaFixtureTest, MatchesCpuLogitsAndGreedyTokens) {
-  RS_SKIP_WITHOUT_GPU();
-  const std::string dir = FixtureDir(GetParam());
+// Prefill of sequences of `lengths` tokens, then 10 graphed greedy decode steps of all of them,
+// against the CPU slice: logits within kLogitsTol and the same greedy tokens up to near-ties.
+void ExpectDecodeMatchesCpu(const std::string& arch, const std::vector<int>& lengths,
+                            bool fuse_decode_norms) {
+  const std::string dir = FixtureDir(arch);
   auto config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status();
   const SliceOptions options{.model_dir = dir,
@@ -50,16 +52,17 @@ TEST_P(CudaFixtureTest, MatchesCpuLogitsAndGreedyTokens) {
                              .kv_num_blocks = 4 * kBlocksPerSeq};
   auto cpu = CpuModelSlice::Load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  auto gpu = CudaModelSlice::Load(options, {.max_batch_tokens = 64, .max_seqs = 8});
+  auto gpu = CudaModelSlice::Load(
+      options, {.max_batch_tokens = 64, .max_seqs = 8, .fuse_decode_norms = fuse_decode_norms});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
 
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> token(0, config->vocab_size - 1);
-  const std::vector<int> lengths = {7, 13, 1};
+  const int n = static_cast<int>(lengths.size());
   MicroBatch prefill;
-  for (int s = 0; s < 3; ++s) {
+  for (int s = 0; s < n; ++s) {
     prefill.chunks.push_back({.seq_id = static_cast<uint64_t>(s),
                               .start_position = 0,
                               .num_tokens = lengths[s],
@@ -76,16 +79,17 @@ TEST_P(CudaFixtureTest, MatchesCpuLogitsAndGreedyTokens) {
 
   // Greedy decode, teacher-forced with the CPU's choice so both stay on the same text.
   const int vocab = config->vocab_size;
-  std::vector<int32_t> next(3);
-  std::vector<int> ends = {6, 19, 20};  // row of each sequence's last token in `want`
-  for (int s = 0; s < 3; ++s) {
-    next[s] = GreedyToken(std::span<const float>(want->data() + ends[s] * vocab, vocab));
+  std::vector<int32_t> next(n);
+  int end = 0;  // row of each sequence's last token in `want`
+  for (int s = 0; s < n; ++s) {
+    end += lengths[s];
+    next[s] = GreedyToken(std::span<const float>(want->data() + (end - 1) * vocab, vocab));
   }
   std::vector<int> pos = lengths;
   int near_ties = 0;
   for (int step = 0; step < 10; ++step) {
     MicroBatch decode;
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < n; ++s) {
       decode.chunks.push_back({.seq_id = static_cast<uint64_t>(s),
                                .start_position = pos[s],
                                .num_tokens = 1,
@@ -99,10 +103,10 @@ TEST_P(CudaFixtureTest, MatchesCpuLogitsAndGreedyTokens) {
     ASSERT_TRUE(gpu_logits.ok()) << gpu_logits.status();
     EXPECT_LT(RelL2(*gpu_logits, *cpu_logits), kLogitsTol) << "step " << step;
     // Same positions again: the KV writes are idempotent.
-    const std::vector<RowSampling> rows(3);
+    const std::vector<RowSampling> rows(n);
     auto gpu_tokens = (*gpu)->ForwardSample(decode, {}, rows);
     ASSERT_TRUE(gpu_tokens.ok()) << gpu_tokens.status();
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < n; ++s) {
       const float* want_row = cpu_logits->data() + s * vocab;
       const float* got_row = gpu_logits->data() + s * vocab;
       next[s] = GreedyToken(std::span<const float>(want_row, vocab));
@@ -126,6 +130,21 @@ TEST_P(CudaFixtureTest, MatchesCpuLogitsAndGreedyTokens) {
   }
   EXPECT_LE(near_ties, 3) << "too many greedy disagreements for bf16 near-ties";
   EXPECT_GT((*gpu)->num_graphs(), 0);
+}
+
+TEST_P(CudaFixtureTest, MatchesCpuLogitsAndGreedyTokens) {
+  RS_SKIP_WITHOUT_GPU();
+  ExpectDecodeMatchesCpu(GetParam(), {7, 13, 1}, /*fuse_decode_norms=*/true);
+}
+
+// One stream decodes at GEMV size: the norms and residual adds run inside the GEMVs (gemv.h),
+// or, with the fusion off, as their own kernels; both must match the CPU.
+TEST_P(CudaFixtureTest, OneStreamMatchesCpuWithAndWithoutFusedNorms) {
+  RS_SKIP_WITHOUT_GPU();
+  for (bool fuse : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "fuse_decode_norms " << fuse);
+    ExpectDecodeMatchesCpu(GetParam(), {11}, fuse);
+  }
 }
 
 TEST_P(CudaFixtureTest, SplitSlicesAndEagerMatchOneGraphedSlice) {
