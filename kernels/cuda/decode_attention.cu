@@ -8,6 +8,7 @@
 #include "kernels/cuda/decode_merge.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/paged_cache.cuh"
 
 namespace ringserve::cuda {
 namespace {
@@ -25,13 +26,6 @@ struct DecodeArgs {
   bf16* out;
   DecodeBatch batch;
 };
-
-__device__ __forceinline__ int64_t CacheOffset(const int32_t* table, int key, const KvCacheLayer& c,
-                                               int kvh, int d) {
-  const int block = table[key / c.block_size];
-  const int slot = key - (key / c.block_size) * c.block_size;
-  return ((static_cast<int64_t>(block) * c.num_kv_heads + kvh) * c.block_size + slot) * d;
-}
 
 // One CTA per (entry, kv head, split). A key is handled by head_dim / 8 lanes (16 bytes of K
 // and of V each); every lane keeps a running max / sum / unnormalized output per query head of
@@ -64,6 +58,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   const int q_row = a.batch.q_rows[e];
   const int32_t* table =
       a.batch.block_tables + static_cast<int64_t>(a.batch.table_rows[e]) * a.batch.max_blocks;
+  const PagedKeys keys(c.block_size);
 
   // q, pre-scaled so that scores are in log2 units.
   const float qscale = a.shape.scale * kLog2e;
@@ -93,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
     for (int u = 0; u < kUnroll; ++u) {
       const int key = wb + u * stride;
       if (key < k_end) {
-        const int64_t off = CacheOffset(table, key, c, kvh, d) + sl * 8;
+        const int64_t off = keys.Offset(c, table, key, kvh, d) + sl * 8;
         kr[u] = LoadStreaming(c.k + off);
         vr[u] = LoadStreaming(c.v + off);
       } else {

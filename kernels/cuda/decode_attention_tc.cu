@@ -17,6 +17,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/mma_sync.cuh"
+#include "kernels/cuda/paged_cache.cuh"
 
 namespace ringserve::cuda {
 namespace {
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
   const int group = a.shape.num_heads / c.num_kv_heads;
   const int32_t* table =
       a.batch.block_tables + static_cast<int64_t>(a.batch.table_rows[e]) * a.batch.max_blocks;
-  const int block_shift = (c.block_size & (c.block_size - 1)) == 0 ? __ffs(c.block_size) - 1 : -1;
+  const PagedKeys keys(c.block_size);
 
   // Copies K and V of keys [key0, key0 + kKeys) into stage buffer `stage`: 2 x kKeys x 16
   // chunks of 16 bytes, kKeys / 2 rows per lane; a row's cache offset is computed once for both.
@@ -93,14 +94,7 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
         continue;
       }
       const bool valid = key < k_end;
-      int64_t offset = 0;
-      if (valid) {
-        const int blk = block_shift >= 0 ? key >> block_shift : key / c.block_size;
-        const int slot = key - blk * c.block_size;
-        offset =
-            ((static_cast<int64_t>(table[blk]) * c.num_kv_heads + kvh) * c.block_size + slot) * kD +
-            chunk * 8;
-      }
+      const int64_t offset = valid ? keys.Offset(c, table, key, kvh, kD) + chunk * 8 : 0;
       CpAsync16(sk + Swz(r, chunk), c.k + offset, valid);
       CpAsync16(sv + Swz(r, chunk), c.v + offset, valid);
     }

@@ -2,11 +2,14 @@
 // an H200 the gap between two dependent kernels (drain, launch, ramp-up) is a few microseconds
 // each — a large share of a 1-stream step. A kernel launched with LaunchDependent may be
 // scheduled while the previous kernel on the stream is still running; it must call
-// WaitForPreviousKernel() before it touches global memory (reads OR writes), which blocks
-// until the previous kernel has completed and its writes are visible, and then lets the next
-// kernel be scheduled early in turn. Without the launch attribute (or on older GPUs, or when
-// SetDependentLaunch(false)) the wait is a no-op and the stream serializes as usual.
-// CUDA graphs captured from such launches keep the programmatic edges.
+// WaitForPreviousKernel() before it touches global memory (reads OR writes) that kernels before
+// it on the stream may write, which blocks until the previous kernel has completed and its
+// writes are visible, and then lets the next kernel be scheduled early in turn. Only data no
+// kernel of the stream writes in the meantime may be read before the wait (the GEMVs' weights;
+// the decode attention's older keys, attention.h); each such kernel states it in its header.
+// Without the launch attribute (or on older GPUs, or when SetDependentLaunch(false)) the wait is a
+// no-op and the stream serializes as usual. CUDA graphs captured from such launches keep the
+// programmatic edges.
 #pragma once
 
 #include <cuda_runtime.h>

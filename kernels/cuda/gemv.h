@@ -11,7 +11,9 @@ enum class OutType { kBF16, kF32 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k], fp32 accumulation, 1 <= m <= kGemvMaxRows.
 // x: [m, k] bf16; w: [n, k] bf16; y: [m, n] of `out`; all device, row-major; k a multiple of 8,
-// pointers 16-byte aligned. One warp per output column; reads w once.
+// pointers 16-byte aligned. One warp per output column; reads w once. Under dependent launch
+// (dependent_launch.cuh) every GEMV here reads its first weights before waiting for the previous
+// kernel: w must not be written by the kernels before it on the stream.
 inline constexpr int kGemvMaxRows = 8;
 absl::Status LaunchGemv(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
                         cudaStream_t stream);

@@ -11,6 +11,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/mma_sync.cuh"
+#include "kernels/cuda/paged_cache.cuh"
 #include "kernels/cuda/prefill_attention_sm90.h"
 
 namespace ringserve::cuda {
@@ -39,6 +40,7 @@ __device__ __forceinline__ int Swz(int row, int chunk) {
 // Loads keys [key0, key0 + 64) of kv head `kvh` into a swizzled tile; keys >= kv_end are zero.
 __device__ __forceinline__ void LoadKvTile(bf16* dst, const bf16* cache, const int32_t* table,
                                            int key0, int kv_end, int kvh, const KvCacheLayer& c) {
+  const PagedKeys keys(c.block_size);
 #pragma unroll
   for (int u = 0; u < 8; ++u) {
     const int i = threadIdx.x + kThreads * u;
@@ -46,15 +48,7 @@ __device__ __forceinline__ void LoadKvTile(bf16* dst, const bf16* cache, const i
     const int chunk = i & 15;
     const int key = key0 + r;
     const bool valid = key < kv_end;
-    const bf16* src = cache;
-    if (valid) {
-      const int blk_idx = key / c.block_size;
-      const int slot = key - blk_idx * c.block_size;
-      src = cache +
-            ((static_cast<int64_t>(table[blk_idx]) * c.num_kv_heads + kvh) * c.block_size + slot) *
-                kD +
-            chunk * 8;
-    }
+    const bf16* src = valid ? cache + keys.Offset(c, table, key, kvh, kD) + chunk * 8 : cache;
     CpAsync16(dst + Swz(r, chunk), src, valid);
   }
 }

@@ -13,6 +13,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/paged_cache.cuh"
 #include "kernels/cuda/prefill_attention_sm90.h"
 
 namespace ringserve::cuda {
@@ -119,16 +120,12 @@ struct LoadPlan {
   uint32_t smem_base;  // ChunkOffset(tid / 16, tid & 15)
   int row;             // tid / 16
   int chunk;           // tid & 15
-  int block_shift;     // log2(block_size) when it is a power of two, else -1
+  PagedKeys keys;
 };
 
 __device__ __forceinline__ LoadPlan MakeLoadPlan(int block_size) {
-  LoadPlan p;
-  p.row = threadIdx.x >> 4;
-  p.chunk = threadIdx.x & 15;
-  p.smem_base = ChunkOffset(p.row, p.chunk);
-  p.block_shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
-  return p;
+  const int row = threadIdx.x >> 4, chunk = threadIdx.x & 15;
+  return {ChunkOffset(row, chunk), row, chunk, PagedKeys(block_size)};
 }
 
 // Queues keys [key0, key0 + 128) of kv head `kvh` into swizzled K and V tiles (one address
@@ -140,14 +137,7 @@ __device__ __forceinline__ void LoadKvTiles(unsigned char* dk, unsigned char* dv
   for (int u = 0; u < 8; ++u) {
     const int key = key0 + p.row + 16 * u;
     const bool valid = key < kv_end;
-    int64_t offset = 0;
-    if (valid) {
-      const int blk = p.block_shift >= 0 ? key >> p.block_shift : key / c.block_size;
-      const int slot = key - blk * c.block_size;
-      offset =
-          ((static_cast<int64_t>(table[blk]) * c.num_kv_heads + kvh) * c.block_size + slot) * kD +
-          p.chunk * 8;
-    }
+    const int64_t offset = valid ? p.keys.Offset(c, table, key, kvh, kD) + p.chunk * 8 : 0;
     const uint32_t dst = p.smem_base + u * 2048;
     CpAsync16(dk + dst, c.k + offset, valid);
     CpAsync16(dv + dst, c.v + offset, valid);

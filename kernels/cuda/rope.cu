@@ -1,5 +1,6 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/paged_cache.cuh"
 #include "kernels/cuda/rope.h"
 
 namespace ringserve::cuda {
@@ -76,9 +77,8 @@ __global__ void __launch_bounds__(kWarps * 32) QkvPrepareKernel(QkvPrepareArgs a
     if (slot < 0) return;
     const int kvh = is_v ? head - a.num_heads - num_kv : head - a.num_heads;
     const int block = slot / a.cache.block_size;
-    const int offset = slot - block * a.cache.block_size;
     bf16* base = is_v ? a.cache.v : a.cache.k;
-    dst = base + ((static_cast<int64_t>(block) * num_kv + kvh) * a.cache.block_size + offset) * d;
+    dst = base + CacheRowOffset(a.cache, block, slot - block * a.cache.block_size, kvh, d);
   }
 #pragma unroll
   for (int p = 0; p < kMaxPairsPerLane; ++p) {
