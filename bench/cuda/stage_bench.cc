@@ -303,6 +303,11 @@ void FusedGemvTable(const ModelConfig& c, double bandwidth, std::string* out) {
     return LaunchAddRmsNorm(res.as<float>(), nullptr, nullptr, wnorm.as<bf16>(), x.as<bf16>(), 1, h,
                             eps, nullptr);
   };
+  // Runs `first`, then `second` if the first launch succeeded.
+  const auto both = [](auto&& first, auto&& second) {
+    const absl::Status s = first();
+    return s.ok() ? second() : s;
+  };
   const auto row = [&](const std::string& name, double bytes, auto&& separate, auto&& fused) {
     const double us_separate = 1000 * TimeMs(separate, 3, 50);
     const double us_fused = 1000 * TimeMs(fused, 3, 50);
@@ -314,19 +319,19 @@ void FusedGemvTable(const ModelConfig& c, double bandwidth, std::string* out) {
   row(
       "qkv: rmsnorm + gemv", 2.0 * qkv_w * h,
       [&] {
-        const absl::Status s = norm();
-        return s.ok() ? LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, 1, qkv_w, h,
-                                   nullptr)
-                      : s;
+        return both(norm, [&] {
+          return LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, 1, qkv_w, h,
+                            nullptr);
+        });
       },
       [&] { return LaunchGemvNormed(normed, w.as<bf16>(), y.as<bf16>(), 1, qkv_w, h, nullptr); });
   row(
       "gate_up: rmsnorm + gemv silu", 4.0 * inter * h,
       [&] {
-        const absl::Status s = norm();
-        return s.ok() ? LaunchGemvGateUpSilu(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), 1, inter, h,
-                                             nullptr)
-                      : s;
+        return both(norm, [&] {
+          return LaunchGemvGateUpSilu(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), 1, inter, h,
+                                      nullptr);
+        });
       },
       [&] {
         return LaunchGemvGateUpSiluNormed(normed, w.as<bf16>(), y.as<bf16>(), 1, inter, h, nullptr);
@@ -336,11 +341,15 @@ void FusedGemvTable(const ModelConfig& c, double bandwidth, std::string* out) {
     row(
         name, 2.0 * h * k,
         [&] {
-          const absl::Status s =
-              LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, 1, h, k, nullptr);
-          return s.ok() ? LaunchAddRmsNorm(res.as<float>(), y.as<bf16>(), nullptr, nullptr, nullptr,
-                                           1, h, eps, nullptr)
-                        : s;
+          return both(
+              [&] {
+                return LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, 1, h, k,
+                                  nullptr);
+              },
+              [&] {
+                return LaunchAddRmsNorm(res.as<float>(), y.as<bf16>(), nullptr, nullptr, nullptr, 1,
+                                        h, eps, nullptr);
+              });
         },
         [&] {
           return LaunchGemvAddResidual(x.as<bf16>(), w.as<bf16>(), nullptr, res.as<float>(), 1, h,

@@ -258,10 +258,8 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
   FinishDecodeSplit<kWarps>(partial, warp_ml, group, kD, kvh, split, a.shape, a.batch, a.out);
 }
 
-}  // namespace
-
-namespace {
 std::atomic<bool> force_cuda_cores{false};
+
 }  // namespace
 
 void ForceDecodeAttentionCudaCores(bool force) { force_cuda_cores.store(force); }

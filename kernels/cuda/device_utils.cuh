@@ -46,6 +46,22 @@ __device__ __forceinline__ void Unpack4(const uint2& packed, float* out) {
   out[3] = b.y;
 }
 
+// RMSNorm pieces shared by the norm kernel (elementwise.cu) and the GEMVs that normalize their
+// input (gemv.cu), so both round alike: the squares of 4 residual values, and
+// bf16(x * inv * weight) of 4 values with their 4 bf16 weights packed in 8 bytes.
+__device__ __forceinline__ float SumSquares4(const float4& x) {
+  return x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+}
+__device__ __forceinline__ uint2 NormScalePack4(const float4& x, float inv, const uint2& weight) {
+  float w[4];
+  Unpack4(weight, w);
+  uint2 packed;
+  __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
+  pairs[0] = __floats2bfloat162_rn(x.x * inv * w[0], x.y * inv * w[1]);
+  pairs[1] = __floats2bfloat162_rn(x.z * inv * w[2], x.w * inv * w[3]);
+  return packed;
+}
+
 // 8 bf16 packed in 16 bytes <-> 8 floats.
 __device__ __forceinline__ void Unpack8(const uint4& packed, float* out) {
   const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);

@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kNormThreads)
         x[k].w += d[3];
         res[i] = x[k];
       }
-      sum_sq += x[k].x * x[k].x + x[k].y * x[k].y + x[k].z * x[k].z + x[k].w * x[k].w;
+      sum_sq += SumSquares4(x[k]);
     }
   }
   if (out == nullptr) return;
@@ -87,15 +87,7 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
   for (int k = 0; k < kNormCache; ++k) {
     const int i = threadIdx.x + k * kNormThreads;
-    if (i < vecs) {
-      float w[4];
-      Unpack4(wt[i], w);
-      uint2 packed;
-      __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
-      pairs[0] = __floats2bfloat162_rn(x[k].x * inv * w[0], x[k].y * inv * w[1]);
-      pairs[1] = __floats2bfloat162_rn(x[k].z * inv * w[2], x[k].w * inv * w[3]);
-      o[i] = packed;
-    }
+    if (i < vecs) o[i] = NormScalePack4(x[k], inv, wt[i]);
   }
 }
 

@@ -27,7 +27,9 @@ struct GemvArgs {
 };
 
 // Each block writes the m normalized rows of x into shared memory `xs` ([m][k / 8] vectors):
-// the values and the rounding of AddRmsNormKernel4 (elementwise.cu).
+// the values and the rounding of AddRmsNormKernel4 (elementwise.cu; the same helpers). The second
+// pass reads the row again (from L1) rather than keeping a k-dependent number of values in
+// registers.
 __device__ __forceinline__ void NormalizeRowsToShared(const RmsNormedInput& in, int m, int k,
                                                       uint4* xs) {
   __shared__ float scratch[32];
@@ -36,21 +38,11 @@ __device__ __forceinline__ void NormalizeRowsToShared(const RmsNormedInput& in, 
   for (int r = 0; r < m; ++r) {
     const float4* row = reinterpret_cast<const float4*>(in.residual + static_cast<int64_t>(r) * k);
     float sum_sq = 0.0f;
-    for (int i = threadIdx.x; i < quads; i += blockDim.x) {
-      const float4 v = __ldg(row + i);
-      sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
+    for (int i = threadIdx.x; i < quads; i += blockDim.x) sum_sq += SumSquares4(__ldg(row + i));
     const float inv = rsqrtf(BlockSum(sum_sq, scratch) / k + in.eps);
     uint2* out = reinterpret_cast<uint2*>(xs) + static_cast<int64_t>(r) * quads;
     for (int i = threadIdx.x; i < quads; i += blockDim.x) {
-      const float4 v = __ldg(row + i);
-      float w[4];
-      Unpack4(__ldg(weight + i), w);
-      uint2 packed;
-      __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
-      pairs[0] = __floats2bfloat162_rn(v.x * inv * w[0], v.y * inv * w[1]);
-      pairs[1] = __floats2bfloat162_rn(v.z * inv * w[2], v.w * inv * w[3]);
-      out[i] = packed;
+      out[i] = NormScalePack4(__ldg(row + i), inv, __ldg(weight + i));
     }
   }
   __syncthreads();
