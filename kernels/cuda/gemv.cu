@@ -5,6 +5,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/rope.cuh"
 
 namespace ringserve::cuda {
 namespace {
@@ -15,7 +16,7 @@ constexpr int kNormedInputSmemBytes = 48 * 1024;
 
 // Where x comes from and what happens to a column's dot product.
 enum class In { kBf16, kNormed };
-enum class Out { kStore, kGateUpSilu, kAddResidual };
+enum class Out { kStore, kGateUpSilu, kAddResidual, kQkvRope };
 
 struct GemvArgs {
   const bf16* x;          // In::kBf16: [m, k]
@@ -23,8 +24,40 @@ struct GemvArgs {
   const bf16* w;          // [n, k], or [2n, k] for Out::kGateUpSilu
   void* y;                // [m, n] OutT; Out::kAddResidual: the fp32 residual
   const bf16* bias;       // Out::kAddResidual: [n] or null
+  QkvRopeOutput rope;     // Out::kQkvRope
   int m, n, k;
 };
+
+// Out::kQkvRope: block b holds kPairsPerBlock rotary pairs of one head — warp w < kPairsPerBlock
+// column `head * d + j0 + w`, warp kPairsPerBlock + w its partner `+ d / 2` — so the block can
+// rotate its pairs itself (needs d % (2 * kPairsPerBlock) == 0).
+constexpr int kPairsPerBlock = kWarpsPerBlock / 2;
+
+__device__ __forceinline__ int QkvRopeColumn(int block, int warp, int d) {
+  const int half = d / 2, blocks_per_head = half / kPairsPerBlock;
+  const int head = block / blocks_per_head;
+  const int j = (block % blocks_per_head) * kPairsPerBlock + warp % kPairsPerBlock;
+  return head * d + j + (warp >= kPairsPerBlock ? half : 0);
+}
+
+// Stores row r's pair (x1, x2) = (column c, column c + d / 2), bias added, of the fused q/k/v
+// projection the way QkvPrepareKernel (rope.cu) does without q/k norms: q and k heads rotated
+// by positions[r] * inv_freq[j], q into q_out, k and v into the cache slot (none if negative).
+__device__ __forceinline__ void StoreRopePair(const QkvRopeOutput& o, int r, int c, float x1,
+                                              float x2) {
+  const int d = o.cache.head_dim, half = d / 2;
+  const int head = c / d, j = c - head * d;
+  if (o.bias != nullptr) {
+    x1 += __bfloat162float(o.bias[c]);
+    x2 += __bfloat162float(o.bias[c + half]);
+  }
+  const bool is_v = head >= o.num_heads + o.cache.num_kv_heads;
+  if (!is_v) RotatePair(x1, x2, o.positions[r], o.inv_freq[j]);
+  bf16* dst = QkvHeadRow(o.q_out, o.num_heads, o.cache, o.slots, r, head);
+  if (dst == nullptr) return;
+  dst[j] = __float2bfloat16(x1);
+  dst[j + half] = __float2bfloat16(x2);
+}
 
 // Each block writes the m normalized rows of x into shared memory `xs` ([m][k / 8] vectors):
 // the values and the rounding of AddRmsNormKernel4 (elementwise.cu; the same helpers). The second
@@ -58,8 +91,9 @@ template <int M, typename OutT, In kIn, Out kOut>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
   constexpr int P = kOut == Out::kGateUpSilu ? 2 : 1;  // weight rows per warp
   extern __shared__ uint4 normed_x[];                  // In::kNormed: [m][k / 8]
-  const int lane = threadIdx.x & 31;
-  const int col = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int col = kOut == Out::kQkvRope ? QkvRopeColumn(blockIdx.x, warp, a.rope.cache.head_dim)
+                                        : blockIdx.x * kWarpsPerBlock + warp;
   const int m = a.m, n = a.n, k = a.k;
   const int vecs = k / 8;
   const uint4* wrow[P];
@@ -84,7 +118,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
   if constexpr (kIn == In::kNormed) {
     NormalizeRowsToShared(a.normed, m, k, normed_x);  // every thread: it synchronizes the block
   }
-  if (col >= n) return;
+  if (col >= n) return;  // never under Out::kQkvRope (n % kWarpsPerBlock == 0): it syncs below
   const auto load_x = [&](int r, int i) {
     if constexpr (kIn == In::kNormed) {
       return normed_x[r * vecs + i];
@@ -120,26 +154,42 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
     }
     if (i + 32 * kUnroll < vecs) load_weights(i + 32 * kUnroll);
   }
+  if constexpr (kOut == Out::kQkvRope) {
+    __shared__ float dots[M][kWarpsPerBlock];  // bf16-rounded, as the qkv buffer holds them
 #pragma unroll
-  for (int r = 0; r < M; ++r) {
-    if (r >= m) break;
-    const float sum = WarpSum(acc[0][r]);
-    float value = sum;
-    if constexpr (kOut == Out::kGateUpSilu) {
-      const float g = __bfloat162float(__float2bfloat16(sum));
-      const float u = __bfloat162float(__float2bfloat16(WarpSum(acc[P - 1][r])));
-      value = g / (1.0f + __expf(-g)) * u;
+    for (int r = 0; r < M; ++r) {
+      if (r >= m) break;
+      const float sum = WarpSum(acc[0][r]);
+      if (lane == 0) dots[r][warp] = __bfloat162float(__float2bfloat16(sum));
     }
-    if (lane != 0) continue;
-    OutT* y = static_cast<OutT*>(a.y) + static_cast<int64_t>(r) * n + col;
-    if constexpr (kOut == Out::kAddResidual) {
-      const float delta = __bfloat162float(__float2bfloat16(sum)) +
-                          (a.bias != nullptr ? __bfloat162float(a.bias[col]) : 0.0f);
-      *y += delta;
-    } else if constexpr (sizeof(OutT) == 4) {
-      *y = value;
-    } else {
-      *y = __float2bfloat16(value);
+    __syncthreads();
+    const int r = threadIdx.x / kPairsPerBlock, pair = threadIdx.x % kPairsPerBlock;
+    if (r < m) {
+      StoreRopePair(a.rope, r, QkvRopeColumn(blockIdx.x, pair, a.rope.cache.head_dim),
+                    dots[r][pair], dots[r][pair + kPairsPerBlock]);
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      if (r >= m) break;
+      const float sum = WarpSum(acc[0][r]);
+      float value = sum;
+      if constexpr (kOut == Out::kGateUpSilu) {
+        const float g = __bfloat162float(__float2bfloat16(sum));
+        const float u = __bfloat162float(__float2bfloat16(WarpSum(acc[P - 1][r])));
+        value = g / (1.0f + __expf(-g)) * u;
+      }
+      if (lane != 0) continue;
+      OutT* y = static_cast<OutT*>(a.y) + static_cast<int64_t>(r) * n + col;
+      if constexpr (kOut == Out::kAddResidual) {
+        const float delta = __bfloat162float(__float2bfloat16(sum)) +
+                            (a.bias != nullptr ? __bfloat162float(a.bias[col]) : 0.0f);
+        *y += delta;
+      } else if constexpr (sizeof(OutT) == 4) {
+        *y = value;
+      } else {
+        *y = __float2bfloat16(value);
+      }
     }
   }
 }
@@ -199,6 +249,22 @@ absl::Status LaunchGemvGateUpSiluNormed(const RmsNormedInput& x, const bf16* w_g
                                         int m, int inter, int k, cudaStream_t stream) {
   const GemvArgs a{.normed = x, .w = w_gate_up, .y = act, .m = m, .n = inter, .k = k};
   return Dispatch<bf16, In::kNormed, Out::kGateUpSilu>(a, stream);
+}
+
+absl::Status LaunchGemvNormedQkvRope(const RmsNormedInput& x, const bf16* w_qkv,
+                                     const QkvRopeOutput& out, int m, int k, cudaStream_t stream) {
+  const int d = out.cache.head_dim;
+  if (d <= 0 || d % (2 * kPairsPerBlock) != 0 || out.num_heads <= 0 ||
+      out.cache.num_kv_heads <= 0 || out.cache.block_size <= 0) {
+    return absl::InvalidArgumentError("GEMV qkv rope: need head_dim a multiple of 8, heads > 0");
+  }
+  const GemvArgs a{.normed = x,
+                   .w = w_qkv,
+                   .rope = out,
+                   .m = m,
+                   .n = (out.num_heads + 2 * out.cache.num_kv_heads) * d,
+                   .k = k};
+  return Dispatch<bf16, In::kNormed, Out::kQkvRope>(a, stream);
 }
 
 absl::Status LaunchGemvAddResidual(const bf16* x, const bf16* w, const bf16* bias, float* residual,

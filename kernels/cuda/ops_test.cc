@@ -214,6 +214,84 @@ TEST(CudaGemmTest, GemvWithFusedNormAndResidualAddMatchesCpu) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
 }
 
+// The q/k/v projection with its rotation and K/V store in one kernel stores exactly what the
+// normalizing GEMV followed by the QKV prepare kernel stores (both checked against the CPU above).
+TEST(CudaGemmTest, GemvQkvRopeMatchesNormedGemvThenPrepare) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(15);
+  struct Case {
+    int head_dim, heads, kv_heads, m;
+    bool bias;
+  };
+  for (const Case& cs : {Case{16, 4, 2, 1, false}, Case{16, 4, 2, 8, true},
+                         Case{128, 4, 1, 3, true}, Case{64, 2, 2, 5, false}}) {
+    SCOPED_TRACE(::testing::Message() << "head_dim " << cs.head_dim << " m " << cs.m);
+    const int m = cs.m, k = 264, d = cs.head_dim, block_size = 4, num_blocks = 4;
+    const int width = (cs.heads + 2 * cs.kv_heads) * d;
+    const auto residual = RandomBf16Values(rng, static_cast<size_t>(m) * k, 2.0f);
+    const auto norm_weight = RandomBf16Values(rng, k);
+    const auto w = RandomBf16Values(rng, static_cast<size_t>(width) * k, 0.2f);
+    const auto bias = RandomBf16Values(rng, width);
+    std::vector<int32_t> positions(m), slots(m);
+    for (int r = 0; r < m; ++r) {
+      positions[r] = 37 * r + 5;
+      slots[r] = r == 1 ? -1 : (3 * r + 2) % (num_blocks * block_size);  // row 1: padding
+    }
+    std::vector<float> inv_freq = cpu::RopeInvFreq(d, 500000.0);
+    DeviceBuffer dres = Upload(residual), dnorm = UploadBf16(norm_weight), dw = UploadBf16(w),
+                 dbias = UploadBf16(bias), dpos = Upload(positions), dslots = Upload(slots),
+                 dinv = Upload(inv_freq), dqkv;
+    ASSERT_TRUE(dqkv.Allocate(static_cast<size_t>(m) * width * 2).ok());
+    const size_t q_elems = static_cast<size_t>(m) * cs.heads * d;
+    const size_t cache_elems = static_cast<size_t>(num_blocks) * cs.kv_heads * block_size * d;
+    DeviceBuffer q[2], kc[2], vc[2];
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(q[i].Allocate(q_elems * 2).ok());
+      ASSERT_TRUE(kc[i].Allocate(cache_elems * 2).ok());
+      ASSERT_TRUE(vc[i].Allocate(cache_elems * 2).ok());
+      Poison(q[i]);
+      Poison(kc[i]);
+      Poison(vc[i]);
+    }
+    const auto cache = [&](int i) {
+      return KvCacheLayer{.k = kc[i].as<bf16>(),
+                          .v = vc[i].as<bf16>(),
+                          .num_kv_heads = cs.kv_heads,
+                          .block_size = block_size,
+                          .head_dim = d};
+    };
+    const RmsNormedInput in{dres.as<float>(), dnorm.as<bf16>(), 1e-5f};
+    const bf16* b = cs.bias ? dbias.as<bf16>() : nullptr;
+    RS_ASSERT_OK(LaunchGemvNormed(in, dw.as<bf16>(), dqkv.as<bf16>(), m, width, k, nullptr));
+    RS_ASSERT_OK(LaunchQkvPrepare({.qkv = dqkv.as<bf16>(),
+                                   .bias = b,
+                                   .positions = dpos.as<int32_t>(),
+                                   .inv_freq = dinv.as<float>(),
+                                   .slots = dslots.as<int32_t>(),
+                                   .q_out = q[0].as<bf16>(),
+                                   .cache = cache(0),
+                                   .num_tokens = m,
+                                   .num_heads = cs.heads},
+                                  nullptr));
+    RS_ASSERT_OK(LaunchGemvNormedQkvRope(in, dw.as<bf16>(),
+                                         {.bias = b,
+                                          .positions = dpos.as<int32_t>(),
+                                          .inv_freq = dinv.as<float>(),
+                                          .slots = dslots.as<int32_t>(),
+                                          .q_out = q[1].as<bf16>(),
+                                          .cache = cache(1),
+                                          .num_heads = cs.heads},
+                                         m, k, nullptr));
+    EXPECT_EQ(Download<uint16_t>(q[1], q_elems), Download<uint16_t>(q[0], q_elems));
+    EXPECT_EQ(Download<uint16_t>(kc[1], cache_elems), Download<uint16_t>(kc[0], cache_elems));
+    EXPECT_EQ(Download<uint16_t>(vc[1], cache_elems), Download<uint16_t>(vc[0], cache_elems));
+  }
+  const absl::Status refused = LaunchGemvNormedQkvRope(
+      {}, nullptr, {.cache = {.num_kv_heads = 1, .block_size = 4, .head_dim = 12}, .num_heads = 1},
+      1, 64, nullptr);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+}
+
 // A graph of cuBLASLt GEMM -> SiLU-mul (a programmatic dependent): the edge out of the GEMM moves
 // to launch completion, and the SiLU-mul still reads the GEMM's finished output.
 TEST(CudaGraphEdgesTest, DependentAfterGemmLaunchesEarlyAndReadsItsOutput) {

@@ -1,7 +1,6 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/paged_cache.cuh"
-#include "kernels/cuda/rope.h"
+#include "kernels/cuda/rope.cuh"
 
 namespace ringserve::cuda {
 namespace {
@@ -55,31 +54,15 @@ __global__ void __launch_bounds__(kWarps * 32) QkvPrepareKernel(QkvPrepareArgs a
         }
       }
     }
-    const float pos = static_cast<float>(a.positions[t]);
+    const int position = a.positions[t];
 #pragma unroll
     for (int p = 0; p < kMaxPairsPerLane; ++p) {
       const int i = lane + 32 * p;
-      if (i < half) {
-        float s, c;
-        sincosf(pos * a.inv_freq[i], &s, &c);
-        const float r1 = x1[p] * c - x2[p] * s;
-        const float r2 = x2[p] * c + x1[p] * s;
-        x1[p] = r1;
-        x2[p] = r2;
-      }
+      if (i < half) RotatePair(x1[p], x2[p], position, a.inv_freq[i]);
     }
   }
-  bf16* dst;
-  if (is_q) {
-    dst = a.q_out + (static_cast<int64_t>(t) * a.num_heads + head) * d;
-  } else {
-    const int slot = a.slots[t];
-    if (slot < 0) return;
-    const int kvh = is_v ? head - a.num_heads - num_kv : head - a.num_heads;
-    const int block = slot / a.cache.block_size;
-    bf16* base = is_v ? a.cache.v : a.cache.k;
-    dst = base + CacheRowOffset(a.cache, block, slot - block * a.cache.block_size, kvh, d);
-  }
+  bf16* dst = QkvHeadRow(a.q_out, a.num_heads, a.cache, a.slots, t, head);
+  if (dst == nullptr) return;
 #pragma unroll
   for (int p = 0; p < kMaxPairsPerLane; ++p) {
     const int i = lane + 32 * p;

@@ -220,16 +220,28 @@ bool CudaModelSlice::FusesNorms(const Plan& p) const {
          GemvNormedInputFits(p.tokens, config_.hidden_size);
 }
 
-absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
+absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& cache) {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
   const int t = p.tokens;
-  const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int h = c.hidden_size, d = c.head_dim;
   const int qkv_width = (c.num_heads + 2 * c.num_kv_heads) * d;
   const int32_t* m = meta_.as<int32_t>();
   const float eps = c.rms_norm_eps;
   float* residual = residual_.as<float>();
   const bool fused = FusesNorms(p);
+  if (fused && w.q_norm == nullptr && d % 8 == 0) {
+    // The projection rotates q and k and stores K/V itself (no qkv buffer, no prepare kernel).
+    return LaunchGemvNormedQkvRope({residual, w.input_norm, eps}, w.qkv,
+                                   {.bias = w.qkv_bias,
+                                    .positions = m + p.positions,
+                                    .inv_freq = inv_freq_.as<float>(),
+                                    .slots = m + p.slots,
+                                    .q_out = q_.as<bf16>(),
+                                    .cache = cache,
+                                    .num_heads = c.num_heads},
+                                   t, h, stream_);
+  }
   if (fused) {
     RS_RETURN_IF_ERROR(LaunchGemvNormed({residual, w.input_norm, eps}, w.qkv, qkv_.as<bf16>(), t,
                                         qkv_width, h, stream_));
@@ -240,24 +252,35 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
     RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.qkv, qkv_.get(), OutType::kBF16, t,
                                      qkv_width, h, stream_));
   }
+  return LaunchQkvPrepare({.qkv = qkv_.as<bf16>(),
+                           .bias = w.qkv_bias,
+                           .q_norm = w.q_norm,
+                           .k_norm = w.k_norm,
+                           .norm_eps = eps,
+                           .positions = m + p.positions,
+                           .inv_freq = inv_freq_.as<float>(),
+                           .slots = m + p.slots,
+                           .q_out = q_.as<bf16>(),
+                           .cache = cache,
+                           .num_tokens = t,
+                           .num_heads = c.num_heads},
+                          stream_);
+}
+
+absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_[l];
+  const int t = p.tokens;
+  const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const float eps = c.rms_norm_eps;
+  float* residual = residual_.as<float>();
+  const bool fused = FusesNorms(p);
   const KvCacheLayer cache{.k = kv_buffer_.as<bf16>() + 2 * l * kv_layer_elems_,
                            .v = kv_buffer_.as<bf16>() + (2 * l + 1) * kv_layer_elems_,
                            .num_kv_heads = c.num_kv_heads,
                            .block_size = options_.kv_block_size,
                            .head_dim = d};
-  RS_RETURN_IF_ERROR(LaunchQkvPrepare({.qkv = qkv_.as<bf16>(),
-                                       .bias = w.qkv_bias,
-                                       .q_norm = w.q_norm,
-                                       .k_norm = w.k_norm,
-                                       .norm_eps = eps,
-                                       .positions = m + p.positions,
-                                       .inv_freq = inv_freq_.as<float>(),
-                                       .slots = m + p.slots,
-                                       .q_out = q_.as<bf16>(),
-                                       .cache = cache,
-                                       .num_tokens = t,
-                                       .num_heads = c.num_heads},
-                                      stream_));
+  RS_RETURN_IF_ERROR(RunQkv(l, p, cache));
   RS_RETURN_IF_ERROR(RunAttention(p, cache));
   if (fused) {
     RS_RETURN_IF_ERROR(LaunchGemvAddResidual(attn_.as<bf16>(), w.o, w.o_bias, residual, t, h,

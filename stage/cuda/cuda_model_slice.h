@@ -189,6 +189,8 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   // One decoder layer; without fused norms it leaves its MLP output in proj_ for the next
   // layer's (or the slice's final) add.
   absl::Status RunLayer(int layer, const Plan& plan);
+  // The layer's input norm, q/k/v projection, q/k rotation and K/V store (into q_ and `cache`).
+  absl::Status RunQkv(int layer, const Plan& plan, const KvCacheLayer& cache);
   absl::Status RunAttention(const Plan& plan, const KvCacheLayer& cache);
   // Logits rows one sampling call handles, and the pinned staging for them.
   int64_t SampleRowsCapacity() const {

@@ -1,0 +1,38 @@
+// Device-side pieces of the attention input stage shared by QkvPrepareKernel (rope.cu) and the
+// GEMV that folds it in (gemv.cu): the rotation of one "rotate half" pair and where a token's
+// head goes — so both store the same values in the same places.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/paged_cache.cuh"
+#include "kernels/cuda/rope.h"
+
+namespace ringserve::cuda {
+
+// (x1, x2) = (x1 cos - x2 sin, x2 cos + x1 sin) at angle position * inv_freq, fp32.
+__device__ __forceinline__ void RotatePair(float& x1, float& x2, int position, float inv_freq) {
+  float s, c;
+  sincosf(static_cast<float>(position) * inv_freq, &s, &c);
+  const float r1 = x1 * c - x2 * s;
+  const float r2 = x2 * c + x1 * s;
+  x1 = r1;
+  x2 = r2;
+}
+
+// The row of head `head` (q heads, then k heads, then v heads) of token t: its q_out row
+// ([tokens, num_heads, d]) or its K/V cache row at slots[t]; nullptr for K/V of a negative slot.
+__device__ __forceinline__ bf16* QkvHeadRow(bf16* q_out, int num_heads, const KvCacheLayer& cache,
+                                            const int32_t* slots, int t, int head) {
+  const int d = cache.head_dim;
+  if (head < num_heads) return q_out + (static_cast<int64_t>(t) * num_heads + head) * d;
+  const int slot = slots[t];
+  if (slot < 0) return nullptr;
+  const bool is_v = head >= num_heads + cache.num_kv_heads;
+  const int kvh = head - num_heads - (is_v ? cache.num_kv_heads : 0);
+  const int block = slot / cache.block_size;
+  return (is_v ? cache.v : cache.k) +
+         CacheRowOffset(cache, block, slot - block * cache.block_size, kvh, d);
+}
+
+}  // namespace ringserve::cuda
