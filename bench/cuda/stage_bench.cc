@@ -494,14 +494,17 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, int long_ctx, Cud
                "graphs, dependents after GEMMs launch at their end");
   }
   SetEarlyGraphLaunch(true);
-  // Without the norms and residual adds folded into the GEMVs (gemv.h; 1 stream is the GEMV
-  // size), then with them again: an A/B inside one process.
-  slice.set_fuse_decode_norms(false);
-  slice.ResetGraphs();
-  decode_row("decode 1 unfused", 1, 128, steps, "graphs, norms as their own kernels");
-  slice.set_fuse_decode_norms(true);
-  slice.ResetGraphs();
-  decode_row("decode 1 again", 1, 128, steps, "graphs, tuned GEMMs");
+  // Without the decode fusions (CudaSliceOptions::fuse_decode_kernels: at 1 stream the norms,
+  // residual adds and QKV prepare folded into the GEMVs, at 32 the QKV prepare into the decode
+  // attention), then with them again: an A/B inside one process.
+  for (const bool fuse : {false, true}) {
+    slice.set_fuse_decode_kernels(fuse);
+    slice.ResetGraphs();
+    for (int streams : {1, 32}) {
+      decode_row(fmt::format("decode {} {}", streams, fuse ? "again" : "unfused"), streams, 128,
+                 steps, fuse ? "graphs, tuned GEMMs" : "graphs, no decode fusions");
+    }
+  }
   if (flags.decode_only) return;
   decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
   // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and

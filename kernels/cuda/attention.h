@@ -1,7 +1,7 @@
 // Attention over the paged KV cache (layout: rope.h's KvCacheLayer), causal, grouped-query.
 // The cache must already hold the K/V of the tokens being attended (LaunchQkvPrepare stores
-// them first). Query head h uses kv head h / (num_heads / num_kv_heads). fp32 softmax with max
-// subtraction; bf16 in and out.
+// them first; LaunchDecodeAttentionFromQkv stores each entry's newest one itself). Query head h
+// uses kv head h / (num_heads / num_kv_heads). fp32 softmax with max subtraction; bf16 in and out.
 //
 // Two kernels:
 //  - Decode (LaunchDecodeAttention): one query token per entry. One CTA per (entry, kv head,
@@ -87,6 +87,30 @@ inline DecodeSplitPlan PlanDecodeSplits(int num_entries, int num_kv_heads, int h
   partition = (partition + kMinDecodePartition - 1) / kMinDecodePartition * kMinDecodePartition;
   return {partition, (ctx + partition - 1) / partition};
 }
+
+// A decode step's q/k/v projection before the attention input stage, for
+// LaunchDecodeAttentionFromQkv: entry e's row q_rows[e] of qkv ([rows, (num_heads + 2 *
+// num_kv_heads) * head_dim] bf16: q heads, k heads, v heads) is its token; positions, slots:
+// [rows] device, per token (as QkvPrepareArgs).
+struct DecodeQkv {
+  const bf16* qkv = nullptr;
+  const bf16* bias = nullptr;  // [(num_heads + 2 * num_kv_heads) * head_dim] or nullptr
+  const int32_t* positions = nullptr;
+  const int32_t* slots = nullptr;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+};
+// Whether LaunchDecodeAttentionFromQkv runs for this head dim on the current device (head_dim
+// 128 on the tensor-core kernel).
+bool DecodeAttentionTakesQkv(int head_dim);
+// LaunchQkvPrepare (without q/k norms) for the entries' rows followed by LaunchDecodeAttention,
+// as one kernel: each entry's q heads are biased and rotated on the way into the kernel (q_out is
+// not written), and the CTA whose split holds the newest key (context_lens[e] - 1, which must be
+// the cache slot slots[q_rows[e]]) biases, rotates and stores that key and value first. Same
+// values as the two launches, bit for bit. Needs DecodeAttentionTakesQkv(head_dim), and every
+// entry's older keys in the cache before the launch (one entry per sequence: an entry never
+// attends to a key another entry of the launch stores).
+absl::Status LaunchDecodeAttentionFromQkv(const AttentionShape& shape, const DecodeQkv& qkv,
+                                          bf16* out, const DecodeBatch& batch, cudaStream_t stream);
 
 int64_t DecodeWorkspaceFloats(int num_entries, int num_heads, int head_dim, int num_splits);
 // Splits needed so that every context up to max_context fits.

@@ -67,6 +67,37 @@ std::vector<int32_t> RandomTable(std::mt19937& rng, int num_blocks, int max_bloc
   return all;
 }
 
+// A decode batch's device arrays: entry e attends row q_rows[e] through table row e of `tables`
+// ([entries, max_blocks]) to contexts[e] keys, in DecodeSplitsFor(max context, partition)
+// splits with their workspace.
+struct DeviceDecodeBatch {
+  DeviceBuffer ctx, rows, table_rows, tables, workspace;
+  DecodeBatch batch;
+
+  DeviceDecodeBatch(const std::vector<int32_t>& contexts, const std::vector<int32_t>& q_rows,
+                    const std::vector<int32_t>& block_tables, int max_blocks, int heads,
+                    int head_dim, int partition)
+      : ctx(Upload(contexts)), rows(Upload(q_rows)), tables(Upload(block_tables)) {
+    const int entries = static_cast<int>(contexts.size());
+    std::vector<int32_t> trows(entries);
+    std::iota(trows.begin(), trows.end(), 0);
+    table_rows = Upload(trows);
+    const int splits =
+        DecodeSplitsFor(*std::max_element(contexts.begin(), contexts.end()), partition);
+    EXPECT_TRUE(
+        workspace.Allocate(DecodeWorkspaceFloats(entries, heads, head_dim, splits) * 4 + 16).ok());
+    batch = {.q_rows = rows.as<int32_t>(),
+             .context_lens = ctx.as<int32_t>(),
+             .table_rows = table_rows.as<int32_t>(),
+             .block_tables = tables.as<int32_t>(),
+             .max_blocks = max_blocks,
+             .num_entries = entries,
+             .num_splits = splits,
+             .workspace = workspace.as<float>(),
+             .partition = partition};
+  }
+};
+
 void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> contexts,
                    uint32_t seed, int partition = kDecodePartition) {
   SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " seed " << seed);
@@ -76,12 +107,11 @@ void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> c
   const int max_blocks = (max_ctx + bs - 1) / bs;
   TestCache cache(rng, max_blocks + 7, kv_heads, bs, head_dim);
   const int entries = static_cast<int>(contexts.size());
-  std::vector<int32_t> tables, q_rows(entries), table_rows(entries);
+  std::vector<int32_t> tables, q_rows(entries);
   for (int e = 0; e < entries; ++e) {
     const auto t = RandomTable(rng, cache.num_blocks, max_blocks);
     tables.insert(tables.end(), t.begin(), t.end());
     q_rows[e] = entries - 1 - e;  // rows need not follow entries
-    table_rows[e] = e;
   }
   const auto q = RandomBf16Values(rng, static_cast<size_t>(entries) * heads * head_dim);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -92,24 +122,15 @@ void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> c
                         std::span<const int32_t>(tables.data() + e * max_blocks, max_blocks),
                         contexts[e] - 1, scale, want.data() + row);
   }
-  DeviceBuffer dq = UploadBf16(q), dout, dctx = Upload(contexts), drows = Upload(q_rows),
-               dtrows = Upload(table_rows), dtables = Upload(tables), dws;
+  DeviceBuffer dq = UploadBf16(q), dout;
   ASSERT_TRUE(dout.Allocate(q.size() * 2).ok());
-  const int splits = DecodeSplitsFor(max_ctx, partition);
-  ASSERT_TRUE(dws.Allocate(DecodeWorkspaceFloats(entries, heads, head_dim, splits) * 4 + 16).ok());
   Poison(dout);
+  const DeviceDecodeBatch device_batch(contexts, q_rows, tables, max_blocks, heads, head_dim,
+                                       partition);
+  const DecodeBatch& batch = device_batch.batch;
   AttentionShape shape{.num_heads = heads, .scale = scale, .cache = cache.Layer()};
-  DecodeBatch batch{.q_rows = drows.as<int32_t>(),
-                    .context_lens = dctx.as<int32_t>(),
-                    .table_rows = dtrows.as<int32_t>(),
-                    .block_tables = dtables.as<int32_t>(),
-                    .max_blocks = max_blocks,
-                    .num_entries = entries,
-                    .num_splits = splits,
-                    .workspace = dws.as<float>(),
-                    .partition = partition};
   RS_ASSERT_OK(LaunchDecodeAttention(shape, dq.as<bf16>(), dout.as<bf16>(), batch, nullptr));
-  EXPECT_LT(RelL2(DownloadBf16(dout, q.size()), want), 1e-2) << "splits " << splits;
+  EXPECT_LT(RelL2(DownloadBf16(dout, q.size()), want), 1e-2) << "splits " << batch.num_splits;
 }
 
 TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
@@ -133,6 +154,87 @@ TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
   ForceDecodeAttentionCudaCores(true);
   RunDecodeCase(128, 32, 8, {1, 200, 513}, seed + 12, /*partition=*/256);
   ForceDecodeAttentionCudaCores(false);
+}
+
+// The attention input stage folded into the decode kernel: from the raw q/k/v projection it
+// stores exactly the cache and output that LaunchQkvPrepare + LaunchDecodeAttention store (both
+// checked against the CPU above): with and without bias, one and several splits, group 4 and 8.
+void RunDecodeFromQkvCase(int heads, int kv_heads, const std::vector<int32_t>& contexts,
+                          int partition, bool bias, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "heads " << heads << " partition " << partition << " bias "
+                                    << bias << " seed " << seed);
+  std::mt19937 rng(seed);
+  const int d = 128, bs = 16, entries = static_cast<int>(contexts.size());
+  const int width = (heads + 2 * kv_heads) * d;
+  const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  const int max_blocks = (max_ctx + bs - 1) / bs;
+  TestCache cache[2] = {TestCache(rng, entries * max_blocks, kv_heads, bs, d),
+                        TestCache(rng, entries * max_blocks, kv_heads, bs, d)};
+  cache[1].dk = UploadBf16(cache[0].k);  // the same starting cache for both paths
+  cache[1].dv = UploadBf16(cache[0].v);
+  std::vector<int32_t> tables, q_rows(entries), positions(entries), slots(entries);
+  for (int e = 0; e < entries; ++e) {
+    for (int b = 0; b < max_blocks; ++b) tables.push_back(e * max_blocks + b);  // disjoint
+    const int t = entries - 1 - e;  // rows need not follow entries
+    q_rows[e] = t;
+    positions[t] = contexts[e] - 1;
+    slots[t] = tables[e * max_blocks + positions[t] / bs] * bs + positions[t] % bs;
+  }
+  std::vector<float> inv_freq = cpu::RopeInvFreq(d, 500000.0);
+  const auto qkv = RandomBf16Values(rng, static_cast<size_t>(entries) * width);
+  const auto bias_values = RandomBf16Values(rng, width);
+  DeviceBuffer dqkv = UploadBf16(qkv), dbias = UploadBf16(bias_values), dpos = Upload(positions),
+               dslots = Upload(slots), dinv = Upload(inv_freq), dq, dout[2];
+  const size_t q_elems = static_cast<size_t>(entries) * heads * d;
+  ASSERT_TRUE(dq.Allocate(q_elems * 2).ok());
+  for (DeviceBuffer& out : dout) {
+    ASSERT_TRUE(out.Allocate(q_elems * 2).ok());
+    Poison(out);
+  }
+  const DeviceDecodeBatch device_batch(contexts, q_rows, tables, max_blocks, heads, d, partition);
+  const DecodeBatch& batch = device_batch.batch;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const bf16* b = bias ? dbias.as<bf16>() : nullptr;
+  RS_ASSERT_OK(LaunchQkvPrepare({.qkv = dqkv.as<bf16>(),
+                                 .bias = b,
+                                 .positions = dpos.as<int32_t>(),
+                                 .inv_freq = dinv.as<float>(),
+                                 .slots = dslots.as<int32_t>(),
+                                 .q_out = dq.as<bf16>(),
+                                 .cache = cache[0].Layer(),
+                                 .num_tokens = entries,
+                                 .num_heads = heads},
+                                nullptr));
+  RS_ASSERT_OK(
+      LaunchDecodeAttention({.num_heads = heads, .scale = scale, .cache = cache[0].Layer()},
+                            dq.as<bf16>(), dout[0].as<bf16>(), batch, nullptr));
+  RS_ASSERT_OK(
+      LaunchDecodeAttentionFromQkv({.num_heads = heads, .scale = scale, .cache = cache[1].Layer()},
+                                   {.qkv = dqkv.as<bf16>(),
+                                    .bias = b,
+                                    .positions = dpos.as<int32_t>(),
+                                    .slots = dslots.as<int32_t>(),
+                                    .inv_freq = dinv.as<float>()},
+                                   dout[1].as<bf16>(), batch, nullptr));
+  const size_t cache_elems = cache[0].k.size();
+  EXPECT_EQ(Download<uint16_t>(dout[1], q_elems), Download<uint16_t>(dout[0], q_elems));
+  EXPECT_EQ(Download<uint16_t>(cache[1].dk, cache_elems),
+            Download<uint16_t>(cache[0].dk, cache_elems));
+  EXPECT_EQ(Download<uint16_t>(cache[1].dv, cache_elems),
+            Download<uint16_t>(cache[0].dv, cache_elems));
+}
+
+TEST(CudaDecodeAttentionTest, FromQkvMatchesPrepareThenAttention) {
+  RS_SKIP_WITHOUT_GPU();
+  if (!DecodeAttentionTakesQkv(128)) GTEST_SKIP() << "no tensor-core decode kernel here";
+  const uint32_t seed = std::random_device{}();
+  RunDecodeFromQkvCase(32, 8, {1, 17, 160, 600}, kDecodePartition, true, seed);
+  RunDecodeFromQkvCase(32, 8, {1, 17, 160, 600}, 64, false, seed + 1);  // the newest key's split
+  RunDecodeFromQkvCase(16, 2, {33, 2, 1025}, 32, true, seed + 2);       // group 8
+  const absl::Status refused = LaunchDecodeAttentionFromQkv(
+      {.num_heads = 4, .cache = {.num_kv_heads = 1, .block_size = 16, .head_dim = 128}}, {},
+      nullptr, {.num_entries = 1}, nullptr);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
 }
 
 TEST(CudaDecodeAttentionTest, SplitPlanCoversContextAndFillsSms) {

@@ -205,8 +205,9 @@ int64_t DecodeWorkspaceFloats(int num_entries, int num_heads, int head_dim, int 
   return static_cast<int64_t>(num_entries) * num_heads * num_splits * (head_dim + 2);
 }
 
-absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, bf16* out,
-                                   const DecodeBatch& batch, cudaStream_t stream) {
+namespace {
+
+absl::Status CheckDecodeShape(const AttentionShape& shape, const DecodeBatch& batch) {
   const KvCacheLayer& c = shape.cache;
   const int d = c.head_dim;
   if (c.num_kv_heads <= 0 || shape.num_heads % c.num_kv_heads != 0 ||
@@ -219,12 +220,30 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
         "LaunchDecodeAttention: unsupported shape (head_dim in {16,32,64,128,256}, group <= 8, "
         "group * head_dim <= 1024)");
   }
+  return absl::OkStatus();
+}
+
+// The kernel that merges the splits, after the attention kernel.
+absl::Status LaunchMergeIfSplit(const DecodeArgs& args, cudaStream_t stream) {
+  if (args.batch.num_splits > 1) {
+    LaunchDependent(DecodeReduceKernel, dim3(args.batch.num_entries, args.shape.num_heads), 128, 0,
+                    stream, args);
+  }
+  return LaunchStatus("DecodeKernel");
+}
+
+}  // namespace
+
+absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, bf16* out,
+                                   const DecodeBatch& batch, cudaStream_t stream) {
+  RS_RETURN_IF_ERROR(CheckDecodeShape(shape, batch));
   if (batch.num_entries == 0) return absl::OkStatus();
+  const KvCacheLayer& c = shape.cache;
   const DecodeArgs args{shape, q, out, batch};
   const dim3 grid(batch.num_entries, c.num_kv_heads, batch.num_splits);
   const int group = shape.num_heads / c.num_kv_heads;
-  if (d == 128 && DecodeAttentionTcFits()) {
-    RS_RETURN_IF_ERROR(LaunchDecodeAttentionTc(shape, q, out, batch, stream));
+  if (c.head_dim == 128 && DecodeAttentionTcFits()) {
+    RS_RETURN_IF_ERROR(LaunchDecodeAttentionTc(shape, q, {}, out, batch, stream));
   } else if (group == 1) {
     LaunchDependent(DecodeKernel<1>, grid, kThreads, 0, stream, args);
   } else if (group == 2) {
@@ -234,11 +253,24 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
   } else {
     LaunchDependent(DecodeKernel<8>, grid, kThreads, 0, stream, args);
   }
-  if (batch.num_splits > 1) {
-    LaunchDependent(DecodeReduceKernel, dim3(batch.num_entries, shape.num_heads), 128, 0, stream,
-                    args);
+  return LaunchMergeIfSplit(args, stream);
+}
+
+bool DecodeAttentionTakesQkv(int head_dim) { return head_dim == 128 && DecodeAttentionTcFits(); }
+
+absl::Status LaunchDecodeAttentionFromQkv(const AttentionShape& shape, const DecodeQkv& qkv,
+                                          bf16* out, const DecodeBatch& batch,
+                                          cudaStream_t stream) {
+  RS_RETURN_IF_ERROR(CheckDecodeShape(shape, batch));
+  if (!DecodeAttentionTakesQkv(shape.cache.head_dim) || qkv.qkv == nullptr ||
+      qkv.positions == nullptr || qkv.slots == nullptr || qkv.inv_freq == nullptr) {
+    return absl::InvalidArgumentError(
+        "LaunchDecodeAttentionFromQkv: needs head_dim 128 on the tensor-core kernel and the "
+        "projection, positions, slots and frequencies");
   }
-  return LaunchStatus("DecodeKernel");
+  if (batch.num_entries == 0) return absl::OkStatus();
+  RS_RETURN_IF_ERROR(LaunchDecodeAttentionTc(shape, nullptr, qkv, out, batch, stream));
+  return LaunchMergeIfSplit({shape, nullptr, out, batch}, stream);
 }
 
 }  // namespace ringserve::cuda

@@ -18,6 +18,7 @@
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/paged_cache.cuh"
+#include "kernels/cuda/rope.cuh"
 
 namespace ringserve::cuda {
 namespace {
@@ -37,10 +38,29 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 struct Args {
   AttentionShape shape;
-  const bf16* q;
+  const bf16* q;  // or null: qkv.qkv holds the unrotated projection
+  DecodeQkv qkv;
   bf16* out;
   DecodeBatch batch;
 };
+
+// With Args::qkv: the newest key and value of (token t, kv head kvh) biased, rotated (the key)
+// and stored in the cache, as the QKV prepare would; thread i < 64 takes the key's rotary pair
+// i, thread 64 + i the value's.
+__device__ __forceinline__ void StoreNewestKv(const Args& a, int t, int kvh) {
+  static_assert(kThreads == kD, "one thread per rotary pair of the key and of the value");
+  const int heads = a.shape.num_heads, kv_heads = a.shape.cache.num_kv_heads;
+  const int half = kD / 2, j = threadIdx.x % half;
+  const int head = heads + kvh + (threadIdx.x < half ? 0 : kv_heads);
+  const bf16* src = a.qkv.qkv + (static_cast<int64_t>(t) * (heads + 2 * kv_heads) + head) * kD;
+  const QkvStore store{.bias = a.qkv.bias,
+                       .positions = a.qkv.positions,
+                       .inv_freq = a.qkv.inv_freq,
+                       .slots = a.qkv.slots,
+                       .cache = a.shape.cache,
+                       .num_heads = heads};
+  StoreQkvPair(store, t, head, j, __bfloat162float(src[j]), __bfloat162float(src[j + half]));
+}
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a tile of 128-element rows, XOR-
 // swizzled so that ldmatrix reads are free of bank conflicts.
@@ -59,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
   // The batch description (written before the step) and the cache rows of keys < ctx - 1
   // (written by earlier steps) do not depend on the previous kernel: they are read before
   // WaitForPreviousKernel (see the header); the query and the newest key, which the previous
-  // kernel (QKV prepare) writes, after it.
+  // kernel (QKV prepare) writes — or this kernel itself, from Args::qkv — after it.
   const KvCacheLayer& c = a.shape.cache;
   const int e = blockIdx.x;
   const int kvh = blockIdx.y;
@@ -108,22 +128,49 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
     CpAsyncCommit();
   }
   WaitForPreviousKernel();
+  const int q_row = a.batch.q_rows[e];
+  const bool from_qkv = a.qkv.qkv != nullptr;
+  if (from_qkv && k_end == ctx) {  // this split holds the newest key: store it before the copy
+    StoreNewestKv(a, q_row, kvh);
+    __syncthreads();
+  }
 #pragma unroll
   for (int j = 0; j < kStages; ++j) {
     if (tile_key(j) < k_end) load_tile(tile_key(j), j, kNewestRow);
   }
 
   // Q tile: row r < group = query head kvh * group + r; rows >= group are zero.
-  const int q_row = a.batch.q_rows[e];
-  for (int i = threadIdx.x; i < 16 * 16; i += kThreads) {
-    const int r = i >> 4;
-    const int chunk = i & 15;
-    const bool valid = r < group;
+  if (from_qkv) {  // biased and rotated here, rounded to bf16 as the QKV prepare stores q
+    const int half = kD / 2;
     const bf16* src =
-        valid ? a.q + (static_cast<int64_t>(q_row) * a.shape.num_heads + kvh * group + r) * kD +
-                    chunk * 8
-              : a.q;
-    CpAsync16(sq + Swz(r, chunk), src, valid);
+        a.qkv.qkv + static_cast<int64_t>(q_row) * (a.shape.num_heads + 2 * c.num_kv_heads) * kD;
+    for (int i = threadIdx.x; i < 16 * half; i += kThreads) {
+      const int r = i / half, j = i % half;
+      float x1 = 0.0f, x2 = 0.0f;
+      if (r < group) {
+        const int col = (kvh * group + r) * kD + j;
+        x1 = __bfloat162float(src[col]);
+        x2 = __bfloat162float(src[col + half]);
+        if (a.qkv.bias != nullptr) {
+          x1 += __bfloat162float(a.qkv.bias[col]);
+          x2 += __bfloat162float(a.qkv.bias[col + half]);
+        }
+        RotatePair(x1, x2, a.qkv.positions[q_row], a.qkv.inv_freq[j]);
+      }
+      sq[Swz(r, j / 8) + j % 8] = __float2bfloat16(x1);
+      sq[Swz(r, (j + half) / 8) + j % 8] = __float2bfloat16(x2);
+    }
+  } else {
+    for (int i = threadIdx.x; i < 16 * 16; i += kThreads) {
+      const int r = i >> 4;
+      const int chunk = i & 15;
+      const bool valid = r < group;
+      const bf16* src =
+          valid ? a.q + (static_cast<int64_t>(q_row) * a.shape.num_heads + kvh * group + r) * kD +
+                      chunk * 8
+                : a.q;
+      CpAsync16(sq + Swz(r, chunk), src, valid);
+    }
   }
   CpAsyncCommit();
   CpAsyncWait<0>();
@@ -279,13 +326,14 @@ bool DecodeAttentionTcFits() {
   return fits;
 }
 
-absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q, bf16* out,
-                                     const DecodeBatch& batch, cudaStream_t stream) {
+absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q,
+                                     const DecodeQkv& qkv, bf16* out, const DecodeBatch& batch,
+                                     cudaStream_t stream) {
   // Once per process (one stage process drives one device).
   static const cudaError_t attribute_error =
       cudaFuncSetAttribute(DecodeKernelTc, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   RS_CUDA_RETURN_IF_ERROR(attribute_error);
-  const Args args{shape, q, out, batch};
+  const Args args{shape, q, qkv, out, batch};
   LaunchDependent(DecodeKernelTc,
                   dim3(batch.num_entries, shape.cache.num_kv_heads, batch.num_splits), kThreads,
                   kSmemBytes, stream, args);

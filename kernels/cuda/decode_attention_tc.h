@@ -16,7 +16,10 @@ bool DecodeAttentionTcFits();
 // where the tensor-core kernel does not fit.
 void ForceDecodeAttentionCudaCores(bool force);
 
-absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q, bf16* out,
-                                     const DecodeBatch& batch, cudaStream_t stream);
+// Reads q, or with qkv.qkv set does the attention input stage itself
+// (LaunchDecodeAttentionFromQkv).
+absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q,
+                                     const DecodeQkv& qkv, bf16* out, const DecodeBatch& batch,
+                                     cudaStream_t stream);
 
 }  // namespace ringserve::cuda

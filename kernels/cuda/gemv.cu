@@ -24,7 +24,7 @@ struct GemvArgs {
   const bf16* w;          // [n, k], or [2n, k] for Out::kGateUpSilu
   void* y;                // [m, n] OutT; Out::kAddResidual: the fp32 residual
   const bf16* bias;       // Out::kAddResidual: [n] or null
-  QkvRopeOutput rope;     // Out::kQkvRope
+  QkvStore rope;          // Out::kQkvRope
   int m, n, k;
 };
 
@@ -38,25 +38,6 @@ __device__ __forceinline__ int QkvRopeColumn(int block, int warp, int d) {
   const int head = block / blocks_per_head;
   const int j = (block % blocks_per_head) * kPairsPerBlock + warp % kPairsPerBlock;
   return head * d + j + (warp >= kPairsPerBlock ? half : 0);
-}
-
-// Stores row r's pair (x1, x2) = (column c, column c + d / 2), bias added, of the fused q/k/v
-// projection the way QkvPrepareKernel (rope.cu) does without q/k norms: q and k heads rotated
-// by positions[r] * inv_freq[j], q into q_out, k and v into the cache slot (none if negative).
-__device__ __forceinline__ void StoreRopePair(const QkvRopeOutput& o, int r, int c, float x1,
-                                              float x2) {
-  const int d = o.cache.head_dim, half = d / 2;
-  const int head = c / d, j = c - head * d;
-  if (o.bias != nullptr) {
-    x1 += __bfloat162float(o.bias[c]);
-    x2 += __bfloat162float(o.bias[c + half]);
-  }
-  const bool is_v = head >= o.num_heads + o.cache.num_kv_heads;
-  if (!is_v) RotatePair(x1, x2, o.positions[r], o.inv_freq[j]);
-  bf16* dst = QkvHeadRow(o.q_out, o.num_heads, o.cache, o.slots, r, head);
-  if (dst == nullptr) return;
-  dst[j] = __float2bfloat16(x1);
-  dst[j + half] = __float2bfloat16(x2);
 }
 
 // Each block writes the m normalized rows of x into shared memory `xs` ([m][k / 8] vectors):
@@ -165,8 +146,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
     __syncthreads();
     const int r = threadIdx.x / kPairsPerBlock, pair = threadIdx.x % kPairsPerBlock;
     if (r < m) {
-      StoreRopePair(a.rope, r, QkvRopeColumn(blockIdx.x, pair, a.rope.cache.head_dim),
-                    dots[r][pair], dots[r][pair + kPairsPerBlock]);
+      const int d = a.rope.cache.head_dim;
+      const int c = QkvRopeColumn(blockIdx.x, pair, d);
+      StoreQkvPair(a.rope, r, c / d, c % d, dots[r][pair], dots[r][pair + kPairsPerBlock]);
     }
   } else {
 #pragma unroll
@@ -252,7 +234,7 @@ absl::Status LaunchGemvGateUpSiluNormed(const RmsNormedInput& x, const bf16* w_g
 }
 
 absl::Status LaunchGemvNormedQkvRope(const RmsNormedInput& x, const bf16* w_qkv,
-                                     const QkvRopeOutput& out, int m, int k, cudaStream_t stream) {
+                                     const QkvStore& out, int m, int k, cudaStream_t stream) {
   const int d = out.cache.head_dim;
   if (d <= 0 || d % (2 * kPairsPerBlock) != 0 || out.num_heads <= 0 ||
       out.cache.num_kv_heads <= 0 || out.cache.block_size <= 0) {

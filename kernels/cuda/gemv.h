@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/cuda_utils.h"
-#include "kernels/cuda/rope.h"
+#include "kernels/cuda/rope.h"  // QkvStore
 
 namespace ringserve::cuda {
 
@@ -47,23 +47,12 @@ absl::Status LaunchGemvNormed(const RmsNormedInput& x, const bf16* w, bf16* y, i
                               cudaStream_t stream);
 absl::Status LaunchGemvGateUpSiluNormed(const RmsNormedInput& x, const bf16* w_gate_up, bf16* act,
                                         int m, int inter, int k, cudaStream_t stream);
-// Where LaunchGemvNormedQkvRope puts the fused q/k/v projection (QkvPrepareArgs without the
-// qkv buffer and the q/k norms): positions, slots and q_out have a row per input row.
-struct QkvRopeOutput {
-  const bf16* bias = nullptr;  // [(num_heads + 2 * num_kv_heads) * head_dim] or nullptr
-  const int32_t* positions = nullptr;
-  const float* inv_freq = nullptr;  // [head_dim / 2]
-  const int32_t* slots = nullptr;   // a negative slot skips the K/V store
-  bf16* q_out = nullptr;            // [m, num_heads, head_dim]
-  KvCacheLayer cache;
-  int num_heads = 0;
-};
 // LaunchGemvNormed into the q/k/v projection followed by LaunchQkvPrepare (no q/k norms), in one
 // kernel and without the [m, qkv width] buffer: the same values, bit for bit (the same dot
 // products, rounded to bf16, then bias, rotation and stores as rope.cu). w_qkv: [(num_heads + 2 *
 // num_kv_heads) * head_dim, k] bf16, q heads then k then v; head_dim a multiple of 8.
 absl::Status LaunchGemvNormedQkvRope(const RmsNormedInput& x, const bf16* w_qkv,
-                                     const QkvRopeOutput& out, int m, int k, cudaStream_t stream);
+                                     const QkvStore& out, int m, int k, cudaStream_t stream);
 // The projection that ends an attention or MLP block, added into the residual stream:
 //   residual[r, j] += float(bf16(x[r, :] . w[j, :])) + bias[j]   (bias may be null),
 // the values LaunchGemv (bf16 out) followed by LaunchAddRmsNorm's add store. residual: [m, n]

@@ -35,4 +35,21 @@ __device__ __forceinline__ bf16* QkvHeadRow(bf16* q_out, int num_heads, const Kv
          CacheRowOffset(cache, block, slot - block * cache.block_size, kvh, d);
 }
 
+// Pair (j, j + d / 2) of head `head` of token t, (x1, x2) = the projection's bf16 values: bias
+// added, rotated unless a v head, stored to its q_out or cache row — QkvPrepareKernel's values
+// without q/k norms.
+__device__ __forceinline__ void StoreQkvPair(const QkvStore& o, int t, int head, int j, float x1,
+                                             float x2) {
+  const int half = o.cache.head_dim / 2, c = head * o.cache.head_dim + j;
+  if (o.bias != nullptr) {
+    x1 += __bfloat162float(o.bias[c]);
+    x2 += __bfloat162float(o.bias[c + half]);
+  }
+  if (head < o.num_heads + o.cache.num_kv_heads) RotatePair(x1, x2, o.positions[t], o.inv_freq[j]);
+  bf16* dst = QkvHeadRow(o.q_out, o.num_heads, o.cache, o.slots, t, head);
+  if (dst == nullptr) return;
+  dst[j] = __float2bfloat16(x1);
+  dst[j + half] = __float2bfloat16(x2);
+}
+
 }  // namespace ringserve::cuda

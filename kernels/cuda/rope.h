@@ -41,6 +41,19 @@ struct QkvPrepareArgs {
   int num_heads = 0;
 };
 
+// Where the attention input stage puts a token's q/k/v without q/k norms (the kernels that fold
+// it in: LaunchGemvNormedQkvRope, LaunchDecodeAttentionFromQkv): positions and slots have a row
+// per token; q_out may be null where q goes elsewhere.
+struct QkvStore {
+  const bf16* bias = nullptr;  // [(num_heads + 2 * num_kv_heads) * head_dim] or nullptr
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  const int32_t* slots = nullptr;   // a negative slot skips the K/V store
+  bf16* q_out = nullptr;            // [tokens, num_heads, head_dim]
+  KvCacheLayer cache;
+  int num_heads = 0;
+};
+
 // q_out = rope(norm(q + bq)); cache[slot] = (rope(norm(k + bk)), v + bv), per token and head,
 // fp32 math: norm is x * rsqrt(mean(x^2) + eps) * w; rope is the "rotate half" form of
 // cpu::ApplyRope with angle positions[t] * inv_freq[i]. head_dim even and <= 256.

@@ -36,6 +36,9 @@ struct CudaModelSlice::Plan {
   int logit_rows = 0;                // rows the lm_head computes
   bool gather_identity = true;
   bool graph = false;
+  // Every chunk is one token (a decode entry): its older keys are all in the cache before the
+  // step, so the attention kernel may store each entry's newest key itself.
+  bool all_decode = false;
   std::pair<int, int> graph_key;
   std::vector<int> output_rows;  // logits rows returned, in chunk order
 };
@@ -95,6 +98,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     max_end = std::max(max_end, c.start_position + c.num_tokens);
   }
   p->real_tokens = total;
+  p->all_decode = all_decode;
   p->graph = cuda_.use_cuda_graphs && all_decode && n <= cuda_.max_graph_batch;
   int chunk_cap = n;
   if (p->graph) {
@@ -216,8 +220,17 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
 }
 
 bool CudaModelSlice::FusesNorms(const Plan& p) const {
-  return cuda_.fuse_decode_norms && p.tokens <= gemm_->gemv_max_rows() &&
+  return cuda_.fuse_decode_kernels && p.tokens <= gemm_->gemv_max_rows() &&
          GemvNormedInputFits(p.tokens, config_.hidden_size);
+}
+
+bool CudaModelSlice::GemvTakesQkvPrepare(int l, const Plan& p) const {
+  return FusesNorms(p) && layers_[l].q_norm == nullptr && config_.head_dim % 8 == 0;
+}
+
+bool CudaModelSlice::AttentionTakesQkv(int l, const Plan& p) const {
+  return cuda_.fuse_decode_kernels && p.all_decode && !GemvTakesQkvPrepare(l, p) &&
+         layers_[l].q_norm == nullptr && DecodeAttentionTakesQkv(config_.head_dim);
 }
 
 absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& cache) {
@@ -230,7 +243,7 @@ absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& ca
   const float eps = c.rms_norm_eps;
   float* residual = residual_.as<float>();
   const bool fused = FusesNorms(p);
-  if (fused && w.q_norm == nullptr && d % 8 == 0) {
+  if (GemvTakesQkvPrepare(l, p)) {
     // The projection rotates q and k and stores K/V itself (no qkv buffer, no prepare kernel).
     return LaunchGemvNormedQkvRope({residual, w.input_norm, eps}, w.qkv,
                                    {.bias = w.qkv_bias,
@@ -252,6 +265,7 @@ absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& ca
     RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.qkv, qkv_.get(), OutType::kBF16, t,
                                      qkv_width, h, stream_));
   }
+  if (AttentionTakesQkv(l, p)) return absl::OkStatus();  // RunAttention rotates and stores
   return LaunchQkvPrepare({.qkv = qkv_.as<bf16>(),
                            .bias = w.qkv_bias,
                            .q_norm = w.q_norm,
@@ -281,7 +295,7 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
                            .block_size = options_.kv_block_size,
                            .head_dim = d};
   RS_RETURN_IF_ERROR(RunQkv(l, p, cache));
-  RS_RETURN_IF_ERROR(RunAttention(p, cache));
+  RS_RETURN_IF_ERROR(RunAttention(l, p, cache));
   if (fused) {
     RS_RETURN_IF_ERROR(LaunchGemvAddResidual(attn_.as<bf16>(), w.o, w.o_bias, residual, t, h,
                                              c.num_heads * d, stream_));
@@ -306,7 +320,7 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
   return gemm_->Linear(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_);
 }
 
-absl::Status CudaModelSlice::RunAttention(const Plan& p, const KvCacheLayer& cache) {
+absl::Status CudaModelSlice::RunAttention(int l, const Plan& p, const KvCacheLayer& cache) {
   const ModelConfig& c = config_;
   const int32_t* m = meta_.as<int32_t>();
   const AttentionShape shape{.num_heads = c.num_heads,
@@ -328,8 +342,18 @@ absl::Status CudaModelSlice::RunAttention(const Plan& p, const KvCacheLayer& cac
                               .num_splits = p.splits,
                               .workspace = decode_ws_.as<float>(),
                               .partition = p.partition};
-      RS_RETURN_IF_ERROR(
-          LaunchDecodeAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_));
+      if (AttentionTakesQkv(l, p)) {
+        RS_RETURN_IF_ERROR(LaunchDecodeAttentionFromQkv(shape,
+                                                        {.qkv = qkv_.as<bf16>(),
+                                                         .bias = layers_[l].qkv_bias,
+                                                         .positions = m + p.positions,
+                                                         .slots = m + p.slots,
+                                                         .inv_freq = inv_freq_.as<float>()},
+                                                        attn_.as<bf16>(), batch, stream_));
+      } else {
+        RS_RETURN_IF_ERROR(
+            LaunchDecodeAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_));
+      }
     }
   }
   if (p.num_tiles == 0) return absl::OkStatus();

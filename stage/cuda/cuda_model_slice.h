@@ -60,9 +60,12 @@ struct CudaSliceOptions {
   // GemmOptions::gemv_max_rows. Measured on H200: our GEMV wins only at m = 1 (cuBLASLt is
   // about 2x faster from m = 4 on).
   int gemv_max_rows = 1;
-  // At GEMV sizes (tokens <= gemv_max_rows), fold each RMSNorm into the GEMV that reads it and
-  // each residual add into the GEMV that produces it (gemv.h): two kernels fewer per layer.
-  bool fuse_decode_norms = true;
+  // Decode fusions. At GEMV sizes (tokens <= gemv_max_rows), fold each RMSNorm into the GEMV
+  // that reads it and each residual add into the GEMV that produces it, and (no q/k norms) the
+  // attention input stage into the q/k/v GEMV (gemv.h): three kernels fewer per layer. In other
+  // all-decode steps, fold the attention input stage into the decode attention kernel
+  // (LaunchDecodeAttentionFromQkv, head dim 128, no q/k norms): one kernel fewer per layer.
+  bool fuse_decode_kernels = true;
   // Sample the logits rows on the GPU (kernels/cuda/sampling.h; the CPU sampler's contract) in
   // SampleResident; when false they are copied back and sampled on the host.
   bool gpu_sampling = true;
@@ -130,7 +133,7 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   // Drops the captured graphs (e.g. after changing gemm() settings), and turns graphs on/off.
   void ResetGraphs();
   void set_use_cuda_graphs(bool use) { cuda_.use_cuda_graphs = use; }
-  void set_fuse_decode_norms(bool fuse) { cuda_.fuse_decode_norms = fuse; }
+  void set_fuse_decode_kernels(bool fuse) { cuda_.fuse_decode_kernels = fuse; }
 
  private:
   struct LayerWeights {
@@ -184,14 +187,19 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   // weights; writes only buffers the step itself writes before reading). Before a capture.
   absl::Status TuneGemms(const Plan& plan);
   // Whether RunLayer folds the norms and residual adds into its GEMVs (CudaSliceOptions::
-  // fuse_decode_norms); then no MLP output is left in proj_ after a layer.
+  // fuse_decode_kernels); then no MLP output is left in proj_ after a layer.
   bool FusesNorms(const Plan& plan) const;
   // One decoder layer; without fused norms it leaves its MLP output in proj_ for the next
   // layer's (or the slice's final) add.
   absl::Status RunLayer(int layer, const Plan& plan);
   // The layer's input norm, q/k/v projection, q/k rotation and K/V store (into q_ and `cache`).
   absl::Status RunQkv(int layer, const Plan& plan, const KvCacheLayer& cache);
-  absl::Status RunAttention(const Plan& plan, const KvCacheLayer& cache);
+  // Where the attention input stage (bias, q/k rotation, K/V store) of layer `layer` runs when
+  // it has no q/k norms: in the q/k/v GEMV (GEMV sizes with fused norms), in the decode
+  // attention kernel (other all-decode steps, head dim 128 on tensor cores), else QKV prepare.
+  bool GemvTakesQkvPrepare(int layer, const Plan& plan) const;
+  bool AttentionTakesQkv(int layer, const Plan& plan) const;
+  absl::Status RunAttention(int layer, const Plan& plan, const KvCacheLayer& cache);
   // Logits rows one sampling call handles, and the pinned staging for them.
   int64_t SampleRowsCapacity() const {
     return std::max(cuda_.max_logit_rows, cuda_.max_graph_batch);

@@ -42,7 +42,7 @@ class CudaFixtureTest : public ::testing::TestWithParam<std::string> {};
 // Prefill of sequences of `lengths` tokens, then 10 graphed greedy decode steps of all of them,
 // against the CPU slice: logits within kLogitsTol and the same greedy tokens up to near-ties.
 void ExpectDecodeMatchesCpu(const std::string& arch, const std::vector<int>& lengths,
-                            bool fuse_decode_norms) {
+                            bool fuse_decode_kernels) {
   const std::string dir = FixtureDir(arch);
   auto config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status();
@@ -53,7 +53,7 @@ void ExpectDecodeMatchesCpu(const std::string& arch, const std::vector<int>& len
   auto cpu = CpuModelSlice::Load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   auto gpu = CudaModelSlice::Load(
-      options, {.max_batch_tokens = 64, .max_seqs = 8, .fuse_decode_norms = fuse_decode_norms});
+      options, {.max_batch_tokens = 64, .max_seqs = 8, .fuse_decode_kernels = fuse_decode_kernels});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
 
   const uint32_t seed = std::random_device{}();
@@ -134,7 +134,7 @@ void ExpectDecodeMatchesCpu(const std::string& arch, const std::vector<int>& len
 
 TEST_P(CudaFixtureTest, MatchesCpuLogitsAndGreedyTokens) {
   RS_SKIP_WITHOUT_GPU();
-  ExpectDecodeMatchesCpu(GetParam(), {7, 13, 1}, /*fuse_decode_norms=*/true);
+  ExpectDecodeMatchesCpu(GetParam(), {7, 13, 1}, /*fuse_decode_kernels=*/true);
 }
 
 // One stream decodes at GEMV size: the norms and residual adds run inside the GEMVs (gemv.h),
@@ -142,7 +142,7 @@ TEST_P(CudaFixtureTest, MatchesCpuLogitsAndGreedyTokens) {
 TEST_P(CudaFixtureTest, OneStreamMatchesCpuWithAndWithoutFusedNorms) {
   RS_SKIP_WITHOUT_GPU();
   for (bool fuse : {true, false}) {
-    SCOPED_TRACE(::testing::Message() << "fuse_decode_norms " << fuse);
+    SCOPED_TRACE(::testing::Message() << "fuse_decode_kernels " << fuse);
     ExpectDecodeMatchesCpu(GetParam(), {11}, fuse);
   }
 }
