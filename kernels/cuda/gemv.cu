@@ -62,21 +62,36 @@ __device__ __forceinline__ void NormalizeRowsToShared(const RmsNormedInput& in, 
   __syncthreads();
 }
 
+// Blocks per SM the one-row kernels must fit (their register budget): every block of the
+// Llama-3.1-8B-shaped decode GEMVs resident at once on a 132-SM H200 — o and down (512 blocks, 1024
+// split) at 8, qkv (768) at 6; the gate/up GEMV runs several waves anyway.
+constexpr int MinBlocksPerSm(int m, In in, Out out) {
+  if (m != 1 || out == Out::kGateUpSilu) return 1;
+  return in == In::kBf16 ? 8 : 6;
+}
+
 // M is the register capacity (rows); the runtime row count m <= M. Out::kGateUpSilu: w holds 2n
 // rows (the MLP's gate rows, then its up rows) and a warp computes both dot products of output
 // column col — g with row col, u with row col + n — and stores bf16(silu(g) * u) with g and u
 // rounded to bf16 first, exactly what the GEMM into gate_up followed by LaunchSiluMul stores.
 // (Issuing the first weight loads before WaitForPreviousKernel: +0.7-0.8% at 1 stream on an
 // H200 once the norms were folded in, six A/B pairs in one call; neutral before.)
-template <int M, typename OutT, In kIn, Out kOut>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
+template <int M, typename OutT, In kIn, Out kOut, int kSplit>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, MinBlocksPerSm(M, kIn, kOut))
+    GemvKernel(GemvArgs a) {
   constexpr int P = kOut == Out::kGateUpSilu ? 2 : 1;  // weight rows per warp
-  extern __shared__ uint4 normed_x[];                  // In::kNormed: [m][k / 8]
+  constexpr int kCols = kWarpsPerBlock / kSplit;       // output columns per block
+  static_assert(kSplit == 1 || (kSplit == 2 && P == 1 && kOut != Out::kQkvRope));
+  extern __shared__ uint4 normed_x[];  // In::kNormed: [m][k / 8]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int col = kOut == Out::kQkvRope ? QkvRopeColumn(blockIdx.x, warp, a.rope.cache.head_dim)
-                                        : blockIdx.x * kWarpsPerBlock + warp;
+                                        : blockIdx.x * kCols + warp % kCols;
   const int m = a.m, n = a.n, k = a.k;
   const int vecs = k / 8;
+  // kSplit 2: warps kCols.. take the second half of k, added to the first half's in the epilogue.
+  const int part = warp / kCols, part_vecs = (vecs + kSplit - 1) / kSplit;
+  const int v0 = part * part_vecs;
+  const int v1 = col < n ? min(vecs, v0 + part_vecs) : v0;
   const uint4* wrow[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
@@ -88,18 +103,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int p = 0; p < P; ++p) {
-        if (i + 32 * u < vecs) wv[p][u] = LoadStreaming(wrow[p] + i + 32 * u);
+        if (i + 32 * u < v1) wv[p][u] = LoadStreaming(wrow[p] + i + 32 * u);
       }
     }
   };
   // The weights are never written by a kernel of the step: their first loads are issued before
   // the wait, so they overlap the previous kernel's tail (and the norm prologue).
-  if (col < n) load_weights(lane);
+  load_weights(v0 + lane);  // nothing past n (v1 = v0)
   WaitForPreviousKernel();
   if constexpr (kIn == In::kNormed) {
     NormalizeRowsToShared(a.normed, m, k, normed_x);  // every thread: it synchronizes the block
   }
-  if (col >= n) return;  // never under Out::kQkvRope (n % kWarpsPerBlock == 0): it syncs below
+  // Never under Out::kQkvRope (n % kWarpsPerBlock == 0) or kSplit 2: they synchronize below.
+  if (kSplit == 1 && col >= n) return;
   const auto load_x = [&](int r, int i) {
     if constexpr (kIn == In::kNormed) {
       return normed_x[r * vecs + i];
@@ -114,10 +130,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
     for (int r = 0; r < M; ++r) acc[p][r] = 0.0f;
   }
 
-  for (int i = lane; i < vecs; i += 32 * kUnroll) {
+  for (int i = v0 + lane; i < v1; i += 32 * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (i + 32 * u >= vecs) break;
+      if (i + 32 * u >= v1) break;
       float wf[P][8];
 #pragma unroll
       for (int p = 0; p < P; ++p) Unpack8(wv[p][u], wf[p]);
@@ -133,7 +149,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
         }
       }
     }
-    if (i + 32 * kUnroll < vecs) load_weights(i + 32 * kUnroll);
+    if (i + 32 * kUnroll < v1) load_weights(i + 32 * kUnroll);
+  }
+  __shared__ float second_half[kSplit == 2 ? M : 1][kCols];  // kSplit 2: the upper warps' sums
+  if constexpr (kSplit == 2) {
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      if (r >= m) break;
+      const float sum = WarpSum(acc[0][r]);
+      if (part == 1 && lane == 0) second_half[r][warp - kCols] = sum;
+    }
+    __syncthreads();
+    if (part == 1 || col >= n) return;
   }
   if constexpr (kOut == Out::kQkvRope) {
     __shared__ float dots[M][kWarpsPerBlock];  // bf16-rounded, as the qkv buffer holds them
@@ -154,7 +181,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
 #pragma unroll
     for (int r = 0; r < M; ++r) {
       if (r >= m) break;
-      const float sum = WarpSum(acc[0][r]);
+      const float sum = WarpSum(acc[0][r]) + (kSplit == 2 ? second_half[r][warp] : 0.0f);
       float value = sum;
       if constexpr (kOut == Out::kGateUpSilu) {
         const float g = __bfloat162float(__float2bfloat16(sum));
@@ -176,11 +203,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) GemvKernel(GemvArgs a) {
   }
 }
 
+// k >= kSplitMinK (the MLP's down projection): two warps per output column, half of k each.
+// Twice the warps (and loads in flight) for a matrix whose n alone gives too few.
+constexpr int kSplitMinK = 8192;
+
 template <int M, typename OutT, In kIn, Out kOut>
 void Launch(const GemvArgs& a, cudaStream_t stream) {
-  const dim3 grid((a.n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const size_t smem = kIn == In::kNormed ? static_cast<size_t>(a.m) * a.k * sizeof(bf16) : 0;
-  LaunchDependent(GemvKernel<M, OutT, kIn, kOut>, grid, kWarpsPerBlock * 32, smem, stream, a);
+  if constexpr (kIn == In::kBf16 && kOut == Out::kAddResidual) {
+    if (a.k >= kSplitMinK) {
+      constexpr int kCols = kWarpsPerBlock / 2;
+      LaunchDependent(GemvKernel<M, OutT, kIn, kOut, 2>, dim3((a.n + kCols - 1) / kCols),
+                      kWarpsPerBlock * 32, smem, stream, a);
+      return;
+    }
+  }
+  LaunchDependent(GemvKernel<M, OutT, kIn, kOut, 1>,
+                  dim3((a.n + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * 32, smem,
+                  stream, a);
 }
 
 // Three register capacities keep compile time down; a smaller m runs predicated.

@@ -207,6 +207,24 @@ TEST(CudaGemmTest, GemvWithFusedNormAndResidualAddMatchesCpu) {
     // element); a missing add or bias is an error of order 1.
     EXPECT_LT(RelL2(Download<float>(dstream, want_stream.size()), want_stream), 1e-3);
   }
+  // k >= 8192 splits each column's k over two warps (gemv.cu): an odd vector count (1025) and a
+  // partial last block (75 columns).
+  for (int m : {1, 5}) {
+    SCOPED_TRACE(::testing::Message() << "split k, m " << m);
+    const int long_k = 8200;
+    const auto [x, w, want] = RandomMatMul(rng, m, n, long_k);
+    const auto stream = RandomBf16Values(rng, static_cast<size_t>(m) * n);
+    DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w), dstream = Upload(stream);
+    RS_ASSERT_OK(LaunchGemvAddResidual(dx.as<bf16>(), dw.as<bf16>(), nullptr, dstream.as<float>(),
+                                       m, n, long_k, nullptr));
+    std::vector<float> want_stream = stream;
+    for (size_t i = 0; i < want_stream.size(); ++i) {
+      want_stream[i] += BF16ToFloat(FloatToBF16(want[i]));
+    }
+    // Even if every bf16 rounding landed on the neighbouring value: < 2^-8; half of k missing
+    // would be an error of order 1.
+    EXPECT_LT(RelL2(Download<float>(dstream, want_stream.size()), want_stream), 5e-3);
+  }
   // 8 rows of 4096 values are 64 KiB of shared memory: refused, not launched.
   EXPECT_FALSE(GemvNormedInputFits(8, 4096));
   EXPECT_TRUE(GemvNormedInputFits(1, 4096));
