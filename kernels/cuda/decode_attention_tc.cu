@@ -44,6 +44,17 @@ struct Args {
   DecodeBatch batch;
 };
 
+// With Args::qkv: where the attention input stage of the entries' tokens goes (q into the
+// kernel's Q tile, so no q_out).
+__device__ __forceinline__ QkvStore StoreOf(const Args& a) {
+  return {.bias = a.qkv.bias,
+          .positions = a.qkv.positions,
+          .inv_freq = a.qkv.inv_freq,
+          .slots = a.qkv.slots,
+          .cache = a.shape.cache,
+          .num_heads = a.shape.num_heads};
+}
+
 // With Args::qkv: the newest key and value of (token t, kv head kvh) biased, rotated (the key)
 // and stored in the cache, as the QKV prepare would; thread i < 64 takes the key's rotary pair
 // i, thread 64 + i the value's.
@@ -53,13 +64,7 @@ __device__ __forceinline__ void StoreNewestKv(const Args& a, int t, int kvh) {
   const int half = kD / 2, j = threadIdx.x % half;
   const int head = heads + kvh + (threadIdx.x < half ? 0 : kv_heads);
   const bf16* src = a.qkv.qkv + (static_cast<int64_t>(t) * (heads + 2 * kv_heads) + head) * kD;
-  const QkvStore store{.bias = a.qkv.bias,
-                       .positions = a.qkv.positions,
-                       .inv_freq = a.qkv.inv_freq,
-                       .slots = a.qkv.slots,
-                       .cache = a.shape.cache,
-                       .num_heads = heads};
-  StoreQkvPair(store, t, head, j, __bfloat162float(src[j]), __bfloat162float(src[j + half]));
+  StoreQkvPair(StoreOf(a), t, head, j, __bfloat162float(src[j]), __bfloat162float(src[j + half]));
 }
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a tile of 128-element rows, XOR-
@@ -148,14 +153,10 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
       const int r = i / half, j = i % half;
       float x1 = 0.0f, x2 = 0.0f;
       if (r < group) {
-        const int col = (kvh * group + r) * kD + j;
-        x1 = __bfloat162float(src[col]);
-        x2 = __bfloat162float(src[col + half]);
-        if (a.qkv.bias != nullptr) {
-          x1 += __bfloat162float(a.qkv.bias[col]);
-          x2 += __bfloat162float(a.qkv.bias[col + half]);
-        }
-        RotatePair(x1, x2, a.qkv.positions[q_row], a.qkv.inv_freq[j]);
+        const int head = kvh * group + r;
+        x1 = __bfloat162float(src[head * kD + j]);
+        x2 = __bfloat162float(src[head * kD + j + half]);
+        BiasAndRotatePair(StoreOf(a), q_row, head, j, x1, x2);
       }
       sq[Swz(r, j / 8) + j % 8] = __float2bfloat16(x1);
       sq[Swz(r, (j + half) / 8) + j % 8] = __float2bfloat16(x2);

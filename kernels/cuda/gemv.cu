@@ -1,6 +1,7 @@
 // Memory-bound GEMV for decode: y[m, n] = x[m, :] . w[n, :] for m <= kGemvMaxRows, and its
-// decode-layer fusions (gemv.h). One warp per output column n; lanes stride over k in 16-byte
-// vectors, kUnroll loads in flight. (kUnroll 8 measured worse on H200: qkv 65% of copy
+// decode-layer fusions (gemv.h). One warp per output column n (two, each half of k, for the
+// residual-adding GEMV at k >= kSplitMinK); lanes stride over k in 16-byte vectors, kUnroll
+// loads in flight. (kUnroll 8 measured worse on H200: qkv 65% of copy
 // bandwidth against 73-76% with 4.)
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"

@@ -55,8 +55,9 @@ absl::Status LaunchGemvNormedQkvRope(const RmsNormedInput& x, const bf16* w_qkv,
                                      const QkvStore& out, int m, int k, cudaStream_t stream);
 // The projection that ends an attention or MLP block, added into the residual stream:
 //   residual[r, j] += float(bf16(x[r, :] . w[j, :])) + bias[j]   (bias may be null),
-// the values LaunchGemv (bf16 out) followed by LaunchAddRmsNorm's add store. residual: [m, n]
-// fp32. Same limits as LaunchGemv.
+// the values LaunchGemv (bf16 out) followed by LaunchAddRmsNorm's add store (at k >= 8192 two
+// warps share a column, each half of k: the dot product's summation order differs, not its
+// rounding). residual: [m, n] fp32. Same limits as LaunchGemv.
 absl::Status LaunchGemvAddResidual(const bf16* x, const bf16* w, const bf16* bias, float* residual,
                                    int m, int n, int k, cudaStream_t stream);
 

@@ -36,16 +36,22 @@ __device__ __forceinline__ bf16* QkvHeadRow(bf16* q_out, int num_heads, const Kv
 }
 
 // Pair (j, j + d / 2) of head `head` of token t, (x1, x2) = the projection's bf16 values: bias
-// added, rotated unless a v head, stored to its q_out or cache row — QkvPrepareKernel's values
-// without q/k norms.
-__device__ __forceinline__ void StoreQkvPair(const QkvStore& o, int t, int head, int j, float x1,
-                                             float x2) {
+// added and rotated unless a v head — QkvPrepareKernel's values without q/k norms.
+__device__ __forceinline__ void BiasAndRotatePair(const QkvStore& o, int t, int head, int j,
+                                                  float& x1, float& x2) {
   const int half = o.cache.head_dim / 2, c = head * o.cache.head_dim + j;
   if (o.bias != nullptr) {
     x1 += __bfloat162float(o.bias[c]);
     x2 += __bfloat162float(o.bias[c + half]);
   }
   if (head < o.num_heads + o.cache.num_kv_heads) RotatePair(x1, x2, o.positions[t], o.inv_freq[j]);
+}
+
+// BiasAndRotatePair, then stored to the pair's q_out or cache row (none for a negative slot).
+__device__ __forceinline__ void StoreQkvPair(const QkvStore& o, int t, int head, int j, float x1,
+                                             float x2) {
+  const int half = o.cache.head_dim / 2;
+  BiasAndRotatePair(o, t, head, j, x1, x2);
   bf16* dst = QkvHeadRow(o.q_out, o.num_heads, o.cache, o.slots, t, head);
   if (dst == nullptr) return;
   dst[j] = __float2bfloat16(x1);

@@ -36,8 +36,9 @@ struct CudaModelSlice::Plan {
   int logit_rows = 0;                // rows the lm_head computes
   bool gather_identity = true;
   bool graph = false;
-  // Every chunk is one token (a decode entry): its older keys are all in the cache before the
-  // step, so the attention kernel may store each entry's newest key itself.
+  // Every chunk is one token (a decode entry) of a sequence no other chunk continues: its older
+  // keys are all in the cache before the step, so the attention kernel may store each entry's
+  // newest key itself.
   bool all_decode = false;
   std::pair<int, int> graph_key;
   std::vector<int> output_rows;  // logits rows returned, in chunk order
@@ -49,6 +50,14 @@ int NextPow2(int x) {
   int p = 1;
   while (p < x) p <<= 1;
   return p;
+}
+
+bool DistinctSequences(const MicroBatch& batch) {
+  std::vector<uint64_t> ids;
+  ids.reserve(batch.chunks.size());
+  for (const SequenceChunk& c : batch.chunks) ids.push_back(c.seq_id);
+  std::sort(ids.begin(), ids.end());
+  return std::adjacent_find(ids.begin(), ids.end()) == ids.end();
 }
 
 int64_t LogitRows(const MicroBatch& batch) {
@@ -98,7 +107,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     max_end = std::max(max_end, c.start_position + c.num_tokens);
   }
   p->real_tokens = total;
-  p->all_decode = all_decode;
+  p->all_decode = all_decode && DistinctSequences(batch);
   p->graph = cuda_.use_cuda_graphs && all_decode && n <= cuda_.max_graph_batch;
   int chunk_cap = n;
   if (p->graph) {
