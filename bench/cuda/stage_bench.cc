@@ -242,8 +242,38 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
   }
   (void)LaunchFillRandom(w.as<bf16>(), max_w, 7, 0, 0.03f, nullptr);
   (void)LaunchFillRandom(x.as<bf16>(), int64_t{64} * inter, 8, 0, 1, nullptr);
-  *out += fmt::format("{:<8} {:>3} {:>8} {:>6} {:>9} {:>6} {:>8} {:>6}  {}\n", "gemm", "m",
-                      "gemv_us", "bw%", "cublas_us", "bw%", "tuned_us", "bw%", "tuned plan");
+  // The skinny GEMM's best split, timed here over every split that fits (the tuned column
+  // shows it only where it wins).
+  DeviceBuffer partials, counters;
+  const size_t partial_bytes = size_t{256} << 20;
+  if (!partials.Allocate(partial_bytes).ok() ||
+      !counters.Allocate(SkinnyGemmCounters(c.vocab_size) * sizeof(int)).ok() ||
+      cudaMemset(counters.get(), 0, counters.bytes()) != cudaSuccess) {
+    *out += "gemm table: allocation failed\n";
+    return;
+  }
+  auto best_skinny = [&](int m, int n, int k, int* best_splits) {
+    double best = 0;
+    for (int splits = 1; splits <= kSkinnyMaxSplits; ++splits) {
+      if (SkinnyGemmPartialBytes(m, n, splits) > partial_bytes) break;
+      const double us =
+          1000 * TimeMs(
+                     [&] {
+                       return LaunchSkinnyGemm(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16,
+                                               m, n, k, splits, partials.as<float>(), partial_bytes,
+                                               counters.as<int>(), SkinnyGemmCounters(n), nullptr);
+                     },
+                     3, 20);
+      if (best == 0 || us < best) {
+        best = us;
+        *best_splits = splits;
+      }
+    }
+    return best;
+  };
+  *out += fmt::format("{:<8} {:>3} {:>8} {:>6} {:>9} {:>6} {:>10} {:>6} {:>8} {:>6}  {}\n", "gemm",
+                      "m", "gemv_us", "bw%", "cublas_us", "bw%", "skinny_us", "bw%", "tuned_us",
+                      "bw%", "tuned plan");
   for (const Shape& s : shapes) {
     for (int m : {1, 4, 8, 32, 64}) {
       double us[3] = {0, 0, 0};
@@ -270,11 +300,15 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
         };
         us[path] = 1000 * TimeMs(run, 3, 20);
       }
+      int splits = 0;
+      const double skinny_us = best_skinny(m, s.n, s.k, &splits);
       const double bytes = 2.0 * s.n * s.k;
       auto frac = [&](double t) { return t > 0 ? 100 * bytes / bandwidth / (t * 1e-6) : 0; };
-      *out += fmt::format("{:<8} {:>3} {:>8.1f} {:>6.1f} {:>9.1f} {:>6.1f} {:>8.1f} {:>6.1f}  {}\n",
-                          s.name, m, us[0], frac(us[0]), us[1], frac(us[1]), us[2], frac(us[2]),
-                          gemm.PlanSummary(m, s.n, s.k, OutType::kBF16));
+      *out += fmt::format(
+          "{:<8} {:>3} {:>8.1f} {:>6.1f} {:>9.1f} {:>6.1f} {:>6.1f} /{:<2} {:>6.1f} {:>8.1f} "
+          "{:>6.1f}  {}\n",
+          s.name, m, us[0], frac(us[0]), us[1], frac(us[1]), skinny_us, splits, frac(skinny_us),
+          us[2], frac(us[2]), gemm.PlanSummary(m, s.n, s.k, OutType::kBF16));
     }
   }
 }
@@ -503,6 +537,18 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, int long_ctx, Cud
     for (int streams : {1, 32}) {
       decode_row(fmt::format("decode {} {}", streams, fuse ? "again" : "unfused"), streams, 128,
                  steps, fuse ? "graphs, tuned GEMMs" : "graphs, no decode fusions");
+    }
+  }
+  // cuBLASLt against the skinny tensor-core GEMM at batch sizes above the GEMV's (tuning picks
+  // per shape; skinny_max_rows 0 leaves it out), then with it again.
+  for (const int skinny_rows : {0, kSkinnyMaxRows}) {
+    slice.gemm().set_skinny_max_rows(skinny_rows);
+    slice.ResetGraphs();
+    for (int streams : {8, 32, 64}) {
+      if (flags.decode_only && streams != 32) continue;
+      decode_row(fmt::format("decode {} {}", streams, skinny_rows > 0 ? "skinny" : "no-skinny"),
+                 streams, 128, steps,
+                 skinny_rows > 0 ? "graphs, tuned with skinny GEMM" : "graphs, tuned without");
     }
   }
   if (flags.decode_only) return;

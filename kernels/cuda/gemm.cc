@@ -6,6 +6,13 @@
 #include "common/status_macros.h"
 
 namespace ringserve::cuda {
+namespace {
+
+// Row blocks the skinny GEMM's counters cover: n up to 1M output columns (a vocabulary-sized
+// lm_head is ~150k).
+constexpr int kSkinnyCounterCapacity = 8192;
+
+}  // namespace
 
 struct GemmRunner::Plan {
   cublasLtMatmulDesc_t op = nullptr;
@@ -14,6 +21,7 @@ struct GemmRunner::Plan {
   cublasLtMatrixLayout_t c = nullptr;  // y as column-major [n, m]
   cublasLtMatmulAlgo_t algo{};         // the heuristic's first, or the fastest when tuned
   bool use_gemv = false;               // Linear runs LaunchGemv instead
+  int skinny_splits = 0;               // > 0: Linear runs the skinny GEMM, k in this many parts
   bool tuned = false;
   int candidate = 0;  // index of `algo` among the heuristic's results
 
@@ -32,11 +40,18 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const GemmOptions
     return absl::InvalidArgumentError(
         absl::StrCat("gemv_max_rows must be in [0, ", kGemvMaxRows, "]"));
   }
+  if (options.skinny_max_rows < 0 || options.skinny_max_rows > kSkinnyMaxRows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("skinny_max_rows must be in [0, ", kSkinnyMaxRows, "]"));
+  }
   std::unique_ptr<GemmRunner> runner(new GemmRunner(options));
   cublasLtHandle_t handle = nullptr;
   RS_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
   runner->handle_ = handle;
   RS_RETURN_IF_ERROR(runner->workspace_.Allocate(options.workspace_bytes));
+  RS_RETURN_IF_ERROR(runner->skinny_counters_.Allocate(kSkinnyCounterCapacity * sizeof(int)));
+  RS_CUDA_RETURN_IF_ERROR(
+      cudaMemset(runner->skinny_counters_.get(), 0, kSkinnyCounterCapacity * sizeof(int)));
   return runner;
 }
 
@@ -133,6 +148,24 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
   };
   const float gemv =
       plan->use_gemv ? time([&] { return LaunchGemv(x, w, y, out, m, n, k, stream); }) : -1.0f;
+  // The skinny GEMM's fastest split (0: none ran).
+  float skinny = -1;
+  int skinny_splits = 0;
+  if (m <= options_.skinny_max_rows && k % 8 == 0) {
+    const int stages = (k + kSkinnyStageK - 1) / kSkinnyStageK;
+    for (int splits = 1; splits <= kSkinnyMaxSplits; ++splits) {
+      if (splits > 1 &&
+          (stages / splits < 2 || SkinnyGemmPartialBytes(m, n, splits) > workspace_.bytes() ||
+           SkinnyGemmCounters(n) > kSkinnyCounterCapacity)) {
+        continue;
+      }
+      const float us = time([&] { return RunSkinny(splits, x, w, y, out, m, n, k, stream); });
+      if (us >= 0 && (skinny < 0 || us < skinny)) {
+        skinny = us;
+        skinny_splits = splits;
+      }
+    }
+  }
   float best = -1;  // the fastest cuBLASLt candidate (kept in the plan for LinearCublas)
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
@@ -151,7 +184,8 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
     return absl::InternalError(
         absl::StrCat("no cuBLASLt algorithm ran for m=", m, " n=", n, " k=", k));
   }
-  plan->use_gemv = gemv >= 0 && gemv < best;
+  plan->use_gemv = gemv >= 0 && gemv < best && (skinny < 0 || gemv < skinny);
+  if (!plan->use_gemv && skinny >= 0 && skinny < best) plan->skinny_splits = skinny_splits;
   plan->tuned = true;
   plans_[key] = std::move(plan);
   return absl::OkStatus();
@@ -167,16 +201,29 @@ absl::Status GemmRunner::RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t&
   return absl::OkStatus();
 }
 
+absl::Status GemmRunner::RunSkinny(int splits, const bf16* x, const bf16* w, void* y, OutType out,
+                                   int m, int n, int k, cudaStream_t stream) {
+  return LaunchSkinnyGemm(x, w, y, out, m, n, k, splits, workspace_.as<float>(), workspace_.bytes(),
+                          skinny_counters_.as<int>(), kSkinnyCounterCapacity, stream);
+}
+
 std::string GemmRunner::PlanSummary(int m, int n, int k, OutType out) const {
   auto it = plans_.find(std::make_tuple(m, n, k, static_cast<int>(out)));
   if (it == plans_.end()) return "none";
   const Plan& p = *it->second;
-  return absl::StrCat(p.use_gemv ? "gemv" : absl::StrCat("cublas #", p.candidate),
-                      p.tuned ? " (tuned)" : "");
+  const std::string kernel = p.use_gemv            ? "gemv"
+                             : p.skinny_splits > 0 ? absl::StrCat("skinny /", p.skinny_splits)
+                                                   : absl::StrCat("cublas #", p.candidate);
+  return absl::StrCat(kernel, p.tuned ? " (tuned)" : "");
 }
 
 void GemmRunner::set_gemv_max_rows(int rows) {
   options_.gemv_max_rows = rows;
+  plans_.clear();
+}
+
+void GemmRunner::set_skinny_max_rows(int rows) {
+  options_.skinny_max_rows = rows;
   plans_.clear();
 }
 
@@ -188,7 +235,7 @@ void GemmRunner::set_tune(bool tune) {
 absl::Status GemmRunner::LinearCublas(const bf16* x, const bf16* w, void* y, OutType out, int m,
                                       int n, int k, cudaStream_t stream) {
   RS_ASSIGN_OR_RETURN(Plan * plan, GetPlan(m, n, k, out));
-  // The plan's cuBLASLt algorithm, even when the plan prefers the GEMV.
+  // The plan's cuBLASLt algorithm, even when the plan prefers the GEMV or the skinny GEMM.
   return RunCublas(*plan, plan->algo, x, w, y, stream);
 }
 
@@ -196,6 +243,7 @@ absl::Status GemmRunner::Linear(const bf16* x, const bf16* w, void* y, OutType o
                                 int k, cudaStream_t stream) {
   RS_ASSIGN_OR_RETURN(Plan * plan, GetPlan(m, n, k, out));
   if (plan->use_gemv) return LaunchGemv(x, w, y, out, m, n, k, stream);
+  if (plan->skinny_splits > 0) return RunSkinny(plan->skinny_splits, x, w, y, out, m, n, k, stream);
   return RunCublas(*plan, plan->algo, x, w, y, stream);
 }
 

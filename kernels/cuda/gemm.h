@@ -5,9 +5,12 @@
 //   w: [n, k] bf16 (the checkpoint's nn.Linear layout: out_features x in_features)
 //   y: [m, n] bf16 or fp32
 // Each (m, n, k, output dtype) gets a plan, cached: cuBLASLt's matmul descriptors, layouts and
-// algorithm, or our own memory-bound GEMV kernel (gemv.cu).
-//   - Tune() times cuBLASLt's candidate algorithms (up to kTuneCandidates from its heuristic)
-//     and, for m <= gemv_max_rows, our GEMV on the given operands, and keeps the fastest. The
+// algorithm, our own memory-bound GEMV kernel (gemv.cu), or our skinny tensor-core GEMM
+// (skinny_gemm.h) with a chosen split of k.
+//   - Tune() times cuBLASLt's candidate algorithms (up to kTuneCandidates from its heuristic),
+//     for m <= gemv_max_rows our GEMV, and for m <= skinny_max_rows the skinny GEMM with each
+//     split up to kSkinnyMaxSplits that fits the workspace, on the given operands, and keeps the
+//     fastest. The
 //     CUDA slice tunes the shapes of a decode batch size before it captures its graph: the
 //     heuristic's first choice is not the fastest for small m (on an H200 it read the qkv and o
 //     matrices of a Llama-3.1-8B shape at 56-70% of copy bandwidth at m = 32).
@@ -32,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/skinny_gemm.h"
 
 namespace ringserve::cuda {
 
@@ -40,12 +44,18 @@ struct GemmOptions {
   // Untuned shapes with m <= gemv_max_rows use LaunchGemv; tuning considers it for those m
   // (0 disables it; at most kGemvMaxRows).
   int gemv_max_rows = 1;
+  // Tuning also times the skinny GEMM for m <= skinny_max_rows (0 disables it; at most
+  // kSkinnyMaxRows). Untuned shapes never use it.
+  int skinny_max_rows = kSkinnyMaxRows;
   // false: Tune() does nothing (every shape keeps the heuristic's first algorithm).
   bool tune = true;
 };
 
 // cuBLASLt algorithms timed per tuned shape (the heuristic's best first).
 inline constexpr int kTuneCandidates = 12;
+// Splits of k timed for the skinny GEMM: 1 to kSkinnyMaxSplits, those with at least 2 stages of
+// k per part (every count: the best fills the SMs' block slots evenly).
+inline constexpr int kSkinnyMaxSplits = 24;
 
 class GemmRunner {
  public:
@@ -66,13 +76,15 @@ class GemmRunner {
   absl::Status LinearCublas(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
                             cudaStream_t stream);
 
-  // Which kernel a shape's plan uses, if it has one: "gemv", "cublas #i" (the heuristic's i-th
-  // candidate) and whether it was tuned. For benchmarks and tests.
+  // Which kernel a shape's plan uses, if it has one: "gemv", "skinny /s" (k in s parts),
+  // "cublas #i" (the heuristic's i-th candidate) and whether it was tuned. For benchmarks and
+  // tests.
   std::string PlanSummary(int m, int n, int k, OutType out) const;
 
   // Changing these drops the plans (CUDA graphs captured before keep their kernels).
   void set_gemv_max_rows(int rows);
   int gemv_max_rows() const { return options_.gemv_max_rows; }
+  void set_skinny_max_rows(int rows);
   void set_tune(bool tune);
 
  private:
@@ -85,10 +97,13 @@ class GemmRunner {
       std::vector<cublasLtMatmulHeuristicResult_t>* results);
   absl::Status RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const bf16* x,
                          const bf16* w, void* y, cudaStream_t stream);
+  absl::Status RunSkinny(int splits, const bf16* x, const bf16* w, void* y, OutType out, int m,
+                         int n, int k, cudaStream_t stream);
 
   GemmOptions options_;
-  void* handle_ = nullptr;  // cublasLtHandle_t
-  DeviceBuffer workspace_;
+  void* handle_ = nullptr;        // cublasLtHandle_t
+  DeviceBuffer workspace_;        // cuBLASLt's, and the skinny GEMM's partial sums
+  DeviceBuffer skinny_counters_;  // kSkinnyCounterCapacity ints, zero between launches
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<Plan>> plans_;
 };
 

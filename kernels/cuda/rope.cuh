@@ -10,12 +10,15 @@
 
 namespace ringserve::cuda {
 
-// (x1, x2) = (x1 cos - x2 sin, x2 cos + x1 sin) at angle position * inv_freq, fp32.
+// (x1, x2) = (x1 cos - x2 sin, x2 cos + x1 sin) at angle position * inv_freq, fp32. Every
+// product rounded on its own (__fmul_rn is never contracted into an FMA): left to the compiler,
+// which product fuses with the add depends on the kernel it is inlined into, and the decode
+// attention's Q tile then differed from the QKV prepare's q in the last bit (seen on an H200).
 __device__ __forceinline__ void RotatePair(float& x1, float& x2, int position, float inv_freq) {
   float s, c;
-  sincosf(static_cast<float>(position) * inv_freq, &s, &c);
-  const float r1 = x1 * c - x2 * s;
-  const float r2 = x2 * c + x1 * s;
+  sincosf(__fmul_rn(static_cast<float>(position), inv_freq), &s, &c);
+  const float r1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  const float r2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
   x1 = r1;
   x2 = r2;
 }
