@@ -4,7 +4,8 @@
 // table (our GEMV vs cuBLASLt). Prints a table last.
 //
 //   stage_bench [--model_dir DIR] [--shape llama8b|qwen3_8b] [--quick] [--kernels_only]
-//               [--prefill_only] [--decode_only] [--bandwidth_tbps 4.28] [--peak_tflops 785]
+//               [--prefill_only] [--decode_only] [--gemm_only] [--bandwidth_tbps 4.28]
+//               [--peak_tflops 785]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -39,6 +40,7 @@ struct Flags {
   bool kernels_only = false;  // just the small-kernel table at 32 tokens (for profilers)
   bool prefill_only = false;  // just the prefill breakdown and the prefill rows
   bool decode_only = false;   // just decode at 1 and 32 streams (for timeline profilers)
+  bool gemm_only = false;     // just the per-shape GEMM table (for kernel profilers)
   bool graphs = true;
   double bandwidth = 4.28e12;
   double peak = 785e12;
@@ -242,26 +244,16 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
   }
   (void)LaunchFillRandom(w.as<bf16>(), max_w, 7, 0, 0.03f, nullptr);
   (void)LaunchFillRandom(x.as<bf16>(), int64_t{64} * inter, 8, 0, 1, nullptr);
-  // The skinny GEMM's best split, timed here over every split that fits (the tuned column
-  // shows it only where it wins).
-  DeviceBuffer partials, counters;
-  const size_t partial_bytes = size_t{256} << 20;
-  if (!partials.Allocate(partial_bytes).ok() ||
-      !counters.Allocate(SkinnyGemmCounters(c.vocab_size) * sizeof(int)).ok() ||
-      cudaMemset(counters.get(), 0, counters.bytes()) != cudaSuccess) {
-    *out += "gemm table: allocation failed\n";
-    return;
-  }
+  // The skinny GEMM's best split, timed here over every split (the tuned column shows it only
+  // where it wins).
   auto best_skinny = [&](int m, int n, int k, int* best_splits) {
     double best = 0;
     for (int splits = 1; splits <= kSkinnyMaxSplits; ++splits) {
-      if (SkinnyGemmPartialBytes(m, n, splits) > partial_bytes) break;
       const double us =
           1000 * TimeMs(
                      [&] {
                        return LaunchSkinnyGemm(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16,
-                                               m, n, k, splits, partials.as<float>(), partial_bytes,
-                                               counters.as<int>(), SkinnyGemmCounters(n), nullptr);
+                                               m, n, k, splits, nullptr);
                      },
                      3, 20);
       if (best == 0 || us < best) {
@@ -595,6 +587,8 @@ int Main(int argc, char** argv) {
       flags.prefill_only = true;
     else if (a == "--decode_only")
       flags.decode_only = true;
+    else if (a == "--gemm_only")
+      flags.gemm_only = true;
     else if (a == "--bandwidth_tbps")
       flags.bandwidth = std::stod(value()) * 1e12;
     else if (a == "--peak_tflops")
@@ -659,6 +653,7 @@ int Main(int argc, char** argv) {
     GemmTable(config, slice.gemm(), flags.bandwidth, &gemm_table);
     std::fputs(gemm_table.c_str(), stdout);
     std::fflush(stdout);
+    if (flags.gemm_only) return 0;
 
     KernelTable(config, 1, 256, &kernel_table);
     KernelTable(config, 32, 160, &kernel_table);

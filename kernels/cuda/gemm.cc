@@ -6,14 +6,6 @@
 #include "common/status_macros.h"
 
 namespace ringserve::cuda {
-namespace {
-
-// Row blocks the skinny GEMM's counters cover: n up to 1M output columns (a vocabulary-sized
-// lm_head is ~150k).
-constexpr int kSkinnyCounterCapacity = 8192;
-
-}  // namespace
-
 struct GemmRunner::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr;  // w as column-major [k, n], transposed by the op
@@ -49,9 +41,6 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const GemmOptions
   RS_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
   runner->handle_ = handle;
   RS_RETURN_IF_ERROR(runner->workspace_.Allocate(options.workspace_bytes));
-  RS_RETURN_IF_ERROR(runner->skinny_counters_.Allocate(kSkinnyCounterCapacity * sizeof(int)));
-  RS_CUDA_RETURN_IF_ERROR(
-      cudaMemset(runner->skinny_counters_.get(), 0, kSkinnyCounterCapacity * sizeof(int)));
   return runner;
 }
 
@@ -154,11 +143,7 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
   if (m <= options_.skinny_max_rows && k % 8 == 0) {
     const int stages = (k + kSkinnyStageK - 1) / kSkinnyStageK;
     for (int splits = 1; splits <= kSkinnyMaxSplits; ++splits) {
-      if (splits > 1 &&
-          (stages / splits < 2 || SkinnyGemmPartialBytes(m, n, splits) > workspace_.bytes() ||
-           SkinnyGemmCounters(n) > kSkinnyCounterCapacity)) {
-        continue;
-      }
+      if (splits > 1 && stages / splits < 2) break;
       const float us = time([&] { return RunSkinny(splits, x, w, y, out, m, n, k, stream); });
       if (us >= 0 && (skinny < 0 || us < skinny)) {
         skinny = us;
@@ -203,8 +188,7 @@ absl::Status GemmRunner::RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t&
 
 absl::Status GemmRunner::RunSkinny(int splits, const bf16* x, const bf16* w, void* y, OutType out,
                                    int m, int n, int k, cudaStream_t stream) {
-  return LaunchSkinnyGemm(x, w, y, out, m, n, k, splits, workspace_.as<float>(), workspace_.bytes(),
-                          skinny_counters_.as<int>(), kSkinnyCounterCapacity, stream);
+  return LaunchSkinnyGemm(x, w, y, out, m, n, k, splits, stream);
 }
 
 std::string GemmRunner::PlanSummary(int m, int n, int k, OutType out) const {

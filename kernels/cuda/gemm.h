@@ -9,8 +9,7 @@
 // (skinny_gemm.h) with a chosen split of k.
 //   - Tune() times cuBLASLt's candidate algorithms (up to kTuneCandidates from its heuristic),
 //     for m <= gemv_max_rows our GEMV, and for m <= skinny_max_rows the skinny GEMM with each
-//     split up to kSkinnyMaxSplits that fits the workspace, on the given operands, and keeps the
-//     fastest. The
+//     split of k up to kSkinnyMaxSplits, on the given operands, and keeps the fastest. The
 //     CUDA slice tunes the shapes of a decode batch size before it captures its graph: the
 //     heuristic's first choice is not the fastest for small m (on an H200 it read the qkv and o
 //     matrices of a Llama-3.1-8B shape at 56-70% of copy bandwidth at m = 32).
@@ -53,10 +52,6 @@ struct GemmOptions {
 
 // cuBLASLt algorithms timed per tuned shape (the heuristic's best first).
 inline constexpr int kTuneCandidates = 12;
-// Splits of k timed for the skinny GEMM: 1 to kSkinnyMaxSplits, those with at least 2 stages of
-// k per part (every count: the best fills the SMs' block slots evenly).
-inline constexpr int kSkinnyMaxSplits = 24;
-
 class GemmRunner {
  public:
   static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const GemmOptions& options = {});
@@ -101,9 +96,8 @@ class GemmRunner {
                          int n, int k, cudaStream_t stream);
 
   GemmOptions options_;
-  void* handle_ = nullptr;        // cublasLtHandle_t
-  DeviceBuffer workspace_;        // cuBLASLt's, and the skinny GEMM's partial sums
-  DeviceBuffer skinny_counters_;  // kSkinnyCounterCapacity ints, zero between launches
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  DeviceBuffer workspace_;
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<Plan>> plans_;
 };
 

@@ -120,32 +120,26 @@ TEST(CudaGemmTest, TunedPlansMatchCpuAndTuningRefusesCapture) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
 }
 
-// The skinny tensor-core GEMM at every token-tile size, with k whole and in parts: n = 200 leaves
-// the second row block 72 rows, k = 2120 ends in a chunk of 8. A second launch with the same
-// counters must give the same bits (the last part resets its counter; parts add in order).
+// The skinny tensor-core GEMM at every token-tile size, with k whole and in parts (clusters of
+// 2, 3 and 8 blocks): n = 200 leaves the second row block 72 rows, k = 2120 ends in a stage of 8
+// values (34 stages: in 8 parts the last is empty). A second launch must give the same bits.
 TEST(CudaGemmTest, SkinnyGemmMatchesCpuForEverySplit) {
   RS_SKIP_WITHOUT_GPU();
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   const int n = 200, k = 2120;
-  DeviceBuffer partials, counters;
-  ASSERT_TRUE(partials.Allocate(SkinnyGemmPartialBytes(kSkinnyMaxRows, n, 16)).ok());
-  const int num_counters = SkinnyGemmCounters(n);
-  ASSERT_TRUE(counters.Allocate(num_counters * sizeof(int)).ok());
-  ASSERT_EQ(cudaMemset(counters.get(), 0, counters.bytes()), cudaSuccess);
   for (int m : {1, 8, 9, 31, 33, 64}) {
     const auto [x, w, want] = RandomMatMul(rng, m, n, k);
     DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w), dy_bf16, dy_f32;
     ASSERT_TRUE(dy_bf16.Allocate(want.size() * 2).ok());
     ASSERT_TRUE(dy_f32.Allocate(want.size() * 4).ok());
-    for (int splits : {1, 3, 16}) {
+    for (int splits : {1, 2, 3, kSkinnyMaxSplits}) {
       SCOPED_TRACE(::testing::Message() << "m " << m << " splits " << splits);
       auto run = [&](DeviceBuffer& y, OutType out) {
         Poison(y);
         return LaunchSkinnyGemm(dx.as<bf16>(), dw.as<bf16>(), y.get(), out, m, n, k, splits,
-                                partials.as<float>(), partials.bytes(), counters.as<int>(),
-                                num_counters, nullptr);
+                                nullptr);
       };
       RS_ASSERT_OK(run(dy_f32, OutType::kF32));
       const std::vector<float> first = Download<float>(dy_f32, want.size());
@@ -156,17 +150,15 @@ TEST(CudaGemmTest, SkinnyGemmMatchesCpuForEverySplit) {
       EXPECT_LT(RelL2(DownloadBf16(dy_bf16, want.size()), want), kBf16Tol);
     }
   }
-  const auto refused = [&](int m, int k_arg, int splits, int counters_given) {
-    return LaunchSkinnyGemm(nullptr, nullptr, nullptr, OutType::kF32, m, n, k_arg, splits,
-                            partials.as<float>(), partials.bytes(), counters.as<int>(),
-                            counters_given, nullptr)
+  const auto refused = [&](int m, int k_arg, int splits) {
+    return LaunchSkinnyGemm(nullptr, nullptr, nullptr, OutType::kF32, m, n, k_arg, splits, nullptr)
                .code() == absl::StatusCode::kInvalidArgument;
   };
-  EXPECT_TRUE(refused(0, k, 1, num_counters));
-  EXPECT_TRUE(refused(kSkinnyMaxRows + 1, k, 1, num_counters));
-  EXPECT_TRUE(refused(4, 2121, 1, num_counters));             // k not a multiple of 8
-  EXPECT_TRUE(refused(4, k, 2, num_counters - 1));            // too few counters
-  EXPECT_TRUE(refused(kSkinnyMaxRows, k, 17, num_counters));  // partials too small
+  EXPECT_TRUE(refused(0, k, 1));
+  EXPECT_TRUE(refused(kSkinnyMaxRows + 1, k, 1));
+  EXPECT_TRUE(refused(4, 2121, 1));  // k not a multiple of 8
+  EXPECT_TRUE(refused(4, k, 0));
+  EXPECT_TRUE(refused(4, k, kSkinnyMaxSplits + 1));
 }
 
 // The CPU's bf16(silu(g) * u) for g, u = bf16(x . w^T) over w's gate rows [0, inter) and up rows

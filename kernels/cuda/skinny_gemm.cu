@@ -12,6 +12,8 @@
 // its tokens for each half h of a stage; words 0, 1 feed the first k16 step and words 2, 3 the
 // second. Within each step A's k column 2q (+1) and B's k row 2q (+1) then name the same physical
 // k, as do 2q + 8 (+9): the products summed are exactly those of the plain dot product.
+#include <cooperative_groups.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -25,9 +27,8 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kWarpRows = kSkinnyRowsPerBlock / kWarps;  // 32: two m16 tiles
 constexpr int kStageK = kSkinnyStageK;                   // 128 bytes a row
-constexpr int kStages = 4;
+constexpr int kStages = 3;  // 2 stages in flight; 3 blocks a multiprocessor up to NT = 4
 constexpr int kRowBytes = kStageK * 2;
-constexpr int kMaxSplits = 64;
 
 // A stage: the block's weight rows, then the x rows.
 __host__ __device__ constexpr int StageBytes(int nt) {
@@ -39,8 +40,6 @@ struct SkinnyArgs {
   const bf16* x;
   const bf16* w;
   void* y;
-  float* partials;  // [splits][m][n]
-  int* counters;    // [row blocks]
   int m, n, k, splits;
 };
 
@@ -53,39 +52,10 @@ __device__ __forceinline__ void Store(OutT* y, float v) {
   }
 }
 
-// Byte offset of row r's 16-byte unit j (of 8) in a block of 128-byte rows.
-__device__ __forceinline__ int Swizzled(int r, int j) {
-  return r * kRowBytes + ((j ^ (r & 7)) << 4);
-}
-
-// The last part of a row block to finish: y = the sum of the parts' partials, in part order.
-template <typename OutT>
-__device__ __forceinline__ void AddParts(const SkinnyArgs& a, int block_row) {
-  constexpr int kPerThread = 4;  // independent sums per thread, their loads in flight together
-  const int m = a.m, n = a.n, rows = min(kSkinnyRowsPerBlock, n - block_row);
-  const int64_t part_stride = static_cast<int64_t>(m) * n;
-  for (int i0 = threadIdx.x; i0 < m * kSkinnyRowsPerBlock; i0 += kPerThread * blockDim.x) {
-    int64_t at[kPerThread];
-    bool ok[kPerThread];
-    float sum[kPerThread];
-#pragma unroll
-    for (int u = 0; u < kPerThread; ++u) {
-      const int i = i0 + u * blockDim.x, token = i / kSkinnyRowsPerBlock;
-      const int r = i % kSkinnyRowsPerBlock;
-      ok[u] = i < m * kSkinnyRowsPerBlock && r < rows;
-      at[u] = ok[u] ? static_cast<int64_t>(token) * n + block_row + r : 0;
-      sum[u] = 0.0f;
-    }
-#pragma unroll 4
-    for (int p = 0; p < a.splits; ++p) {
-#pragma unroll
-      for (int u = 0; u < kPerThread; ++u) sum[u] += __ldcg(a.partials + p * part_stride + at[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kPerThread; ++u) {
-      if (ok[u]) Store(static_cast<OutT*>(a.y) + at[u], sum[u]);
-    }
-  }
+// CpAsync16 to a shared-window address (no conversion per copy).
+__device__ __forceinline__ void CpAsync16Shared(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
 }
 
 // NT: 8-token tiles held (m <= 8 NT).
@@ -100,41 +70,62 @@ __global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(SkinnyArgs a) {
   const int stages = (k + kStageK - 1) / kStageK;
   const int per_split = (stages + a.splits - 1) / a.splits;
   const int s0 = blockIdx.y * per_split, s1 = min(stages, s0 + per_split);
-  const auto slot_at = [&](int s) { return smem + ((s - s0) % kStages) * StageBytes(NT); };
 
-  // Stage s's weights: instruction i moves the warp's rows 4i .. 4i + 3, lane l unit l % 8 of
-  // row 4i + l / 8. Past n or k: zeros.
+  // The copy plan, fixed across stages (only k moves): lane l copies unit l % 8 of the warp's
+  // rows 4i + l / 8 (i < 8; 4 rows x 128 bytes per instruction) and, spread over the block, x
+  // rows tid / 8 + 16 v (v < NT / 2, at least 1) unit tid % 8. Rows past n or m copy zeros.
   const int copy_row = lane >> 3, copy_unit = lane & 7;
-  const auto copy_weights = [&](int s) {
+  const bf16* w_src[kWarpRows / 4];
+  uint32_t w_ok = 0;
+#pragma unroll
+  for (int i = 0; i < kWarpRows / 4; ++i) {
+    const int row = warp_row + 4 * i + copy_row;
+    w_src[i] = a.w + (row < n ? static_cast<int64_t>(row) * k : 0) + copy_unit * 8;
+    w_ok |= (row < n ? 1u : 0u) << i;
+  }
+  // Rows 4i + copy_row are copy_row + 4 (i % 2) modulo 8: two swizzled unit offsets.
+  const int w_dst = warp * kWarpRows * kRowBytes + copy_row * kRowBytes;
+  const int w_unit[2] = {(copy_unit ^ copy_row) << 4, (copy_unit ^ (copy_row + 4)) << 4};
+  constexpr int kXCopies = NT >= 2 ? NT / 2 : 1;
+  const int x_row = threadIdx.x >> 3, x_unit = threadIdx.x & 7;
+  const bf16* x_src = a.x + static_cast<int64_t>(x_row) * k + x_unit * 8;
+  const int x_dst = kSkinnyRowsPerBlock * kRowBytes + x_row * kRowBytes +
+                    ((x_unit ^ (x_row & 7)) << 4);  // rows x_row + 16 v: the same modulo 8
+  const uint32_t ring = SmemAddr(smem);
+
+  // Stage s into ring slot `slot`; past s1 nothing.
+  const auto copy_weights = [&](int s, int slot) {
     if (s >= s1) return;
-    const int kk = s * kStageK + copy_unit * 8;
-    unsigned char* dst = slot_at(s) + warp * kWarpRows * kRowBytes;
+    const int kk = s * kStageK;
+    const bool k_ok = kk + copy_unit * 8 < k;
+    const uint32_t dst = ring + slot * StageBytes(NT) + w_dst;
 #pragma unroll
     for (int i = 0; i < kWarpRows / 4; ++i) {
-      const int r = 4 * i + copy_row, row = warp_row + r;
-      const bool ok = row < n && kk < k;
-      CpAsync16(dst + Swizzled(r, copy_unit), a.w + (ok ? static_cast<int64_t>(row) * k + kk : 0),
-                ok);
+      const bool ok = k_ok && (w_ok >> i & 1u);
+      CpAsync16Shared(dst + 4 * i * kRowBytes + w_unit[i & 1], ok ? w_src[i] + kk : a.w, ok);
     }
   };
-  // Stage s's x rows (8 NT, zeros past m or k), spread over the block's threads.
-  const auto copy_x = [&](int s) {
+  const auto copy_x = [&](int s, int slot) {
     if (s >= s1) return;
-    unsigned char* dst = slot_at(s) + kSkinnyRowsPerBlock * kRowBytes;
-    for (int u = threadIdx.x; u < 64 * NT; u += blockDim.x) {
-      const int r = u >> 3, j = u & 7, kk = s * kStageK + 8 * j;
-      const bool ok = r < m && kk < k;
-      CpAsync16(dst + Swizzled(r, j), a.x + (ok ? static_cast<int64_t>(r) * k + kk : 0), ok);
+    const int kk = s * kStageK;
+    const bool k_ok = kk + x_unit * 8 < k;
+    const uint32_t dst = ring + slot * StageBytes(NT) + x_dst;
+#pragma unroll
+    for (int v = 0; v < kXCopies; ++v) {
+      if (x_row + 16 * v >= 8 * NT) break;  // NT = 1: threads 64.. copy nothing
+      const bool ok = k_ok && x_row + 16 * v < m;
+      CpAsync16Shared(dst + 16 * v * kRowBytes,
+                      ok ? x_src + static_cast<int64_t>(16 * v) * k + kk : a.x, ok);
     }
   };
   // The weights of the first stages go before the wait (no kernel of the step writes them), x
   // after it. Group 0 then holds those weights and stage s0's x; every later group one stage.
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) copy_weights(s0 + i);
+  for (int i = 0; i < kStages - 1; ++i) copy_weights(s0 + i, i);
   WaitForPreviousKernel();
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    copy_x(s0 + i);
+    copy_x(s0 + i, i);
     CpAsyncCommit();  // empty groups past s1 keep the wait counts uniform
   }
 
@@ -144,14 +135,18 @@ __global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(SkinnyArgs a) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[mt][t][0] = acc[mt][t][1] = acc[mt][t][2] = acc[mt][t][3] = 0;
   }
+  int read_slot = 0, write_slot = kStages - 1;
   for (int s = s0; s < s1; ++s) {
     CpAsyncWait<kStages - 2>();
     __syncthreads();  // stage s landed for every thread; every warp is done with stage s - 1
-    copy_weights(s + kStages - 1);
-    copy_x(s + kStages - 1);
+    copy_weights(s + kStages - 1, write_slot);
+    copy_x(s + kStages - 1, write_slot);
     CpAsyncCommit();
-    const unsigned char* w_stage = slot_at(s) + warp * kWarpRows * kRowBytes;
-    const unsigned char* x_stage = slot_at(s) + kSkinnyRowsPerBlock * kRowBytes;
+    write_slot = write_slot == kStages - 1 ? 0 : write_slot + 1;
+    const unsigned char* slot = smem + read_slot * StageBytes(NT);
+    read_slot = read_slot == kStages - 1 ? 0 : read_slot + 1;
+    const unsigned char* w_stage = slot + warp * kWarpRows * kRowBytes;
+    const unsigned char* x_stage = slot + kSkinnyRowsPerBlock * kRowBytes;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int j = ((4 * h + q) ^ g) << 4;  // rows 16 mt + g (+ 8), 8 t + g: all g modulo 8
@@ -196,20 +191,40 @@ __global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(SkinnyArgs a) {
     for_each_output([&](int64_t at, float v) { Store(static_cast<OutT*>(a.y) + at, v); });
     return;
   }
-  float* part = a.partials + static_cast<int64_t>(blockIdx.y) * m * n;
-  for_each_output([&](int64_t at, float v) { __stcg(part + at, v); });
-  // The last part of this row block to finish adds all parts.
-  __shared__ bool last;
-  __threadfence();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // clusters (the host refuses splits > 1 below)
+  // The parts of a row block form a cluster: each puts its partial sums in its shared memory
+  // ([8 NT tokens][128 rows], over the ring), then adds 1 / splits of the tile over all parts'
+  // shared memory, in part order.
+  CpAsyncWait<0>();
   __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(a.counters + blockIdx.x, 1) == a.splits - 1;
-    if (last) a.counters[blockIdx.x] = 0;  // for the next launch; no block of this one reads it
+  float* tile = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int token = t * 8 + 2 * q + (i & 1);
+        const int r = warp * kWarpRows + 16 * mt + g + (i >= 2 ? 8 : 0);
+        tile[token * kSkinnyRowsPerBlock + r] = acc[mt][t][i];
+      }
+    }
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  AddParts<OutT>(a, block_row);
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  const int elems = m * kSkinnyRowsPerBlock;
+  const int per_part = (elems + a.splits - 1) / a.splits;
+  const int e0 = static_cast<int>(cluster.block_rank()) * per_part;
+  const int e1 = min(elems, e0 + per_part);
+  for (int e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+    const int token = e / kSkinnyRowsPerBlock, row = block_row + e % kSkinnyRowsPerBlock;
+    float sum = 0.0f;
+#pragma unroll 8
+    for (int p = 0; p < a.splits; ++p) sum += cluster.map_shared_rank(tile, p)[e];
+    if (row < n) Store(static_cast<OutT*>(a.y) + static_cast<int64_t>(token) * n + row, sum);
+  }
+  cluster.sync();  // every part's tile stays until all have read it
+#endif
 }
 
 // Over 48 KB of dynamic shared memory needs the opt-in, once per kernel and device (before any
@@ -225,8 +240,23 @@ void LaunchTiles(const SkinnyArgs& a, cudaStream_t stream) {
                          SmemBytes(NT));
     opted_in.fetch_or(bit);
   }
-  const dim3 grid((a.n + kSkinnyRowsPerBlock - 1) / kSkinnyRowsPerBlock, a.splits);
-  LaunchDependent(SkinnyGemmKernel<NT, OutT>, grid, kWarps * 32, SmemBytes(NT), stream, a);
+  // One cluster per row block: its `splits` parts (cudaLaunchKernelEx, as LaunchDependent, plus
+  // the cluster shape).
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((a.n + kSkinnyRowsPerBlock - 1) / kSkinnyRowsPerBlock, a.splits);
+  config.blockDim = dim3(kWarps * 32);
+  config.dynamicSmemBytes = SmemBytes(NT);
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2];
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = 1;
+  attributes[0].val.clusterDim.y = a.splits;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attributes;
+  config.numAttrs = DependentLaunchEnabled() ? 2 : 1;
+  cudaLaunchKernelEx(&config, SkinnyGemmKernel<NT, OutT>, a);
 }
 
 template <typename OutT>
@@ -244,33 +274,23 @@ void Launch(const SkinnyArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-size_t SkinnyGemmPartialBytes(int m, int n, int splits) {
-  return splits <= 1 ? 0 : static_cast<size_t>(splits) * m * n * sizeof(float);
-}
-
-int SkinnyGemmCounters(int n) { return (n + kSkinnyRowsPerBlock - 1) / kSkinnyRowsPerBlock; }
-
 absl::Status LaunchSkinnyGemm(const bf16* x, const bf16* w, void* y, OutType out, int m, int n,
-                              int k, int splits, float* partials, size_t partial_bytes,
-                              int* counters, int num_counters, cudaStream_t stream) {
+                              int k, int splits, cudaStream_t stream) {
   if (m < 1 || m > kSkinnyMaxRows || n < 1 || k < 8 || k % 8 != 0 || splits < 1 ||
-      splits > kMaxSplits) {
+      splits > kSkinnyMaxSplits) {
     return absl::InvalidArgumentError(
-        "skinny GEMM: need 1 <= m <= 64, n >= 1, k a multiple of 8, 1 <= splits <= 64");
+        "skinny GEMM: need 1 <= m <= 64, n >= 1, k a multiple of 8, 1 <= splits <= 8");
   }
-  if (splits > 1 && (partials == nullptr || partial_bytes < SkinnyGemmPartialBytes(m, n, splits) ||
-                     counters == nullptr || num_counters < SkinnyGemmCounters(n))) {
-    return absl::InvalidArgumentError("skinny GEMM: partials or counters too small for the split");
+  if (splits > 1) {
+    int device = 0, major = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (major < 9) {
+      return absl::InvalidArgumentError(
+          "skinny GEMM: splits > 1 need thread-block clusters (sm_90)");
+    }
   }
-  const SkinnyArgs a{.x = x,
-                     .w = w,
-                     .y = y,
-                     .partials = partials,
-                     .counters = counters,
-                     .m = m,
-                     .n = n,
-                     .k = k,
-                     .splits = splits};
+  const SkinnyArgs a{.x = x, .w = w, .y = y, .m = m, .n = n, .k = k, .splits = splits};
   if (out == OutType::kF32) {
     Launch<float>(a, stream);
   } else {
