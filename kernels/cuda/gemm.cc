@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 
 namespace ringserve::cuda {
+
 struct GemmRunner::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr;  // w as column-major [k, n], transposed by the op
@@ -17,7 +18,7 @@ struct GemmRunner::Plan {
   bool use_gemv = false;               // Linear runs LaunchGemv instead
   int skinny_splits = 0;               // > 0: Linear runs the skinny GEMM, k in this many parts
   bool tuned = false;
-  int candidate = 0;  // index of `algo` among the heuristic's results
+  int candidate = 0;  // index of `algo` among the tuning candidates (the heuristic's first)
 
   ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);

@@ -73,8 +73,8 @@ class GemmRunner {
                             cudaStream_t stream);
 
   // Which kernel a shape's plan uses, if it has one: "gemv", "skinny /s" (k in s parts),
-  // "cublas #i" (the heuristic's i-th candidate) and whether it was tuned. For benchmarks and
-  // tests.
+  // "cublas #i" (the i-th tuning candidate; 0 is the heuristic's first) and whether it was tuned.
+  // For benchmarks and tests.
   std::string PlanSummary(int m, int n, int k, OutType out) const;
 
   // Changing these drops the plans (CUDA graphs captured before keep their kernels).

@@ -172,44 +172,35 @@ __global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(SkinnyArgs a) {
   }
   CpAsyncWait<0>();  // no copy outlives the block (the empty groups)
 
-  // acc[mt][t]: rows warp_row + 16 mt + g (+ 8 for i >= 2), tokens 8t + 2q (+ 1 for odd i).
-  const auto for_each_output = [&](auto&& f) {
+  // acc[mt][t][i]: token 8t + 2q (+ 1 for odd i) of the block's row 32 warp + 16 mt + g (+ 8 for
+  // i >= 2).
+  const auto for_each_acc = [&](auto&& f) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int token = t * 8 + 2 * q + (i & 1);
-          const int row = warp_row + 16 * mt + g + (i >= 2 ? 8 : 0);
-          if (token < m && row < n) f(static_cast<int64_t>(token) * n + row, acc[mt][t][i]);
+          f(t * 8 + 2 * q + (i & 1), warp * kWarpRows + 16 * mt + g + (i >= 2 ? 8 : 0),
+            acc[mt][t][i]);
         }
       }
     }
   };
   if (a.splits == 1) {
-    for_each_output([&](int64_t at, float v) { Store(static_cast<OutT*>(a.y) + at, v); });
+    for_each_acc([&](int token, int r, float v) {
+      const int row = block_row + r;
+      if (token < m && row < n) Store(static_cast<OutT*>(a.y) + int64_t{token} * n + row, v);
+    });
     return;
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // clusters (the host refuses splits > 1 below)
   // The parts of a row block form a cluster: each puts its partial sums in its shared memory
-  // ([8 NT tokens][128 rows], over the ring), then adds 1 / splits of the tile over all parts'
-  // shared memory, in part order.
-  CpAsyncWait<0>();
+  // ([8 NT tokens][128 rows], over the ring: every copy landed above), then adds 1 / splits of
+  // the tile over all parts' shared memory, in part order.
   __syncthreads();
   float* tile = reinterpret_cast<float*>(smem);
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int token = t * 8 + 2 * q + (i & 1);
-        const int r = warp * kWarpRows + 16 * mt + g + (i >= 2 ? 8 : 0);
-        tile[token * kSkinnyRowsPerBlock + r] = acc[mt][t][i];
-      }
-    }
-  }
+  for_each_acc([&](int token, int r, float v) { tile[token * kSkinnyRowsPerBlock + r] = v; });
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   cluster.sync();
   const int elems = m * kSkinnyRowsPerBlock;
