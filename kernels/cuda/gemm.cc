@@ -109,7 +109,7 @@ absl::StatusOr<std::unique_ptr<GemmRunner::Plan>> GemmRunner::MakePlan(
 void GemmRunner::AddLargerShapesCandidates(
     const Plan& plan, int m, int n, int k, OutType out,
     std::vector<cublasLtMatmulHeuristicResult_t>* candidates) {
-  if (m > kSkinnyMaxRows) return;
+  if (m > kLargerCandidatesMaxRows) return;
   const auto known = [&](const cublasLtMatmulAlgo_t& algo) {
     for (const auto& c : *candidates) {
       if (std::memcmp(&c.algo, &algo, sizeof(algo)) == 0) return true;

@@ -8,7 +8,7 @@
 // algorithm, our own memory-bound GEMV kernel (gemv.cu), or our skinny tensor-core GEMM
 // (skinny_gemm.h) with a chosen split of k.
 //   - Tune() times cuBLASLt's candidate algorithms (up to kTuneCandidates from its heuristic,
-//     and at m <= kSkinnyMaxRows those it proposes for 2m and 4m rows that also fit m),
+//     and at m <= kLargerCandidatesMaxRows those it proposes for 2m and 4m rows that also fit m),
 //     for m <= gemv_max_rows our GEMV, and for m <= skinny_max_rows the skinny GEMM with each
 //     split of k up to kSkinnyMaxSplits, on the given operands, and keeps the fastest. The
 //     CUDA slice tunes the shapes of a decode batch size before it captures its graph: the
@@ -53,6 +53,9 @@ struct GemmOptions {
 
 // cuBLASLt algorithms timed per tuned shape (the heuristic's best first).
 inline constexpr int kTuneCandidates = 12;
+// Tuned shapes with at most this many rows also time the candidates proposed for 2m and 4m rows.
+inline constexpr int kLargerCandidatesMaxRows = 64;
+
 class GemmRunner {
  public:
   static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const GemmOptions& options = {});
@@ -93,7 +96,8 @@ class GemmRunner {
       std::vector<cublasLtMatmulHeuristicResult_t>* results);
   // Tune's extra cuBLASLt candidates at decode sizes: the heuristic's algorithms for 2m and 4m
   // rows that also run this shape (on an H200 the o projection took 9.2-9.9 us at m = 64 against
-  // 12.4-14.5 us for the best of m = 32's own candidates).
+  // 12.4-14.5 us for the best of m = 32's own candidates; decode at 32 streams did not move
+  // beyond noise with them).
   void AddLargerShapesCandidates(const Plan& plan, int m, int n, int k, OutType out,
                                  std::vector<cublasLtMatmulHeuristicResult_t>* candidates);
   absl::Status RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const bf16* x,

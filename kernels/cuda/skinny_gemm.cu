@@ -221,10 +221,8 @@ __global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(SkinnyArgs a) {
 // Over 48 KB of dynamic shared memory needs the opt-in, once per kernel and device (before any
 // graph capture: Tune launches every variant first).
 template <int NT, typename OutT>
-void LaunchTiles(const SkinnyArgs& a, cudaStream_t stream) {
+void LaunchTiles(const SkinnyArgs& a, int device, cudaStream_t stream) {
   static std::atomic<uint64_t> opted_in{0};
-  int device = 0;
-  cudaGetDevice(&device);
   const uint64_t bit = uint64_t{1} << (device & 63);
   if ((opted_in.load() & bit) == 0) {
     cudaFuncSetAttribute(SkinnyGemmKernel<NT, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -251,15 +249,15 @@ void LaunchTiles(const SkinnyArgs& a, cudaStream_t stream) {
 }
 
 template <typename OutT>
-void Launch(const SkinnyArgs& a, cudaStream_t stream) {
+void Launch(const SkinnyArgs& a, int device, cudaStream_t stream) {
   if (a.m <= 8) {
-    LaunchTiles<1, OutT>(a, stream);
+    LaunchTiles<1, OutT>(a, device, stream);
   } else if (a.m <= 16) {
-    LaunchTiles<2, OutT>(a, stream);
+    LaunchTiles<2, OutT>(a, device, stream);
   } else if (a.m <= 32) {
-    LaunchTiles<4, OutT>(a, stream);
+    LaunchTiles<4, OutT>(a, device, stream);
   } else {
-    LaunchTiles<8, OutT>(a, stream);
+    LaunchTiles<8, OutT>(a, device, stream);
   }
 }
 
@@ -272,9 +270,10 @@ absl::Status LaunchSkinnyGemm(const bf16* x, const bf16* w, void* y, OutType out
     return absl::InvalidArgumentError(
         "skinny GEMM: need 1 <= m <= 64, n >= 1, k a multiple of 8, 1 <= splits <= 8");
   }
+  int device = 0;
+  RS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   if (splits > 1) {
-    int device = 0, major = 0;
-    cudaGetDevice(&device);
+    int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (major < 9) {
       return absl::InvalidArgumentError(
@@ -283,9 +282,9 @@ absl::Status LaunchSkinnyGemm(const bf16* x, const bf16* w, void* y, OutType out
   }
   const SkinnyArgs a{.x = x, .w = w, .y = y, .m = m, .n = n, .k = k, .splits = splits};
   if (out == OutType::kF32) {
-    Launch<float>(a, stream);
+    Launch<float>(a, device, stream);
   } else {
-    Launch<bf16>(a, stream);
+    Launch<bf16>(a, device, stream);
   }
   return LaunchStatus("SkinnyGemmKernel");
 }
