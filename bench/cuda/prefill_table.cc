@@ -101,8 +101,26 @@ void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::st
                           attn_flops / ms / 1e9);
     }
     layer_us += 1000 * best_attn_ms;
+    // The memory-bound kernels between them: two residual-add + RMSNorms and the SiLU-mul.
+    DeviceBuffer residual;
+    if (residual.Allocate(int64_t{n} * h * 4).ok()) {
+      (void)LaunchBF16ToF32(q.as<bf16>(), residual.as<float>(), int64_t{n} * h, nullptr);
+      const double norm_ms = TimeMs(
+          [&] {
+            return LaunchAddRmsNorm(residual.as<float>(), q.as<bf16>(), nullptr, w.as<bf16>(),
+                                    attn.as<bf16>(), n, h, 1e-5f, nullptr);
+          },
+          2, 10);
+      const double silu_ms = TimeMs(
+          [&] { return LaunchSiluMul(y.as<bf16>(), x.as<bf16>(), n, inter, nullptr); }, 2, 10);
+      *out += fmt::format("{:<24} {:>10.1f} {:>9.0f} GB/s\n", "add + rmsnorm", 1000 * norm_ms,
+                          12.0 * n * h / norm_ms / 1e6);
+      *out += fmt::format("{:<24} {:>10.1f} {:>9.0f} GB/s\n", "silu * up", 1000 * silu_ms,
+                          6.0 * n * inter / silu_ms / 1e6);
+      layer_us += 1000 * (2 * norm_ms + silu_ms);
+    }
     *out += fmt::format("{:<24} {:>10.1f} us/layer -> {:.0f} tok/s for {} layers (GEMMs tuned)\n",
-                        "gemms + best attention", layer_us, n / (layer_us * 1e-6 * c.num_layers),
+                        "gemms, attention, norms", layer_us, n / (layer_us * 1e-6 * c.num_layers),
                         c.num_layers);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) *out += fmt::format("prefill table: {}\n", cudaGetErrorString(err));

@@ -223,7 +223,8 @@ class Bench {
   std::vector<int> prefilled_;
 };
 
-// Times y = x W^T for the model's shapes at m = 1 and 8: our GEMV against cuBLASLt.
+// Times y = x W^T for the model's shapes at m = 1 to 64, each call with the weights evicted from
+// L2 first: our GEMV, cuBLASLt's heuristic choice, the skinny GEMM's best grid, the tuned plan.
 void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::string* out) {
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   struct Shape {
@@ -244,21 +245,33 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
   }
   (void)LaunchFillRandom(w.as<bf16>(), max_w, 7, 0, 0.03f, nullptr);
   (void)LaunchFillRandom(x.as<bf16>(), int64_t{64} * inter, 8, 0, 1, nullptr);
-  // The skinny GEMM's best split, timed here over every split (the tuned column shows it only
-  // where it wins).
-  auto best_skinny = [&](int m, int n, int k, int* best_splits) {
+  // The skinny GEMM's best grid, timed here over 1 to kSkinnyBlocksPerSm blocks per
+  // multiprocessor (the tuned column shows it only where it wins).
+  DeviceBuffer skinny_buffer;
+  SkinnyWorkspace skinny_ws;
+  int device = 0, sms = 0;
+  // Every figure with the weights evicted from L2 first, as a decode step meets them.
+  absl::StatusOr<std::unique_ptr<ColdCacheTimer>> timer = ColdCacheTimer::Create();
+  if (!timer.ok() || !AllocateSkinnyWorkspace(size_t{40} << 20, &skinny_buffer, &skinny_ws).ok() ||
+      cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    *out += "gemm table: skinny GEMM workspace failed\n";
+    return;
+  }
+  auto best_skinny = [&](int m, int n, int k, int* best_per_sm) {
     double best = 0;
-    for (int splits = 1; splits <= kSkinnyMaxSplits; ++splits) {
-      const double us =
-          1000 * TimeMs(
-                     [&] {
-                       return LaunchSkinnyGemm(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16,
-                                               m, n, k, splits, nullptr);
-                     },
-                     3, 20);
+    for (int per_sm = 1; per_sm <= kSkinnyBlocksPerSm; ++per_sm) {
+      const int blocks = per_sm * sms;
+      if (SkinnyPartialFloats(m, n, k, blocks) > skinny_ws.partial_floats) break;
+      const double us = (*timer)->MedianUs(
+          [&] {
+            return LaunchSkinnyGemm(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, n, k,
+                                    blocks, skinny_ws, nullptr);
+          },
+          nullptr);
       if (best == 0 || us < best) {
         best = us;
-        *best_splits = splits;
+        *best_per_sm = per_sm;
       }
     }
     return best;
@@ -290,16 +303,16 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
                                  nullptr);
           }
         };
-        us[path] = 1000 * TimeMs(run, 3, 20);
+        us[path] = (*timer)->MedianUs(run, nullptr);
       }
-      int splits = 0;
-      const double skinny_us = best_skinny(m, s.n, s.k, &splits);
+      int per_sm = 0;
+      const double skinny_us = best_skinny(m, s.n, s.k, &per_sm);
       const double bytes = 2.0 * s.n * s.k;
       auto frac = [&](double t) { return t > 0 ? 100 * bytes / bandwidth / (t * 1e-6) : 0; };
       *out += fmt::format(
-          "{:<8} {:>3} {:>8.1f} {:>6.1f} {:>9.1f} {:>6.1f} {:>6.1f} /{:<2} {:>6.1f} {:>8.1f} "
+          "{:<8} {:>3} {:>8.1f} {:>6.1f} {:>9.1f} {:>6.1f} {:>6.1f} x{:<2} {:>6.1f} {:>8.1f} "
           "{:>6.1f}  {}\n",
-          s.name, m, us[0], frac(us[0]), us[1], frac(us[1]), skinny_us, splits, frac(skinny_us),
+          s.name, m, us[0], frac(us[0]), us[1], frac(us[1]), skinny_us, per_sm, frac(skinny_us),
           us[2], frac(us[2]), gemm.PlanSummary(m, s.n, s.k, OutType::kBF16));
     }
   }

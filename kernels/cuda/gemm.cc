@@ -16,7 +16,7 @@ struct GemmRunner::Plan {
   cublasLtMatrixLayout_t c = nullptr;  // y as column-major [n, m]
   cublasLtMatmulAlgo_t algo{};         // the heuristic's first, or the fastest when tuned
   bool use_gemv = false;               // Linear runs LaunchGemv instead
-  int skinny_splits = 0;               // > 0: Linear runs the skinny GEMM, k in this many parts
+  int skinny_blocks = 0;               // > 0: Linear runs the skinny GEMM on this many blocks
   bool tuned = false;
   int candidate = 0;  // index of `algo` among the tuning candidates (the heuristic's first)
 
@@ -44,6 +44,15 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const GemmOptions
   RS_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
   runner->handle_ = handle;
   RS_RETURN_IF_ERROR(runner->workspace_.Allocate(options.workspace_bytes));
+  if (options.skinny_max_rows > 0) {
+    RS_RETURN_IF_ERROR(AllocateSkinnyWorkspace(
+        options.skinny_workspace_bytes, &runner->skinny_buffer_, &runner->skinny_workspace_));
+  }
+  RS_ASSIGN_OR_RETURN(runner->timer_, ColdCacheTimer::Create());
+  int device = 0;
+  RS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  RS_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&runner->multiprocessors_, cudaDevAttrMultiProcessorCount, device));
   return runner;
 }
 
@@ -148,44 +157,22 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
   RS_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
                       MakePlan(m, n, k, out, kTuneCandidates, &candidates));
   AddLargerShapesCandidates(*plan, m, n, k, out, &candidates);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  RS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  const cudaError_t created = cudaEventCreate(&stop);
-  if (created != cudaSuccess) cudaEventDestroy(start);
-  RS_CUDA_RETURN_IF_ERROR(created);
-  // Microseconds per call of one candidate (-1: it failed), after one untimed call: the best of
-  // kRounds rounds of kRuns calls (one round read the same algorithm 9.4 and 15.1 us apart on an
-  // H200, enough to pick the wrong candidate).
-  auto time = [&](auto&& run) -> float {
-    constexpr int kRuns = 5, kRounds = 3;
-    if (!run().ok()) return -1;
-    float best_ms = -1;
-    for (int round = 0; round < kRounds; ++round) {
-      cudaEventRecord(start, stream);
-      for (int i = 0; i < kRuns; ++i) (void)run();
-      cudaEventRecord(stop, stream);
-      float ms = 0;
-      if (cudaEventSynchronize(stop) != cudaSuccess ||
-          cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
-        return -1;
-      }
-      if (best_ms < 0 || ms < best_ms) best_ms = ms;
-    }
-    return best_ms * 1000 / kRuns;
-  };
+  // Microseconds per call of one candidate (-1: it failed): the median of single calls, each
+  // with the operands evicted from L2 first (cold_cache_timer.h).
+  auto time = [&](auto&& run) -> float { return timer_->MedianUs(run, stream); };
   const float gemv =
       plan->use_gemv ? time([&] { return LaunchGemv(x, w, y, out, m, n, k, stream); }) : -1.0f;
-  // The skinny GEMM's fastest split (0: none ran).
+  // The skinny GEMM's fastest grid (0: none ran).
   float skinny = -1;
-  int skinny_splits = 0;
-  if (m <= options_.skinny_max_rows && k % 8 == 0) {
-    const int stages = (k + kSkinnyStageK - 1) / kSkinnyStageK;
-    for (int splits = 1; splits <= kSkinnyMaxSplits; ++splits) {
-      if (splits > 1 && stages / splits < 2) break;
-      const float us = time([&] { return RunSkinny(splits, x, w, y, out, m, n, k, stream); });
+  int skinny_blocks = 0;
+  if (m <= options_.skinny_max_rows && skinny_buffer_.get() != nullptr && k % 8 == 0) {
+    for (int per_sm = 1; per_sm <= kSkinnyBlocksPerSm; ++per_sm) {
+      const int blocks = per_sm * multiprocessors_;
+      if (SkinnyPartialFloats(m, n, k, blocks) > skinny_workspace_.partial_floats) break;
+      const float us = time([&] { return RunSkinny(blocks, x, w, y, out, m, n, k, stream); });
       if (us >= 0 && (skinny < 0 || us < skinny)) {
         skinny = us;
-        skinny_splits = splits;
+        skinny_blocks = blocks;
       }
     }
   }
@@ -199,8 +186,6 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
       plan->candidate = static_cast<int>(i);
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   // A timing run that failed left its error with the runtime; report it rather than a plan.
   RS_RETURN_IF_ERROR(LaunchStatus("GEMM tuning"));
   if (best < 0) {
@@ -208,7 +193,7 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
         absl::StrCat("no cuBLASLt algorithm ran for m=", m, " n=", n, " k=", k));
   }
   plan->use_gemv = gemv >= 0 && gemv < best && (skinny < 0 || gemv < skinny);
-  if (!plan->use_gemv && skinny >= 0 && skinny < best) plan->skinny_splits = skinny_splits;
+  if (!plan->use_gemv && skinny >= 0 && skinny < best) plan->skinny_blocks = skinny_blocks;
   plan->tuned = true;
   plans_[key] = std::move(plan);
   return absl::OkStatus();
@@ -224,9 +209,9 @@ absl::Status GemmRunner::RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t&
   return absl::OkStatus();
 }
 
-absl::Status GemmRunner::RunSkinny(int splits, const bf16* x, const bf16* w, void* y, OutType out,
+absl::Status GemmRunner::RunSkinny(int blocks, const bf16* x, const bf16* w, void* y, OutType out,
                                    int m, int n, int k, cudaStream_t stream) {
-  return LaunchSkinnyGemm(x, w, y, out, m, n, k, splits, stream);
+  return LaunchSkinnyGemm(x, w, y, out, m, n, k, blocks, skinny_workspace_, stream);
 }
 
 std::string GemmRunner::PlanSummary(int m, int n, int k, OutType out) const {
@@ -234,7 +219,7 @@ std::string GemmRunner::PlanSummary(int m, int n, int k, OutType out) const {
   if (it == plans_.end()) return "none";
   const Plan& p = *it->second;
   const std::string kernel = p.use_gemv            ? "gemv"
-                             : p.skinny_splits > 0 ? absl::StrCat("skinny /", p.skinny_splits)
+                             : p.skinny_blocks > 0 ? absl::StrCat("skinny x", p.skinny_blocks)
                                                    : absl::StrCat("cublas #", p.candidate);
   return absl::StrCat(kernel, p.tuned ? " (tuned)" : "");
 }
@@ -265,7 +250,7 @@ absl::Status GemmRunner::Linear(const bf16* x, const bf16* w, void* y, OutType o
                                 int k, cudaStream_t stream) {
   RS_ASSIGN_OR_RETURN(Plan * plan, GetPlan(m, n, k, out));
   if (plan->use_gemv) return LaunchGemv(x, w, y, out, m, n, k, stream);
-  if (plan->skinny_splits > 0) return RunSkinny(plan->skinny_splits, x, w, y, out, m, n, k, stream);
+  if (plan->skinny_blocks > 0) return RunSkinny(plan->skinny_blocks, x, w, y, out, m, n, k, stream);
   return RunCublas(*plan, plan->algo, x, w, y, stream);
 }
 

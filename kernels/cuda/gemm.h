@@ -6,11 +6,12 @@
 //   y: [m, n] bf16 or fp32
 // Each (m, n, k, output dtype) gets a plan, cached: cuBLASLt's matmul descriptors, layouts and
 // algorithm, our own memory-bound GEMV kernel (gemv.cu), or our skinny tensor-core GEMM
-// (skinny_gemm.h) with a chosen split of k.
+// (skinny_gemm.h) with a chosen grid size.
 //   - Tune() times cuBLASLt's candidate algorithms (up to kTuneCandidates from its heuristic,
 //     and at m <= kLargerCandidatesMaxRows those it proposes for 2m and 4m rows that also fit m),
-//     for m <= gemv_max_rows our GEMV, and for m <= skinny_max_rows the skinny GEMM with each
-//     split of k up to kSkinnyMaxSplits, on the given operands, and keeps the fastest. The
+//     for m <= gemv_max_rows our GEMV, and for m <= skinny_max_rows the skinny GEMM with 1 to
+//     kSkinnyBlocksPerSm blocks per multiprocessor, on the given operands, each call with the
+//     operands evicted from L2 first (cold_cache_timer.h), and keeps the fastest. The
 //     CUDA slice tunes the shapes of a decode batch size before it captures its graph: the
 //     heuristic's first choice is not the fastest for small m (on an H200 it read the qkv and o
 //     matrices of a Llama-3.1-8B shape at 56-70% of copy bandwidth at m = 32).
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/cold_cache_timer.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -47,6 +49,9 @@ struct GemmOptions {
   // Tuning also times the skinny GEMM for m <= skinny_max_rows (0 disables it; at most
   // kSkinnyMaxRows). Untuned shapes never use it.
   int skinny_max_rows = kSkinnyMaxRows;
+  // The skinny GEMM's partial sums and counters (skinny_gemm.h); grids that need more are not
+  // tuned.
+  size_t skinny_workspace_bytes = size_t{40} << 20;
   // false: Tune() does nothing (every shape keeps the heuristic's first algorithm).
   bool tune = true;
 };
@@ -55,6 +60,8 @@ struct GemmOptions {
 inline constexpr int kTuneCandidates = 12;
 // Tuned shapes with at most this many rows also time the candidates proposed for 2m and 4m rows.
 inline constexpr int kLargerCandidatesMaxRows = 64;
+// Tuning times the skinny GEMM with 1 to this many blocks per multiprocessor.
+inline constexpr int kSkinnyBlocksPerSm = 4;
 
 class GemmRunner {
  public:
@@ -75,7 +82,7 @@ class GemmRunner {
   absl::Status LinearCublas(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
                             cudaStream_t stream);
 
-  // Which kernel a shape's plan uses, if it has one: "gemv", "skinny /s" (k in s parts),
+  // Which kernel a shape's plan uses, if it has one: "gemv", "skinny xb" (b blocks),
   // "cublas #i" (the i-th tuning candidate; 0 is the heuristic's first) and whether it was tuned.
   // For benchmarks and tests.
   std::string PlanSummary(int m, int n, int k, OutType out) const;
@@ -102,12 +109,16 @@ class GemmRunner {
                                  std::vector<cublasLtMatmulHeuristicResult_t>* candidates);
   absl::Status RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const bf16* x,
                          const bf16* w, void* y, cudaStream_t stream);
-  absl::Status RunSkinny(int splits, const bf16* x, const bf16* w, void* y, OutType out, int m,
+  absl::Status RunSkinny(int blocks, const bf16* x, const bf16* w, void* y, OutType out, int m,
                          int n, int k, cudaStream_t stream);
 
   GemmOptions options_;
   void* handle_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
+  DeviceBuffer skinny_buffer_;
+  SkinnyWorkspace skinny_workspace_;
+  int multiprocessors_ = 0;
+  std::unique_ptr<ColdCacheTimer> timer_;  // Tune's
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<Plan>> plans_;
 };
 

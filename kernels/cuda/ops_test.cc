@@ -120,34 +120,33 @@ TEST(CudaGemmTest, TunedPlansMatchCpuAndTuningRefusesCapture) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
 }
 
-// The skinny tensor-core GEMM at every token-tile size, with k whole and in parts (clusters of
-// 2, 3 and 8 blocks): n = 200 leaves the second row block 72 rows, k = 2120 ends in a stage of 8
-// values (34 stages: in 8 parts the last is empty). A second launch must give the same bits.
-TEST(CudaGemmTest, SkinnyGemmMatchesCpuForEverySplit) {
+// The skinny tensor-core GEMM at every token-tile size and over grids that cut the work list
+// differently: n = 584 is 5 row blocks (the last 72 rows), k = 2120 is 34 stages (the last of 8
+// values), 170 work items. 1 block: all whole row blocks; 2 (85 items a block): whole row blocks
+// and one shared; 3 (57): a block with a shared head, a whole row block and a shared tail; 5
+// (34): every block one row block; 7 (25); 170 and 1000 (one item a block): 34 sharers a row
+// block. A second launch must give the same bits (the counters were left at zero).
+TEST(CudaGemmTest, SkinnyGemmMatchesCpuForEveryGrid) {
   RS_SKIP_WITHOUT_GPU();
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  const int n = 200, k = 2120;
-  int device = 0, major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  const int n = 584, k = 2120;
+  DeviceBuffer ws_buffer;
+  SkinnyWorkspace ws;
+  RS_ASSERT_OK(AllocateSkinnyWorkspace(size_t{16} << 20, &ws_buffer, &ws));
   for (int m : {1, 8, 9, 31, 33, 64}) {
     const auto [x, w, want] = RandomMatMul(rng, m, n, k);
     DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w), dy_bf16, dy_f32;
     ASSERT_TRUE(dy_bf16.Allocate(want.size() * 2).ok());
     ASSERT_TRUE(dy_f32.Allocate(want.size() * 4).ok());
-    for (int splits : {1, 2, 3, kSkinnyMaxSplits}) {
-      SCOPED_TRACE(::testing::Message() << "m " << m << " splits " << splits);
+    for (int blocks : {1, 2, 3, 5, 7, 170, 1000}) {
+      SCOPED_TRACE(::testing::Message() << "m " << m << " blocks " << blocks);
       auto run = [&](DeviceBuffer& y, OutType out) {
         Poison(y);
-        return LaunchSkinnyGemm(dx.as<bf16>(), dw.as<bf16>(), y.get(), out, m, n, k, splits,
+        return LaunchSkinnyGemm(dx.as<bf16>(), dw.as<bf16>(), y.get(), out, m, n, k, blocks, ws,
                                 nullptr);
       };
-      if (splits > 1 && major < 9) {  // no thread-block clusters before sm_90
-        EXPECT_EQ(run(dy_f32, OutType::kF32).code(), absl::StatusCode::kInvalidArgument);
-        continue;
-      }
       RS_ASSERT_OK(run(dy_f32, OutType::kF32));
       const std::vector<float> first = Download<float>(dy_f32, want.size());
       EXPECT_LT(RelL2(first, want), kF32Tol);
@@ -157,15 +156,19 @@ TEST(CudaGemmTest, SkinnyGemmMatchesCpuForEverySplit) {
       EXPECT_LT(RelL2(DownloadBf16(dy_bf16, want.size()), want), kBf16Tol);
     }
   }
-  const auto refused = [&](int m, int k_arg, int splits) {
-    return LaunchSkinnyGemm(nullptr, nullptr, nullptr, OutType::kF32, m, n, k_arg, splits, nullptr)
+  const auto refused = [&](int m, int k_arg, int blocks, const SkinnyWorkspace& space) {
+    return LaunchSkinnyGemm(nullptr, nullptr, nullptr, OutType::kF32, m, n, k_arg, blocks, space,
+                            nullptr)
                .code() == absl::StatusCode::kInvalidArgument;
   };
-  EXPECT_TRUE(refused(0, k, 1));
-  EXPECT_TRUE(refused(kSkinnyMaxRows + 1, k, 1));
-  EXPECT_TRUE(refused(4, 2121, 1));  // k not a multiple of 8
-  EXPECT_TRUE(refused(4, k, 0));
-  EXPECT_TRUE(refused(4, k, kSkinnyMaxSplits + 1));
+  EXPECT_TRUE(refused(0, k, 1, ws));
+  EXPECT_TRUE(refused(kSkinnyMaxRows + 1, k, 1, ws));
+  EXPECT_TRUE(refused(4, 2121, 1, ws));  // k not a multiple of 8
+  EXPECT_TRUE(refused(4, k, 0, ws));
+  SkinnyWorkspace small = ws;
+  small.partial_floats = SkinnyPartialFloats(4, n, k, 7) - 1;
+  EXPECT_TRUE(refused(4, k, 7, small));
+  EXPECT_TRUE(refused(4, k, 7, SkinnyWorkspace{}));
 }
 
 // The CPU's bf16(silu(g) * u) for g, u = bf16(x . w^T) over w's gate rows [0, inter) and up rows
