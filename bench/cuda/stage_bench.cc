@@ -5,7 +5,7 @@
 //
 //   stage_bench [--model_dir DIR] [--shape llama8b|qwen3_8b] [--quick] [--kernels_only]
 //               [--prefill_only] [--decode_only] [--gemm_only] [--bandwidth_tbps 4.28]
-//               [--peak_tflops 785]
+//               [--peak_tflops 785] [--prefill_key_tile 64|128]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -602,7 +602,12 @@ int Main(int argc, char** argv) {
       flags.decode_only = true;
     else if (a == "--gemm_only")
       flags.gemm_only = true;
-    else if (a == "--bandwidth_tbps")
+    else if (a == "--prefill_key_tile") {
+      if (!SetPrefillKeyTileSm90(std::stoi(value()))) {
+        std::fprintf(stderr, "--prefill_key_tile: 64 or 128\n");
+        return 2;
+      }
+    } else if (a == "--bandwidth_tbps")
       flags.bandwidth = std::stod(value()) * 1e12;
     else if (a == "--peak_tflops")
       flags.peak = std::stod(value()) * 1e12;
@@ -683,21 +688,34 @@ int Main(int argc, char** argv) {
   std::fputs(prefill_table.c_str(), stdout);
   std::fflush(stdout);
   // Whole prompts in one chunk, and an 8k prompt in 4k and 2k chunks (a coordinator token
-  // budget of 4096 or 2048: each chunk attends to the cached chunks before it).
-  for (const auto& [length, chunk] :
-       {std::pair{2048, 0}, std::pair{8192, 0}, std::pair{8192, 4096}, std::pair{8192, 2048}}) {
+  // budget of 4096 or 2048: each chunk attends to the cached chunks before it); on sm_90 the
+  // whole prompts again with the attention's 64-key tiles.
+  const auto prefill_row = [&](int length, int chunk, const std::string& note) {
     auto r = bench.Prefill(length, flags.quick ? 1 : 3, chunk);
-    const std::string name = chunk > 0 ? fmt::format("prefill {} in {}s", length, chunk)
-                                       : fmt::format("prefill {}", length);
+    std::string name = chunk > 0 ? fmt::format("prefill {} in {}s", length, chunk)
+                                 : fmt::format("prefill {}", length);
+    if (note.find("other key tile") != std::string::npos) {
+      name += fmt::format(" k{}", PrefillKeyTileSm90());
+    }
     if (!r.ok()) {
       rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
-      continue;
+      return;
     }
     const double seconds = length / *r;
-    rows.push_back({name, *r, PrefillFlops(config, length) / flags.peak / seconds, "compute",
-                    chunk > 0 ? "chunked prefill" : "one chunk"});
+    rows.push_back(
+        {name, *r, PrefillFlops(config, length) / flags.peak / seconds, "compute", note});
     std::printf("%s: %.1f tok/s\n", name.c_str(), *r);
     std::fflush(stdout);
+  };
+  for (const auto& [length, chunk] :
+       {std::pair{2048, 0}, std::pair{8192, 0}, std::pair{8192, 4096}, std::pair{8192, 2048}}) {
+    prefill_row(length, chunk, chunk > 0 ? "chunked prefill" : "one chunk");
+  }
+  if (PrefillTileRows() == kPrefillTileSm90) {
+    const int default_key_tile = PrefillKeyTileSm90();
+    SetPrefillKeyTileSm90(default_key_tile == 128 ? 64 : 128);
+    for (int length : {2048, 8192}) prefill_row(length, 0, "one chunk, other key tile");
+    SetPrefillKeyTileSm90(default_key_tile);
   }
 
   std::string table = header + gemm_table + kernel_table + prefill_table;

@@ -143,6 +143,14 @@ struct PrefillBatch {
 // compute capability 9.0 (when the build targets sm_90), else kPrefillTile. Cached per device.
 int PrefillTileRows();
 
+// Keys per K/V tile of the sm_90 kernel: 64 (the default: 97 KB of shared memory, two CTAs per
+// SM, so one's softmax runs beside the other's tensor-core work) or 128 (one CTA per SM). On an
+// H200 the 64-key tiles ran the 8k causal attention in 1.33-1.37 ms against 1.66-1.78 and prefill
+// 8k 1.6-1.7% faster (bench/cuda/NOTES.md, run 12). Process-wide; other values are refused
+// (false). For A/B measurements (stage_bench --prefill_key_tile).
+bool SetPrefillKeyTileSm90(int keys);
+int PrefillKeyTileSm90();
+
 // Host-side: the (seq, first query) pairs covering every chunk in tiles of `tile_rows` queries,
 // longest-running tiles (most keys) first. Appends to `tiles` as flat pairs. At most
 // sum(num_tokens) / kPrefillTile + num_seqs tiles for any tile_rows >= kPrefillTile.

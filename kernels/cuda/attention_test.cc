@@ -335,11 +335,20 @@ TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
   RS_SKIP_WITHOUT_GPU();
   const uint32_t seed = std::random_device{}();
   for (int tile_rows : TileSizesToTest()) {
-    // Partial tiles, a one-token chunk, chunks after a cached prefix (keys span many tiles).
-    RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, seed);
-    // Whole tiles and one past: 128-key tiles from position 0 and from an unaligned prefix.
-    RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, seed + 1);
+    // The wgmma kernel with both its K/V tile sizes (then back to the default).
+    for (int key_tile : {128, 64}) {
+      if (tile_rows != kPrefillTileSm90 && key_tile != 128) continue;
+      SCOPED_TRACE(::testing::Message() << "key_tile " << key_tile);
+      const int default_key_tile = PrefillKeyTileSm90();
+      ASSERT_TRUE(SetPrefillKeyTileSm90(key_tile));
+      // Partial tiles, a one-token chunk, chunks after a cached prefix (keys span many tiles).
+      RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, seed);
+      // Whole tiles and one past: 128-key tiles from position 0 and from an unaligned prefix.
+      RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, seed + 1);
+      ASSERT_TRUE(SetPrefillKeyTileSm90(default_key_tile));
+    }
   }
+  EXPECT_FALSE(SetPrefillKeyTileSm90(96));
 }
 
 // Host side, no GPU needed: every query of every chunk lies in exactly one tile, tiles start at

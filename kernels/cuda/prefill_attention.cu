@@ -266,6 +266,18 @@ int PrefillTileRows() {
 #endif
 }
 
+namespace {
+std::atomic<int> prefill_key_tile_sm90{64};
+}  // namespace
+
+bool SetPrefillKeyTileSm90(int keys) {
+  if (keys != 64 && keys != 128) return false;
+  prefill_key_tile_sm90.store(keys);
+  return true;
+}
+
+int PrefillKeyTileSm90() { return prefill_key_tile_sm90.load(); }
+
 void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
                       const std::vector<int32_t>& start_positions, std::vector<int32_t>* tiles,
                       int tile_rows) {

@@ -3,13 +3,16 @@
 // without ldmatrix traffic through registers.
 //
 // CTA = 2 warpgroups (256 threads) = 128 queries of one head; warpgroup w owns queries
-// [64 w, 64 w + 64). K/V tiles of 128 keys, double-buffered with cp.async (all 256 threads load).
-// Per key tile: S = Q K^T (8 wgmma m64n128k16 from shared memory), online softmax in registers,
-// O += P V (8 wgmma with P from registers, V read MN-major from shared memory).
+// [64 w, 64 w + 64). K/V tiles of BK = 64 or 128 keys (PrefillKeyTileSm90), double-buffered with
+// cp.async (all 256 threads load). Per key tile: S = Q K^T (8 wgmma m64nBKk16 from shared
+// memory), online softmax in registers, O += P V (BK / 16 wgmma with P from registers, V read
+// MN-major from shared memory). With 64-key tiles two CTAs share an SM (97 KB of shared memory
+// and at most 128 registers each) and their phases interleave: one's softmax runs while the
+// other's wgmma keep the tensor cores busy.
 //
-// Shared-memory tiles (128 rows x 128 bf16) are stored as two 64-column halves of 128 rows x
-// 128 bytes in the 128-byte swizzle wgmma expects: 16-byte chunk c of row r at r * 128 +
-// ((c ^ (r & 7)) << 4), every tile 1024-byte aligned.
+// Shared-memory tiles (R rows x 128 bf16: Q 128 rows, K and V BK rows) are stored as two
+// 64-column halves of R rows x 128 bytes in the 128-byte swizzle wgmma expects: 16-byte chunk c
+// of row r at half (c / 8) + r * 128 + ((c % 8 ^ (r & 7)) << 4), every tile 1024-byte aligned.
 #include <cfloat>
 
 #include "kernels/cuda/device_utils.cuh"
@@ -21,11 +24,17 @@ namespace {
 
 constexpr int kD = 128;
 constexpr int kBq = kPrefillTileSm90;  // queries per CTA
-constexpr int kBk = 128;               // keys per tile
 constexpr int kThreads = 256;
-constexpr int kHalfBytes = 128 * 128;              // 128 rows x 64 bf16
-constexpr int kTileBytes = 2 * kHalfBytes;         // 128 rows x 128 bf16
-constexpr int kSmemBytes = 5 * kTileBytes + 1024;  // Q, K x 2, V x 2, alignment slack
+constexpr int kQHalfBytes = kBq * 128;  // 128 rows x 64 bf16
+constexpr int kQTileBytes = 2 * kQHalfBytes;
+// Per key-tile size BK (128: one CTA an SM; 64: two, whose phases interleave): K and V tiles of
+// BK rows x 128 bf16 as two halves of BK rows x 128 bytes.
+__host__ __device__ constexpr int KvHalfBytes(int bk) { return bk * 128; }
+__host__ __device__ constexpr int KvTileBytes(int bk) { return 2 * KvHalfBytes(bk); }
+// Q, K x 2, V x 2, alignment slack.
+__host__ __device__ constexpr int SmemBytes(int bk) {
+  return kQTileBytes + 4 * KvTileBytes(bk) + 1024;
+}
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct Args {
@@ -35,9 +44,10 @@ struct Args {
   PrefillBatch batch;
 };
 
-// Byte offset of 16-byte chunk `chunk` (0..15) of row `row` in a swizzled tile.
-__device__ __forceinline__ uint32_t ChunkOffset(int row, int chunk) {
-  return (chunk >> 3) * kHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+// Byte offset of 16-byte chunk `chunk` (0..15) of row `row` in a swizzled tile whose 64-column
+// halves are `half_bytes` apart.
+__device__ __forceinline__ uint32_t ChunkOffset(int row, int chunk, int half_bytes) {
+  return (chunk >> 3) * half_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
 // wgmma shared-memory matrix descriptor, 128-byte swizzle. K-major operands: `stride` = bytes
@@ -58,9 +68,10 @@ __device__ __forceinline__ void WgmmaCommitAndWait() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 // Keeps the compiler from moving accesses of the accumulators across a wgmma wait or fence.
+template <int N = 64>
 __device__ __forceinline__ void FenceRegisters(float* r) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(r[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 // Makes this thread's completed shared-memory writes (cp.async) visible to wgmma's reads.
 __device__ __forceinline__ void FenceProxyAsync() {
@@ -95,6 +106,34 @@ __device__ __forceinline__ void WgmmaSS(float* d, uint64_t desc_a, uint64_t desc
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// The 32 accumulators of an m64n64 wgmma.
+#define RS_WGMMA_D32_REGS                                                  \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define RS_WGMMA_D32(d)                                                                           \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+// D (64 x BK fp32) = A (64 x 16, smem, K-major) * B (16 x BK, smem, K-major) + (scale_d ? D : 0).
+template <int BK>
+__device__ __forceinline__ void WgmmaScores(float* d, uint64_t desc_a, uint64_t desc_b,
+                                            int scale_d) {
+  if constexpr (BK == 128) {
+    WgmmaSS(d, desc_a, desc_b, scale_d);
+  } else {
+    static_assert(BK == 64);
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" RS_WGMMA_D32_REGS
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : RS_WGMMA_D32(d)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+}
+
 // D (64 x 128) += A (64 x 16 bf16 in registers, per warp the mma.sync m16n8k16 A-fragment
 // layout) * B (16 x 128, smem, MN-major: one key per row of head dims).
 __device__ __forceinline__ void WgmmaRS(float* d, const uint32_t* a, uint64_t desc_b) {
@@ -114,44 +153,49 @@ __device__ __forceinline__ float Exp2(float x) {
 }
 
 // Where this thread's cp.async copies land and come from. A thread always copies 16-byte chunk
-// (tid & 15) of rows tid / 16 + 16 u, u = 0..7, so its shared-memory offsets are one base plus
-// u * 2048 (the swizzle depends on row & 7, the same for every u).
+// (tid & 15) of rows tid / 16 + 16 u, so its shared-memory offsets are one base plus u * 2048
+// (the swizzle depends on row & 7, the same for every u).
 struct LoadPlan {
-  uint32_t smem_base;  // ChunkOffset(tid / 16, tid & 15)
-  int row;             // tid / 16
-  int chunk;           // tid & 15
+  uint32_t q_base;   // ChunkOffset(tid / 16, tid & 15) in the Q tile
+  uint32_t kv_base;  // the same in a K or V tile
+  int row;           // tid / 16
+  int chunk;         // tid & 15
   PagedKeys keys;
 };
 
+template <int BK>
 __device__ __forceinline__ LoadPlan MakeLoadPlan(int block_size) {
   const int row = threadIdx.x >> 4, chunk = threadIdx.x & 15;
-  return {ChunkOffset(row, chunk), row, chunk, PagedKeys(block_size)};
+  return {ChunkOffset(row, chunk, kQHalfBytes), ChunkOffset(row, chunk, KvHalfBytes(BK)), row,
+          chunk, PagedKeys(block_size)};
 }
 
-// Queues keys [key0, key0 + 128) of kv head `kvh` into swizzled K and V tiles (one address
+// Queues keys [key0, key0 + BK) of kv head `kvh` into swizzled K and V tiles (one address
 // computation per key for both); keys >= kv_end are zero.
+template <int BK>
 __device__ __forceinline__ void LoadKvTiles(unsigned char* dk, unsigned char* dv,
                                             const KvCacheLayer& c, const int32_t* table, int key0,
                                             int kv_end, int kvh, const LoadPlan& p) {
 #pragma unroll
-  for (int u = 0; u < 8; ++u) {
+  for (int u = 0; u < BK / 16; ++u) {
     const int key = key0 + p.row + 16 * u;
     const bool valid = key < kv_end;
     const int64_t offset = valid ? p.keys.Offset(c, table, key, kvh, kD) + p.chunk * 8 : 0;
-    const uint32_t dst = p.smem_base + u * 2048;
+    const uint32_t dst = p.kv_base + u * 2048;
     CpAsync16(dk + dst, c.k + offset, valid);
     CpAsync16(dv + dst, c.v + offset, valid);
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
+template <int BK>
+__global__ void __launch_bounds__(kThreads, BK == 64 ? 2 : 1) PrefillKernelSm90(Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // 1024-byte aligned base for the swizzle pattern.
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   unsigned char* sq = smem;
-  auto sk = [&](int b) { return smem + (1 + b) * kTileBytes; };
-  auto sv = [&](int b) { return smem + (3 + b) * kTileBytes; };
+  auto sk = [&](int b) { return smem + kQTileBytes + b * KvTileBytes(BK); };
+  auto sv = [&](int b) { return smem + kQTileBytes + (2 + b) * KvTileBytes(BK); };
 
   const KvCacheLayer& c = a.shape.cache;
   const int num_heads = a.shape.num_heads;
@@ -168,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
   const int32_t* table = a.batch.block_tables + static_cast<int64_t>(seq) * a.batch.max_blocks;
   const int nq = min(kBq, ntok - q0);
   const int kv_end = start_pos + q0 + nq;
-  const int num_kt = (kv_end + kBk - 1) / kBk;
+  const int num_kt = (kv_end + BK - 1) / BK;
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
@@ -177,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
   const int g = lane >> 2;
   const int t4 = lane & 3;
 
-  const LoadPlan plan = MakeLoadPlan(c.block_size);
+  const LoadPlan plan = MakeLoadPlan<BK>(c.block_size);
 #pragma unroll
   for (int u = 0; u < 8; ++u) {
     const int r = plan.row + 16 * u;
@@ -186,9 +230,9 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
                           ? a.q + (static_cast<int64_t>(q_start + q0 + r) * num_heads + head) * kD +
                                 plan.chunk * 8
                           : a.q;
-    CpAsync16(sq + plan.smem_base + u * 2048, src, valid);
+    CpAsync16(sq + plan.q_base + u * 2048, src, valid);
   }
-  LoadKvTiles(sk(0), sv(0), c, table, 0, kv_end, kvh, plan);
+  LoadKvTiles<BK>(sk(0), sv(0), c, table, 0, kv_end, kvh, plan);
   CpAsyncCommit();
 
   float o[64];
@@ -211,37 +255,39 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
     // buffer now receives tile j + 1 while tile j is computed.
     __syncthreads();
     if (j + 1 < num_kt) {
-      LoadKvTiles(sk(buf ^ 1), sv(buf ^ 1), c, table, (j + 1) * kBk, kv_end, kvh, plan);
+      LoadKvTiles<BK>(sk(buf ^ 1), sv(buf ^ 1), c, table, (j + 1) * BK, kv_end, kvh, plan);
       CpAsyncCommit();
     }
 
     // S = Q K^T over the 128 head dims: 8 steps of 16 (4 per 64-column half, 32 bytes each).
-    float s[64];
+    constexpr int kS = BK / 2;  // this thread's scores
+    float s[kS];
     const uint32_t k_addr = SmemAddr(sk(buf));
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
-      const uint32_t off = (kk >> 2) * kHalfBytes + (kk & 3) * 32;
-      WgmmaSS(s, Descriptor(q_addr + off, 16, 1024), Descriptor(k_addr + off, 16, 1024), kk > 0);
+      const uint32_t off = (kk & 3) * 32;
+      WgmmaScores<BK>(s, Descriptor(q_addr + (kk >> 2) * kQHalfBytes + off, 16, 1024),
+                      Descriptor(k_addr + (kk >> 2) * KvHalfBytes(BK) + off, 16, 1024), kk > 0);
     }
     WgmmaCommitAndWait();
-    FenceRegisters(s);
+    FenceRegisters<kS>(s);
 
     // Scale, causal mask, online softmax. s[4 n + e]: key 8 n + 2 t4 + (e & 1) of the tile, row
     // row0 (e < 2) or row0 + 8.
     // The maximum is taken over unscaled scores (scale > 0) and the scale folded into the
     // exponent: p = 2^(s * scale - m), one FFMA per score.
-    const int key_base = j * kBk;
-    if (key_base + kBk - 1 > start_pos + q0) {
+    const int key_base = j * BK;
+    if (key_base + BK - 1 > start_pos + q0) {
 #pragma unroll
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < kS; ++i) {
         const int key = key_base + 8 * (i >> 2) + 2 * t4 + (i & 1);
         if (key > ((i & 2) ? qpos1 : qpos0)) s[i] = -FLT_MAX;
       }
     }
     float tile_max[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
-    for (int i = 0; i < 64; ++i) tile_max[(i >> 1) & 1] = fmaxf(tile_max[(i >> 1) & 1], s[i]);
+    for (int i = 0; i < kS; ++i) tile_max[(i >> 1) & 1] = fmaxf(tile_max[(i >> 1) & 1], s[i]);
     float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -255,9 +301,9 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] *= alpha[(i >> 1) & 1];
     // P as wgmma A fragments: keys [16 kk, 16 kk + 16) are accumulator columns n = 2 kk, 2 kk + 1.
-    uint32_t pa[8][4];
+    uint32_t pa[BK / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
+    for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float* sv4 = s + 8 * kk + 4 * h;
@@ -277,8 +323,8 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
     FenceRegisters(o);
     WgmmaFence();
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      WgmmaRS(o, pa[kk], Descriptor(v_addr + kk * 2048, kHalfBytes, 1024));
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      WgmmaRS(o, pa[kk], Descriptor(v_addr + kk * 2048, KvHalfBytes(BK), 1024));
     }
     WgmmaCommitAndWait();
     FenceRegisters(o);
@@ -307,15 +353,24 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillKernelSm90(Args a) {
 
 }  // namespace
 
-absl::Status LaunchPrefillAttentionSm90(const AttentionShape& shape, const bf16* q, bf16* out,
-                                        const PrefillBatch& batch, cudaStream_t stream) {
+namespace {
+template <int BK>
+absl::Status Launch(const Args& args, int num_ctas, cudaStream_t stream) {
   // Once per process (one stage process drives one device).
   static const cudaError_t attribute_error = cudaFuncSetAttribute(
-      PrefillKernelSm90, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      PrefillKernelSm90<BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemBytes(BK));
   RS_CUDA_RETURN_IF_ERROR(attribute_error);
-  const Args args{shape, q, out, batch};
-  PrefillKernelSm90<<<batch.num_tiles * shape.num_heads, kThreads, kSmemBytes, stream>>>(args);
+  PrefillKernelSm90<BK><<<num_ctas, kThreads, SmemBytes(BK), stream>>>(args);
   return LaunchStatus("PrefillKernelSm90");
+}
+}  // namespace
+
+absl::Status LaunchPrefillAttentionSm90(const AttentionShape& shape, const bf16* q, bf16* out,
+                                        const PrefillBatch& batch, cudaStream_t stream) {
+  const Args args{shape, q, out, batch};
+  const int ctas = batch.num_tiles * shape.num_heads;
+  return PrefillKeyTileSm90() == 64 ? Launch<64>(args, ctas, stream)
+                                    : Launch<128>(args, ctas, stream);
 }
 
 }  // namespace ringserve::cuda

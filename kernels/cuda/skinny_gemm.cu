@@ -81,30 +81,49 @@ __device__ __forceinline__ void CpAsync16Shared(uint32_t dst, const void* src, b
 }
 
 // The last block to arrive at a shared row block: y[:, row block] = sum of the partials of the
-// row block's blocks first..last, in that order.
-template <typename OutT>
+// row block's blocks first..last, in that order. Each thread owns 2 NT float4 of the tile and
+// loads up to 8 of them from one sharer at once (one L2 round trip per sharer and 8 float4, not
+// per float4; more would cost the NT = 8 kernel registers and its third block an SM).
+template <int NT, typename OutT>
 __device__ void AddPartials(const SkinnyArgs& a, int rb) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kVecs = 8 * NT * kSkinnyRowsPerBlock / 4 / kThreads;  // float4 a thread
+  constexpr int kChunk = kVecs < 8 ? kVecs : 8;
   const int first = rb * a.stages / a.per_block;
   const int last = (rb * a.stages + a.stages - 1) / a.per_block;
-  const int64_t tile = int64_t{a.m} * kSkinnyRowsPerBlock;
-  for (int e = 4 * threadIdx.x; e < tile; e += 4 * blockDim.x) {
-    float4 sum = make_float4(0, 0, 0, 0);
-#pragma unroll 4
+  const int tile = a.m * kSkinnyRowsPerBlock;
+#pragma unroll 1
+  for (int c = 0; c < kVecs; c += kChunk) {
+    float4 sum[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) sum[j] = make_float4(0, 0, 0, 0);
     for (int b = first; b <= last; ++b) {
       const int slot = 2 * b + (b * a.per_block < rb * a.stages ? 1 : 0);
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(a.partials + slot * tile + e));
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
-    const int token = e / kSkinnyRowsPerBlock;
-    const int row = rb * kSkinnyRowsPerBlock + e % kSkinnyRowsPerBlock;
-    OutT* out = static_cast<OutT*>(a.y) + int64_t{token} * a.n + row;
-    const float s[4] = {sum.x, sum.y, sum.z, sum.w};
+      const float* part = a.partials + static_cast<int64_t>(slot) * tile;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (row + j < a.n) Store(out + j, s[j]);
+      for (int j = 0; j < kChunk; ++j) {
+        const int e = 4 * (threadIdx.x + (c + j) * kThreads);
+        if (e < tile) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(part + e));
+          sum[j].x += v.x;
+          sum[j].y += v.y;
+          sum[j].z += v.z;
+          sum[j].w += v.w;
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const int e = 4 * (threadIdx.x + (c + j) * kThreads);
+      if (e >= tile) continue;
+      const int token = e / kSkinnyRowsPerBlock;
+      const int row = rb * kSkinnyRowsPerBlock + e % kSkinnyRowsPerBlock;
+      OutT* out = static_cast<OutT*>(a.y) + int64_t{token} * a.n + row;
+      const float v[4] = {sum[j].x, sum[j].y, sum[j].z, sum[j].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (row + i < a.n) Store(out + i, v[i]);
+      }
     }
   }
 }
@@ -218,7 +237,7 @@ __global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(SkinnyArgs a) {
     __syncthreads();
     if (last_arrival) {
       __threadfence();
-      AddPartials<OutT>(a, rb);
+      AddPartials<NT, OutT>(a, rb);
     }
   };
 
