@@ -556,6 +556,14 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, int long_ctx, Cud
                  skinny_rows > 0 ? "graphs, tuned with skinny GEMM" : "graphs, tuned without");
     }
   }
+  // GEMM tuning that times with the weights left in L2 by the call before (as back-to-back timing
+  // does) against cold-cache tuning, alternating twice.
+  for (const bool cold : {false, true, false, true}) {
+    slice.gemm().set_tune_cold_cache(cold);
+    slice.ResetGraphs();
+    decode_row(fmt::format("decode 32 {}-tuned", cold ? "cold" : "warm"), 32, 128, steps,
+               cold ? "graphs, tuned with L2 evicted" : "graphs, tuned with L2 warm");
+  }
   if (flags.decode_only) return;
   decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
   // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and

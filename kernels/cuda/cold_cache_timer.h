@@ -1,8 +1,9 @@
 // Times one kernel launch (or a few) with the GPU's L2 cache emptied of its operands first, as a
 // decode step meets each weight matrix: the model is far larger than L2, so every matrix comes
 // from DRAM. Back-to-back timing of the same call instead finds a matrix that fits L2 (on an
-// H200, 50 MB: the Llama-3.1-8B o and qkv matrices) already there, and picks algorithms for
-// that case (bench/cuda/NOTES.md, run 12).
+// H200, 50 MB: the Llama-3.1-8B o and qkv matrices) already there: the o projection at 32 rows
+// read 10.6 us warm and 14.9 cold. (GEMM tuning with either timing gave the same decode rate at
+// 32 streams on an H200, within 0.6%: bench/cuda/NOTES.md, run 12.)
 //
 // Each round reads a scratch buffer of twice the L2 size on the stream (untimed; reads, so L2 is
 // left clean: evicting the dirty lines a memset leaves cost a following 117 MB read 10 us on an
@@ -27,14 +28,15 @@ class ColdCacheTimer {
   ColdCacheTimer(const ColdCacheTimer&) = delete;
   ColdCacheTimer& operator=(const ColdCacheTimer&) = delete;
 
-  // Median microseconds of `run` (returns absl::Status) over `rounds` cold-cache rounds, after
-  // one untimed call; -1 when a call or the timing failed.
+  // Median microseconds of `run` (returns absl::Status) over `rounds` cold-cache rounds (warm
+  // ones, the operands left in L2 by the call before, when `evict` is false), after one untimed
+  // call; -1 when a call or the timing failed.
   template <typename Fn>
-  float MedianUs(Fn&& run, cudaStream_t stream, int rounds = 7) {
+  float MedianUs(Fn&& run, cudaStream_t stream, bool evict = true, int rounds = 7) {
     if (!run().ok()) return -1;
     std::vector<float> us;
     for (int r = 0; r < rounds; ++r) {
-      if (!Evict(stream)) return -1;
+      if (evict && !Evict(stream)) return -1;
       cudaEventRecord(start_, stream);
       if (!run().ok()) return -1;
       cudaEventRecord(stop_, stream);

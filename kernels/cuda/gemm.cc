@@ -158,8 +158,10 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
                       MakePlan(m, n, k, out, kTuneCandidates, &candidates));
   AddLargerShapesCandidates(*plan, m, n, k, out, &candidates);
   // Microseconds per call of one candidate (-1: it failed): the median of single calls, each
-  // with the operands evicted from L2 first (cold_cache_timer.h).
-  auto time = [&](auto&& run) -> float { return timer_->MedianUs(run, stream); };
+  // with the operands evicted from L2 first (cold_cache_timer.h) unless tune_cold_cache is off.
+  auto time = [&](auto&& run) -> float {
+    return timer_->MedianUs(run, stream, options_.tune_cold_cache);
+  };
   const float gemv =
       plan->use_gemv ? time([&] { return LaunchGemv(x, w, y, out, m, n, k, stream); }) : -1.0f;
   // The skinny GEMM's fastest grid (0: none ran).
@@ -231,6 +233,11 @@ void GemmRunner::set_gemv_max_rows(int rows) {
 
 void GemmRunner::set_skinny_max_rows(int rows) {
   options_.skinny_max_rows = rows;
+  plans_.clear();
+}
+
+void GemmRunner::set_tune_cold_cache(bool cold) {
+  options_.tune_cold_cache = cold;
   plans_.clear();
 }
 

@@ -54,6 +54,9 @@ struct GemmOptions {
   size_t skinny_workspace_bytes = size_t{40} << 20;
   // false: Tune() does nothing (every shape keeps the heuristic's first algorithm).
   bool tune = true;
+  // true: Tune times each call with the operands evicted from L2 first (cold_cache_timer.h);
+  // false: with them left there by the call before (for A/B measurements).
+  bool tune_cold_cache = true;
 };
 
 // cuBLASLt algorithms timed per tuned shape (the heuristic's best first).
@@ -92,6 +95,7 @@ class GemmRunner {
   int gemv_max_rows() const { return options_.gemv_max_rows; }
   void set_skinny_max_rows(int rows);
   void set_tune(bool tune);
+  void set_tune_cold_cache(bool cold);
 
  private:
   struct Plan;

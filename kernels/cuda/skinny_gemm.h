@@ -2,7 +2,10 @@
 // the weights once. cuBLASLt's tiles are built for large m (on an H200 it read the
 // Llama-3.1-8B qkv and o matrices at 49-73% of copy bandwidth at 1-8 rows); the GEMV (gemv.h)
 // is one warp per output column. GemmRunner::Tune times this kernel against both, over several
-// grid sizes, and keeps the fastest per shape (bench/cuda/NOTES.md, runs 11 and 12).
+// grid sizes, and keeps the fastest per shape. On an H200, timed with the weights coming from
+// DRAM, cuBLASLt was faster at every Llama-3.1-8B decode shape (by 5-15% at 1-8 rows, 1.1-1.4x
+// at 32 and 1.3-2.2x at 64: bench/cuda/NOTES.md, run 12); the kernel stays a candidate for other
+// GPUs and for steps where its weight prefetch before the dependent-launch wait pays.
 //
 // How: the weights are cut into row blocks of 128 rows (output columns) and each row block's k
 // into stages of kSkinnyStageK values. The row blocks' stages, in order, form one list that the
