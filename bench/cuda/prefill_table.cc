@@ -113,11 +113,12 @@ void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::st
     // The memory-bound kernels between them: two residual-add + RMSNorms and the SiLU-mul.
     DeviceBuffer residual;
     if (residual.Allocate(int64_t{n} * h * 4).ok()) {
-      (void)LaunchBF16ToF32(q.as<bf16>(), residual.as<float>(), int64_t{n} * h, nullptr);
+      // x ([n, inter] bf16) and y ([n, 2 inter]) hold the [n, h] delta and output.
+      (void)LaunchBF16ToF32(x.as<bf16>(), residual.as<float>(), int64_t{n} * h, nullptr);
       const double norm_ms = TimeMs(
           [&] {
-            return LaunchAddRmsNorm(residual.as<float>(), q.as<bf16>(), nullptr, w.as<bf16>(),
-                                    attn.as<bf16>(), n, h, 1e-5f, nullptr);
+            return LaunchAddRmsNorm(residual.as<float>(), x.as<bf16>(), nullptr, w.as<bf16>(),
+                                    y.as<bf16>(), n, h, 1e-5f, nullptr);
           },
           2, 10);
       const double silu_ms = TimeMs(

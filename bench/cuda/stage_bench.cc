@@ -269,7 +269,7 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
                                     blocks, skinny_ws, nullptr);
           },
           nullptr);
-      if (best == 0 || us < best) {
+      if (us > 0 && (best == 0 || us < best)) {
         best = us;
         *best_per_sm = per_sm;
       }
@@ -611,7 +611,8 @@ int Main(int argc, char** argv) {
     else if (a == "--gemm_only")
       flags.gemm_only = true;
     else if (a == "--prefill_key_tile") {
-      if (!SetPrefillKeyTileSm90(std::stoi(value()))) {
+      const std::string keys = value();
+      if ((keys != "64" && keys != "128") || !SetPrefillKeyTileSm90(std::stoi(keys))) {
         std::fprintf(stderr, "--prefill_key_tile: 64 or 128\n");
         return 2;
       }

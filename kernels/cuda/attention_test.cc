@@ -339,13 +339,16 @@ TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
     for (int key_tile : {128, 64}) {
       if (tile_rows != kPrefillTileSm90 && key_tile != 128) continue;
       SCOPED_TRACE(::testing::Message() << "key_tile " << key_tile);
-      const int default_key_tile = PrefillKeyTileSm90();
+      // The setting is process-wide: back to the default however the case ends.
+      struct RestoreKeyTile {
+        int keys = PrefillKeyTileSm90();
+        ~RestoreKeyTile() { SetPrefillKeyTileSm90(keys); }
+      } restore;
       ASSERT_TRUE(SetPrefillKeyTileSm90(key_tile));
       // Partial tiles, a one-token chunk, chunks after a cached prefix (keys span many tiles).
       RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, seed);
-      // Whole tiles and one past: 128-key tiles from position 0 and from an unaligned prefix.
+      // Whole query tiles and one past, from position 0 and from an unaligned prefix.
       RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, seed + 1);
-      ASSERT_TRUE(SetPrefillKeyTileSm90(default_key_tile));
     }
   }
   EXPECT_FALSE(SetPrefillKeyTileSm90(96));

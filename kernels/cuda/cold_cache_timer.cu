@@ -40,11 +40,10 @@ ColdCacheTimer::~ColdCacheTimer() {
   if (stop_) cudaEventDestroy(stop_);
 }
 
-bool ColdCacheTimer::Evict(cudaStream_t stream) {
+void ColdCacheTimer::Evict(cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(scratch_.bytes() - 16) / 16;
   ReadThroughKernel<<<grid_, 256, 0, stream>>>(
       scratch_.as<uint4>(), n, reinterpret_cast<uint32_t*>(scratch_.as<uint4>() + n));
-  return cudaGetLastError() == cudaSuccess;
 }
 
 }  // namespace ringserve::cuda

@@ -48,7 +48,11 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const GemmOptions
     RS_RETURN_IF_ERROR(AllocateSkinnyWorkspace(
         options.skinny_workspace_bytes, &runner->skinny_buffer_, &runner->skinny_workspace_));
   }
-  RS_ASSIGN_OR_RETURN(runner->timer_, ColdCacheTimer::Create());
+  // Tune's timer: made here, before a caller sizes pools from the free memory, when tuning is
+  // on from the start; by Tune otherwise.
+  if (options.tune) {
+    RS_ASSIGN_OR_RETURN(runner->timer_, ColdCacheTimer::Create());
+  }
   int device = 0;
   RS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   RS_CUDA_RETURN_IF_ERROR(
@@ -157,6 +161,9 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
   RS_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
                       MakePlan(m, n, k, out, kTuneCandidates, &candidates));
   AddLargerShapesCandidates(*plan, m, n, k, out, &candidates);
+  if (timer_ == nullptr) {
+    RS_ASSIGN_OR_RETURN(timer_, ColdCacheTimer::Create());
+  }
   // Microseconds per call of one candidate (-1: it failed): the median of single calls, each
   // with the operands evicted from L2 first (cold_cache_timer.h) unless tune_cold_cache is off.
   auto time = [&](auto&& run) -> float {

@@ -47,7 +47,8 @@ struct GemmOptions {
   // (0 disables it; at most kGemvMaxRows).
   int gemv_max_rows = 1;
   // Tuning also times the skinny GEMM for m <= skinny_max_rows (0 disables it; at most
-  // kSkinnyMaxRows). Untuned shapes never use it.
+  // kSkinnyMaxRows). Untuned shapes never use it. Its workspace is allocated only when this is
+  // > 0 at Create: set_skinny_max_rows cannot enable it on a runner made without.
   int skinny_max_rows = kSkinnyMaxRows;
   // The skinny GEMM's partial sums and counters (skinny_gemm.h); grids that need more are not
   // tuned.

@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, BK == 64 ? 2 : 1) PrefillKernelSm90(
       }
     }
 
-    // O += P V: 8 steps of 16 keys (2048 bytes of V each).
+    // O += P V: BK / 16 steps of 16 keys (2048 bytes of V each).
     const uint32_t v_addr = SmemAddr(sv(buf));
     FenceRegisters(o);
     WgmmaFence();

@@ -61,6 +61,7 @@ struct WorkSplit {
 WorkSplit SplitWork(int n, int k, int blocks) {
   const int stages = (k + kStageK - 1) / kStageK;
   const int items = (n + kSkinnyRowsPerBlock - 1) / kSkinnyRowsPerBlock * stages;
+  blocks = blocks < items ? blocks : items;  // at least one item a block
   const int per_block = (items + blocks - 1) / blocks;
   return {stages, per_block, items, (items + per_block - 1) / per_block};
 }

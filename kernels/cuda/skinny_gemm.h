@@ -9,8 +9,9 @@
 //
 // How: the weights are cut into row blocks of 128 rows (output columns) and each row block's k
 // into stages of kSkinnyStageK values. The row blocks' stages, in order, form one list that the
-// `blocks` thread blocks share out in equal contiguous runs ("stream-K"), so every
-// multiprocessor streams the same number of weight bytes whatever n and k are: no wave tail.
+// thread blocks share out in equal contiguous runs ("stream-K": `blocks` rounded so that every run
+// but the last has the same length), so the blocks stream the same number of weight bytes
+// whatever n and k are.
 // A block of 4 warps (a warp 32 weight rows) streams its weights and x through a ring of
 // shared-memory stages with cp.async (whole cache lines) and feeds mma.sync from there. A row
 // block whose stages two or more blocks share is finished by the last of them to arrive (a
