@@ -91,10 +91,9 @@ void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::st
                                .num_tiles = static_cast<int>(tiles.size() / 2),
                                .tile_rows = tile_rows};
       // The wgmma kernel with each of its K/V tile sizes.
-      const int default_key_tile = PrefillKeyTileSm90();
       for (int key_tile : {128, 64}) {
         if (tile_rows != kPrefillTileSm90 && key_tile != 128) continue;
-        SetPrefillKeyTileSm90(key_tile);
+        const ScopedPrefillKeyTileSm90 scoped(key_tile);
         const double ms = TimeMs(
             [&] {
               return LaunchPrefillAttention(shape, q.as<bf16>(), attn.as<bf16>(), batch, nullptr);
@@ -107,7 +106,6 @@ void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::st
                 : fmt::format("attention, {}-q tiles", tile_rows);
         *out += fmt::format("{:<24} {:>10.1f} {:>9.1f}\n", name, 1000 * ms, attn_flops / ms / 1e9);
       }
-      SetPrefillKeyTileSm90(default_key_tile);
     }
     layer_us += 1000 * best_attn_ms;
     // The memory-bound kernels between them: two residual-add + RMSNorms and the SiLU-mul.

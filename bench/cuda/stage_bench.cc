@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -252,7 +253,9 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
   int device = 0, sms = 0;
   // Every figure with the weights evicted from L2 first, as a decode step meets them.
   absl::StatusOr<std::unique_ptr<ColdCacheTimer>> timer = ColdCacheTimer::Create();
-  if (!timer.ok() || !AllocateSkinnyWorkspace(size_t{40} << 20, &skinny_buffer, &skinny_ws).ok() ||
+  if (!timer.ok() ||
+      !AllocateSkinnyWorkspace(GemmOptions{}.skinny_workspace_bytes, &skinny_buffer, &skinny_ws)
+           .ok() ||
       cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     *out += "gemm table: skinny GEMM workspace failed\n";
@@ -611,8 +614,7 @@ int Main(int argc, char** argv) {
     else if (a == "--gemm_only")
       flags.gemm_only = true;
     else if (a == "--prefill_key_tile") {
-      const std::string keys = value();
-      if ((keys != "64" && keys != "128") || !SetPrefillKeyTileSm90(std::stoi(keys))) {
+      if (!SetPrefillKeyTileSm90(std::atoi(value().c_str()))) {  // refuses all but 64 and 128
         std::fprintf(stderr, "--prefill_key_tile: 64 or 128\n");
         return 2;
       }
@@ -699,13 +701,11 @@ int Main(int argc, char** argv) {
   // Whole prompts in one chunk, and an 8k prompt in 4k and 2k chunks (a coordinator token
   // budget of 4096 or 2048: each chunk attends to the cached chunks before it); on sm_90 the
   // whole prompts again with the attention's 64-key tiles.
-  const auto prefill_row = [&](int length, int chunk, const std::string& note) {
+  const auto prefill_row = [&](int length, int chunk, const std::string& note, bool name_key_tile) {
     auto r = bench.Prefill(length, flags.quick ? 1 : 3, chunk);
     std::string name = chunk > 0 ? fmt::format("prefill {} in {}s", length, chunk)
                                  : fmt::format("prefill {}", length);
-    if (note.find("other key tile") != std::string::npos) {
-      name += fmt::format(" k{}", PrefillKeyTileSm90());
-    }
+    if (name_key_tile) name += fmt::format(" k{}", PrefillKeyTileSm90());
     if (!r.ok()) {
       rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
       return;
@@ -718,13 +718,11 @@ int Main(int argc, char** argv) {
   };
   for (const auto& [length, chunk] :
        {std::pair{2048, 0}, std::pair{8192, 0}, std::pair{8192, 4096}, std::pair{8192, 2048}}) {
-    prefill_row(length, chunk, chunk > 0 ? "chunked prefill" : "one chunk");
+    prefill_row(length, chunk, chunk > 0 ? "chunked prefill" : "one chunk", false);
   }
   if (PrefillTileRows() == kPrefillTileSm90) {
-    const int default_key_tile = PrefillKeyTileSm90();
-    SetPrefillKeyTileSm90(default_key_tile == 128 ? 64 : 128);
-    for (int length : {2048, 8192}) prefill_row(length, 0, "one chunk, other key tile");
-    SetPrefillKeyTileSm90(default_key_tile);
+    const ScopedPrefillKeyTileSm90 other(PrefillKeyTileSm90() == 128 ? 64 : 128);
+    for (int length : {2048, 8192}) prefill_row(length, 0, "one chunk, other key tile", true);
   }
 
   std::string table = header + gemm_table + kernel_table + prefill_table;

@@ -150,6 +150,20 @@ int PrefillTileRows();
 // (false). For A/B measurements (stage_bench --prefill_key_tile).
 bool SetPrefillKeyTileSm90(int keys);
 int PrefillKeyTileSm90();
+// Holds the key tile it was made with (kept as it is when refused) and puts the previous one
+// back when it goes out of scope, however the scope ends.
+class ScopedPrefillKeyTileSm90 {
+ public:
+  explicit ScopedPrefillKeyTileSm90(int keys) : ok_(SetPrefillKeyTileSm90(keys)) {}
+  ~ScopedPrefillKeyTileSm90() { SetPrefillKeyTileSm90(previous_); }
+  ScopedPrefillKeyTileSm90(const ScopedPrefillKeyTileSm90&) = delete;
+  ScopedPrefillKeyTileSm90& operator=(const ScopedPrefillKeyTileSm90&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  int previous_ = PrefillKeyTileSm90();
+  bool ok_;
+};
 
 // Host-side: the (seq, first query) pairs covering every chunk in tiles of `tile_rows` queries,
 // longest-running tiles (most keys) first. Appends to `tiles` as flat pairs. At most

@@ -340,11 +340,8 @@ TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
       if (tile_rows != kPrefillTileSm90 && key_tile != 128) continue;
       SCOPED_TRACE(::testing::Message() << "key_tile " << key_tile);
       // The setting is process-wide: back to the default however the case ends.
-      struct RestoreKeyTile {
-        int keys = PrefillKeyTileSm90();
-        ~RestoreKeyTile() { SetPrefillKeyTileSm90(keys); }
-      } restore;
-      ASSERT_TRUE(SetPrefillKeyTileSm90(key_tile));
+      const ScopedPrefillKeyTileSm90 scoped(key_tile);
+      ASSERT_TRUE(scoped.ok());
       // Partial tiles, a one-token chunk, chunks after a cached prefix (keys span many tiles).
       RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, seed);
       // Whole query tiles and one past, from position 0 and from an unaligned prefix.
