@@ -113,7 +113,12 @@ void ApplyLlama3RopeScaling(std::span<float> inv_freq, double factor, double low
 
 void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
                const float* inv_freq) {
-  const int half = head_dim / 2;
+  ApplyPartialRope(x, num_tokens, num_heads, head_dim, head_dim, positions, inv_freq);
+}
+
+void ApplyPartialRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int rotary_dim,
+                      const int32_t* positions, const float* inv_freq) {
+  const int half = rotary_dim / 2;
   std::vector<float> cos_a(half), sin_a(half);
   for (int64_t t = 0; t < num_tokens; ++t) {
     // fp32 angle, as transformers computes it (position * inv_freq in float32).
@@ -149,6 +154,13 @@ void WriteKv(const KvLayerView& kv, std::span<const int32_t> block_table, int32_
 void PagedAttention(const float* q, int64_t num_tokens, int num_heads, const KvLayerView& kv,
                     std::span<const int32_t> block_table, int32_t start_position, float scale,
                     float* out) {
+  PagedAttention(q, num_tokens, num_heads, kv, block_table, start_position, scale,
+                 AttentionVariant{}, out);
+}
+
+void PagedAttention(const float* q, int64_t num_tokens, int num_heads, const KvLayerView& kv,
+                    std::span<const int32_t> block_table, int32_t start_position, float scale,
+                    const AttentionVariant& variant, float* out) {
   const int d = kv.head_dim;
   const int group = num_heads / kv.num_kv_heads;
   const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * d;
@@ -162,25 +174,27 @@ void PagedAttention(const float* q, int64_t num_tokens, int num_heads, const KvL
   std::vector<float> scores(static_cast<size_t>(context));
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t visible = start_position + t + 1;  // causal: positions [0, start + t]
+    const int64_t first =
+        variant.sliding_window > 0 ? std::max<int64_t>(0, visible - variant.sliding_window) : 0;
     for (int h = 0; h < num_heads; ++h) {
       const float* qh = q + (t * num_heads + h) * d;
       const int64_t head_offset = static_cast<int64_t>(h / group) * d;
-      float max_score = -INFINITY;
-      for (int64_t pos = 0; pos < visible; ++pos) {
+      float max_score = variant.sinks != nullptr ? variant.sinks[h] : -INFINITY;
+      for (int64_t pos = first; pos < visible; ++pos) {
         const float* kh = kv.k + row_offset[pos] + head_offset;
         float dot = 0.0f;
         for (int i = 0; i < d; ++i) dot += qh[i] * kh[i];
         scores[pos] = dot * scale;
         max_score = std::max(max_score, scores[pos]);
       }
-      float denom = 0.0f;
-      for (int64_t pos = 0; pos < visible; ++pos) {
+      float denom = variant.sinks != nullptr ? std::exp(variant.sinks[h] - max_score) : 0.0f;
+      for (int64_t pos = first; pos < visible; ++pos) {
         scores[pos] = std::exp(scores[pos] - max_score);
         denom += scores[pos];
       }
       float* oh = out + (t * num_heads + h) * d;
       std::fill_n(oh, d, 0.0f);
-      for (int64_t pos = 0; pos < visible; ++pos) {
+      for (int64_t pos = first; pos < visible; ++pos) {
         const float p = scores[pos] / denom;
         const float* vh = kv.v + row_offset[pos] + head_offset;
         for (int i = 0; i < d; ++i) oh[i] += p * vh[i];

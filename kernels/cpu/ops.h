@@ -48,6 +48,11 @@ void ApplyLlama3RopeScaling(std::span<float> inv_freq, double factor, double low
 //   x: [num_tokens, num_heads, head_dim]; positions: [num_tokens]; inv_freq: [head_dim / 2].
 void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, const int32_t* positions,
                const float* inv_freq);
+// Partial rotary (GLM-4.5): ApplyRope over the first rotary_dim values of each head (pairs
+// (i, i + rotary_dim / 2)); the remaining head_dim - rotary_dim values pass through.
+//   inv_freq: [rotary_dim / 2]; rotary_dim even, <= head_dim.
+void ApplyPartialRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int rotary_dim,
+                      const int32_t* positions, const float* inv_freq);
 
 // One layer's view of a paged KV cache. Block b's keys for position slot s (0 <= s <
 // block_size) and kv head h start at k + b * block_stride + (s * num_kv_heads + h) * head_dim;
@@ -77,5 +82,18 @@ void WriteKv(const KvLayerView& kv, std::span<const int32_t> block_table, int32_
 void PagedAttention(const float* q, int64_t num_tokens, int num_heads, const KvLayerView& kv,
                     std::span<const int32_t> block_table, int32_t start_position, float scale,
                     float* out);
+
+// Attention variants of gpt-oss (and any sliding-window model).
+struct AttentionVariant {
+  // > 0: query at position p sees positions (p - sliding_window, p] only.
+  int sliding_window = 0;
+  // [num_heads] or nullptr: head h's softmax gets one more logit, sinks[h] (not scaled), that
+  // has no value: out = sum_pos exp(s_pos) v_pos / (sum_pos exp(s_pos) + exp(sinks[h])).
+  const float* sinks = nullptr;
+};
+// PagedAttention with `variant`; the plain overload is this one with a default variant.
+void PagedAttention(const float* q, int64_t num_tokens, int num_heads, const KvLayerView& kv,
+                    std::span<const int32_t> block_table, int32_t start_position, float scale,
+                    const AttentionVariant& variant, float* out);
 
 }  // namespace ringserve::cpu

@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
   std::unique_ptr<CpuModelSlice> slice(new CpuModelSlice());
   slice->config_ = config;
   slice->options_ = options;
-  slice->inv_freq_ = RopeInverseFrequencies(config.rope, config.head_dim);
+  slice->inv_freq_ = RopeInverseFrequencies(config.rope, config.rotary_dim);
   if (slice->is_first()) {
     const TensorSpec spec = EmbeddingSpec(config);
     RS_ASSIGN_OR_RETURN(slice->embedding_, weights->ReadFloat(spec.name, spec.shape));
@@ -58,14 +58,20 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
         {"self_attn.k_norm.weight", &w.k_norm},
         {"self_attn.o_proj.weight", &w.o_w},
         {"self_attn.o_proj.bias", &w.o_b},
+        {"self_attn.sinks", &w.sinks},
         {"post_attention_layernorm.weight", &w.post_norm},
         {"mlp.gate_proj.weight", &w.gate_w},
         {"mlp.up_proj.weight", &w.up_w},
         {"mlp.down_proj.weight", &w.down_w},
     };
     for (const TensorSpec& spec : LayerTensorSpecs(config, layer)) {
-      std::vector<float>* field = fields.at(spec.name.substr(prefix.size()));
-      RS_ASSIGN_OR_RETURN(*field, weights->ReadFloat(spec.name, spec.shape));
+      auto field = fields.find(spec.name.substr(prefix.size()));
+      if (field == fields.end()) continue;  // a MoE block's tensor, read below
+      RS_ASSIGN_OR_RETURN(*field->second, weights->ReadFloat(spec.name, spec.shape));
+    }
+    if (config.moe.IsMoeLayer(layer)) {
+      RS_ASSIGN_OR_RETURN(CpuMoeLayer moe, LoadCpuMoeLayer(config, layer, *weights));
+      w.moe = std::make_unique<CpuMoeLayer>(std::move(moe));
     }
   }
   if (slice->is_last()) {
@@ -123,18 +129,23 @@ void CpuModelSlice::RunLayer(int local_layer, const MicroBatch& batch,
     cpu::RmsNorm(k.data(), w.k_norm.data(), tokens * c.num_kv_heads, c.head_dim, c.rms_norm_eps,
                  k.data());
   }
-  cpu::ApplyRope(q.data(), tokens, c.num_heads, c.head_dim, positions.data(), inv_freq_.data());
-  cpu::ApplyRope(k.data(), tokens, c.num_kv_heads, c.head_dim, positions.data(), inv_freq_.data());
+  cpu::ApplyPartialRope(q.data(), tokens, c.num_heads, c.head_dim, c.rotary_dim, positions.data(),
+                        inv_freq_.data());
+  cpu::ApplyPartialRope(k.data(), tokens, c.num_kv_heads, c.head_dim, c.rotary_dim,
+                        positions.data(), inv_freq_.data());
 
   const cpu::KvLayerView kv = kv_->Layer(local_layer);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const cpu::AttentionVariant variant{
+      .sliding_window = c.SlidingWindowOf(options_.layers.first + local_layer),
+      .sinks = w.sinks.empty() ? nullptr : w.sinks.data()};
   std::vector<float> attn(tokens * q_size);
   int64_t offset = 0;
   for (const SequenceChunk& chunk : batch.chunks) {
     cpu::WriteKv(kv, chunk.block_table, chunk.start_position, chunk.num_tokens,
                  k.data() + offset * kv_size, v.data() + offset * kv_size);
     cpu::PagedAttention(q.data() + offset * q_size, chunk.num_tokens, c.num_heads, kv,
-                        chunk.block_table, chunk.start_position, scale,
+                        chunk.block_table, chunk.start_position, scale, variant,
                         attn.data() + offset * q_size);
     offset += chunk.num_tokens;
   }
@@ -142,6 +153,12 @@ void CpuModelSlice::RunLayer(int local_layer, const MicroBatch& batch,
   cpu::Add(x.data(), h.data(), tokens * hidden);
 
   cpu::RmsNorm(x.data(), w.post_norm.data(), tokens, hidden, c.rms_norm_eps, h.data());
+  if (w.moe != nullptr) {
+    std::vector<float> moe_out(tokens * hidden);
+    CpuMoeForward(c.moe, c.hidden_size, *w.moe, h.data(), tokens, moe_out.data());
+    cpu::Add(x.data(), moe_out.data(), tokens * hidden);
+    return;
+  }
   const int64_t inter = c.intermediate_size;
   std::vector<float> gate(tokens * inter), up(tokens * inter);
   cpu::MatMul(h.data(), w.gate_w.data(), nullptr, tokens, hidden, inter, gate.data());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "stage/model/cpu_moe.h"
 #include "stage/model/kv_cache.h"
 #include "stage/model/model_config.h"
 #include "stage/model/model_slice.h"
@@ -29,8 +30,9 @@ class CpuModelSlice : public ModelSlice {
 
  private:
   struct LayerWeights {
-    std::vector<float> input_norm, q_w, q_b, k_w, k_b, v_w, v_b, q_norm, k_norm, o_w, o_b,
+    std::vector<float> input_norm, q_w, q_b, k_w, k_b, v_w, v_b, q_norm, k_norm, o_w, o_b, sinks,
         post_norm, gate_w, up_w, down_w;
+    std::unique_ptr<CpuMoeLayer> moe;  // MoE layers only (then gate_w/up_w/down_w are empty)
   };
 
   CpuModelSlice() = default;
@@ -41,7 +43,7 @@ class CpuModelSlice : public ModelSlice {
 
   ModelConfig config_;
   SliceOptions options_;
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::vector<float> inv_freq_;  // [rotary_dim / 2]
   std::vector<LayerWeights> layers_;
   std::vector<float> embedding_;   // [vocab, hidden], first slice only
   std::vector<float> final_norm_;  // [hidden], last slice only

@@ -9,59 +9,24 @@
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
+#include "stage/model/config_json.h"
+#include "stage/model/moe_config.h"
 
 namespace ringserve {
 namespace {
 
-using Json = nlohmann::json;
+using config_json::GetBool;
+using config_json::GetInt;
+using config_json::GetNumber;
+using config_json::GetPositive;
+using config_json::Invalid;
+using config_json::Json;
 
-absl::Status Invalid(const std::string& source, const std::string& what) {
-  return absl::InvalidArgumentError(fmt::format("{}: {}", source, what));
-}
-
-// Reads an integer field; `required` fields must be present and non-null.
-absl::StatusOr<std::optional<int64_t>> GetInt(const Json& j, const std::string& key,
-                                              const std::string& source, bool required) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (required) return Invalid(source, fmt::format("missing required field \"{}\"", key));
-    return std::optional<int64_t>();
-  }
-  if (!it->is_number_integer()) {
-    return Invalid(source, fmt::format("field \"{}\" must be an integer, got {}", key, it->dump()));
-  }
-  return std::optional<int64_t>(it->get<int64_t>());
-}
-
-absl::StatusOr<std::optional<double>> GetNumber(const Json& j, const std::string& key,
-                                                const std::string& source) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::optional<double>();
-  if (!it->is_number()) {
-    return Invalid(source, fmt::format("field \"{}\" must be a number, got {}", key, it->dump()));
-  }
-  return std::optional<double>(it->get<double>());
-}
-
-absl::StatusOr<bool> GetBool(const Json& j, const std::string& key, bool fallback,
-                             const std::string& source) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) {
-    return Invalid(source,
-                   fmt::format("field \"{}\" must be true or false, got {}", key, it->dump()));
-  }
-  return it->get<bool>();
-}
-
-absl::StatusOr<int> GetPositive(const Json& j, const std::string& key, const std::string& source) {
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> value, GetInt(j, key, source, /*required=*/true));
-  if (*value <= 0 || *value > (int64_t{1} << 30)) {
-    return Invalid(source,
-                   fmt::format("field \"{}\" must be a positive integer, got {}", key, *value));
-  }
-  return static_cast<int>(*value);
-}
+constexpr Architecture kArchitectures[] = {
+    Architecture::kLlama,   Architecture::kMistral,  Architecture::kQwen2,
+    Architecture::kQwen3,   Architecture::kQwen2Moe, Architecture::kQwen3Moe,
+    Architecture::kMixtral, Architecture::kGlm4Moe,  Architecture::kGptOss,
+};
 
 absl::StatusOr<Architecture> ParseArchitecture(const Json& j, const std::string& source) {
   auto it = j.find("architectures");
@@ -69,14 +34,13 @@ absl::StatusOr<Architecture> ParseArchitecture(const Json& j, const std::string&
     return Invalid(source, "\"architectures\" must be a list with one name");
   }
   const std::string name = (*it)[0].get<std::string>();
-  for (Architecture a :
-       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3}) {
+  std::string supported;
+  for (Architecture a : kArchitectures) {
     if (ArchitectureName(a) == name) return a;
+    supported += (supported.empty() ? "" : ", ") + ArchitectureName(a);
   }
-  return absl::InvalidArgumentError(fmt::format(
-      "{}: unsupported architecture \"{}\" (supported: LlamaForCausalLM, MistralForCausalLM, "
-      "Qwen2ForCausalLM, Qwen3ForCausalLM)",
-      source, name));
+  return absl::InvalidArgumentError(
+      fmt::format("{}: unsupported architecture \"{}\" (supported: {})", source, name, supported));
 }
 
 // RoPE: transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}; older files write
@@ -103,13 +67,6 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
   if (theta) rope.theta = *theta;
   if (!(rope.theta > 1.0) || !std::isfinite(rope.theta)) {
     return Invalid(source, fmt::format("rope_theta must be > 1, got {}", rope.theta));
-  }
-  RS_ASSIGN_OR_RETURN(std::optional<double> partial, GetNumber(j, "partial_rotary_factor", source));
-  if (params != nullptr && !partial) {
-    RS_ASSIGN_OR_RETURN(partial, GetNumber(*params, "partial_rotary_factor", source));
-  }
-  if (partial && *partial != 1.0) {
-    return Invalid(source, fmt::format("unsupported partial_rotary_factor {}", *partial));
   }
   if (params == nullptr) return rope;
 
@@ -160,6 +117,17 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
                                      params_key, type));
 }
 
+// partial_rotary_factor, top level or inside rope_parameters / rope_scaling; 1 if absent.
+absl::StatusOr<double> ParsePartialRotary(const Json& j, const std::string& source) {
+  RS_ASSIGN_OR_RETURN(std::optional<double> partial, GetNumber(j, "partial_rotary_factor", source));
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = j.find(key);
+    if (partial || it == j.end() || !it->is_object()) continue;
+    RS_ASSIGN_OR_RETURN(partial, GetNumber(*it, "partial_rotary_factor", source));
+  }
+  return partial.value_or(1.0);
+}
+
 absl::Status ParseTokenIds(const Json& j, ModelConfig& config, const std::string& source) {
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> bos, GetInt(j, "bos_token_id", source, false));
   if (bos) config.bos_token_id = static_cast<int32_t>(*bos);
@@ -188,8 +156,11 @@ absl::Status RefuseUnsupported(const Json& j, const ModelConfig& config,
   if (mlp_bias) return Invalid(source, "unsupported mlp_bias: true");
   // Sliding window attention changes results once a sequence is longer than the window.
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetInt(j, "sliding_window", source, false));
-  if (config.architecture == Architecture::kMistral && window &&
-      *window < config.max_position_embeddings) {
+  // gpt-oss's sliding layers are parsed with its MoE fields (moe_config.cc).
+  if (config.architecture == Architecture::kGptOss) return absl::OkStatus();
+  const bool mistral_window = config.architecture == Architecture::kMistral ||
+                              config.architecture == Architecture::kMixtral;
+  if (mistral_window && window && *window < config.max_position_embeddings) {
     return Invalid(source, fmt::format("unsupported sliding_window {} (< "
                                        "max_position_embeddings {}): sliding window attention",
                                        *window, config.max_position_embeddings));
@@ -257,16 +228,45 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
   switch (config.architecture) {
     case Architecture::kLlama:
     case Architecture::kQwen3:
+    case Architecture::kQwen3Moe:
       config.qkv_bias = config.o_bias = attention_bias;
       break;
+    case Architecture::kGptOss: {  // attention_bias defaults to true there
+      RS_ASSIGN_OR_RETURN(config.qkv_bias, GetBool(j, "attention_bias", true, source));
+      config.o_bias = config.qkv_bias;
+      break;
+    }
     case Architecture::kQwen2:
       config.qkv_bias = true;
       config.o_bias = false;
       break;
+    case Architecture::kQwen2Moe: {
+      RS_ASSIGN_OR_RETURN(config.qkv_bias, GetBool(j, "qkv_bias", true, source));
+      break;
+    }
+    case Architecture::kGlm4Moe:  // q/k/v only; o_proj never has a bias
+      config.qkv_bias = attention_bias;
+      break;
     case Architecture::kMistral:
+    case Architecture::kMixtral:
       break;
   }
-  config.qk_norm = config.architecture == Architecture::kQwen3;
+  config.qk_norm =
+      config.architecture == Architecture::kQwen3 || config.architecture == Architecture::kQwen3Moe;
+  if (config.architecture == Architecture::kGlm4Moe) {
+    RS_ASSIGN_OR_RETURN(config.qk_norm, GetBool(j, "use_qk_norm", false, source));
+  }
+  RS_ASSIGN_OR_RETURN(const double partial, ParsePartialRotary(j, source));
+  if (partial != 1.0 && config.architecture != Architecture::kGlm4Moe) {
+    return Invalid(source, fmt::format("unsupported partial_rotary_factor {}", partial));
+  }
+  const double rotary = config.head_dim * partial;
+  config.rotary_dim = static_cast<int>(rotary);
+  if (!(partial > 0) || config.rotary_dim != rotary || config.rotary_dim % 2 != 0) {
+    return Invalid(source, fmt::format("partial_rotary_factor {} must make an even rotary "
+                                       "dimension of head_dim {}",
+                                       partial, config.head_dim));
+  }
   RS_ASSIGN_OR_RETURN(config.tie_word_embeddings, GetBool(j, "tie_word_embeddings", false, source));
   RS_RETURN_IF_ERROR(ParseTokenIds(j, config, source));
   for (const char* key : {"dtype", "torch_dtype"}) {
@@ -285,6 +285,7 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
     break;
   }
   RS_RETURN_IF_ERROR(RefuseUnsupported(j, config, source));
+  RS_RETURN_IF_ERROR(ParseMoeConfig(j, config, source));
   return config;
 }
 
@@ -300,6 +301,16 @@ std::string ArchitectureName(Architecture architecture) {
       return "Qwen2ForCausalLM";
     case Architecture::kQwen3:
       return "Qwen3ForCausalLM";
+    case Architecture::kQwen2Moe:
+      return "Qwen2MoeForCausalLM";
+    case Architecture::kQwen3Moe:
+      return "Qwen3MoeForCausalLM";
+    case Architecture::kMixtral:
+      return "MixtralForCausalLM";
+    case Architecture::kGlm4Moe:
+      return "Glm4MoeForCausalLM";
+    case Architecture::kGptOss:
+      return "GptOssForCausalLM";
   }
   return "?";
 }

@@ -1,8 +1,9 @@
 // A Hugging Face decoder-only model's config.json, parsed and validated once into an immutable
 // struct. Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
-// (dense). Anything that would change results and that the backends do not implement (sliding
-// window attention, unknown RoPE types, partial rotary, MLP bias, ...) is refused with a message
-// naming it, never silently ignored.
+// (dense); Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Glm4MoeForCausalLM and
+// GptOssForCausalLM (mixtures of experts, moe_config.cc). Anything that would change results and
+// that the backends do not implement (unknown RoPE types, MLP bias, quantized checkpoints, ...) is
+// refused with a message naming the key, never silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,21 @@
 
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
+#include "stage/model/moe_router.h"
 
 namespace ringserve {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
+enum class Architecture {
+  kLlama,
+  kMistral,
+  kQwen2,
+  kQwen3,
+  kQwen2Moe,
+  kQwen3Moe,
+  kMixtral,
+  kGlm4Moe,
+  kGptOss,
+};
 
 // "LlamaForCausalLM", ...
 std::string ArchitectureName(Architecture architecture);
@@ -35,6 +47,47 @@ struct RopeConfig {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int original_max_position_embeddings = 8192;
+};
+
+// How a checkpoint stores a MoE layer's experts (all [out_features, in_features] unless noted).
+enum class ExpertLayout {
+  // mlp.experts.E.{gate,up,down}_proj.weight (Qwen2/3-MoE, GLM-4.5).
+  kPerExpert,
+  // block_sparse_moe.experts.E.{w1,w3,w2}.weight (gate, up, down) and block_sparse_moe.gate.
+  kMixtral,
+  // gpt-oss: mlp.experts.gate_up_proj [E, hidden, 2 * inter] (input-major; gate and up columns
+  // interleaved: gate = [..., 0::2], up = [..., 1::2]) + gate_up_proj_bias [E, 2 * inter];
+  // mlp.experts.down_proj [E, inter, hidden] + down_proj_bias [E, hidden].
+  kGptOssStacked,
+};
+
+enum class ExpertActivation {
+  kSiluMul,  // down(silu(gate(x)) * up(x))
+  // gpt-oss: g = min(gate(x), limit), u = clamp(up(x), -limit, limit),
+  // down((u + 1) * g * sigmoid(alpha * g)); every projection with its bias.
+  kClampedSwiglu,
+};
+
+// The mixture-of-experts part of a config. router.num_experts == 0 for a dense model.
+struct MoeConfig {
+  RouterOptions router;
+  std::vector<bool> layers;  // [num_layers]: true where the layer's MLP is a MoE block
+  int expert_intermediate_size = 0;
+  ExpertLayout layout = ExpertLayout::kPerExpert;
+  ExpertActivation activation = ExpertActivation::kSiluMul;
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
+  bool router_bias = false;      // gpt-oss: the router linear has a bias
+  bool correction_bias = false;  // DeepSeek-V3 / GLM-4.5: mlp.gate.e_score_correction_bias
+  // Shared experts, run on every token and added to the routed output; 0: none.
+  int shared_intermediate_size = 0;
+  // Qwen2-MoE: the shared expert's output is scaled by sigmoid(shared_expert_gate . x).
+  bool shared_expert_gate = false;
+
+  bool enabled() const { return router.num_experts > 0; }
+  bool IsMoeLayer(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(layers.size()) && layers[layer];
+  }
 };
 
 struct ModelConfig {
@@ -66,8 +119,26 @@ struct ModelConfig {
   // Checkpoint dtype ("torch_dtype" or, in transformers 5 files, "dtype"); kBF16 if absent.
   DType dtype = DType::kBF16;
 
+  // RoPE rotates the first rotary_dim values of each head ("rotate half" over those), the rest
+  // pass through: head_dim * partial_rotary_factor (GLM-4.5: half). == head_dim otherwise.
+  int rotary_dim = 0;
+  // Sliding-window attention (gpt-oss): on layers marked in sliding_layers a query at position p
+  // attends to positions (p - sliding_window, p]. sliding_layers is empty when no layer slides.
+  int sliding_window = 0;
+  std::vector<bool> sliding_layers;
+  // gpt-oss: each head has a learned logit (self_attn.sinks) that joins its softmax's
+  // denominator and contributes no value.
+  bool attention_sinks = false;
+  MoeConfig moe;
+
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
+  // The window of `layer`'s attention, 0 for full attention.
+  int SlidingWindowOf(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(sliding_layers.size()) && sliding_layers[layer]
+               ? sliding_window
+               : 0;
+  }
 };
 
 // Parses config.json text. `source` names the file in error messages. InvalidArgument for

@@ -24,11 +24,83 @@ std::vector<TensorSpec> LayerTensorSpecs(const ModelConfig& c, int layer) {
   }
   specs.push_back({p + "self_attn.o_proj.weight", {hidden, q}});
   if (c.o_bias) specs.push_back({p + "self_attn.o_proj.bias", {hidden}});
+  if (c.attention_sinks) specs.push_back({p + "self_attn.sinks", {c.num_heads}});
   specs.push_back({p + "post_attention_layernorm.weight", {hidden}});
+  if (c.moe.IsMoeLayer(layer)) {
+    for (TensorSpec& spec : MoeLayerTensorSpecs(c, layer).All()) specs.push_back(std::move(spec));
+    return specs;
+  }
   specs.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
   specs.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
   specs.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
   return specs;
+}
+
+MoeTensorSpecs MoeLayerTensorSpecs(const ModelConfig& c, int layer) {
+  const MoeConfig& m = c.moe;
+  const int64_t hidden = c.hidden_size;
+  const int64_t e = m.router.num_experts;
+  const int64_t inter = m.expert_intermediate_size;
+  const bool mixtral = m.layout == ExpertLayout::kMixtral;
+  const std::string p =
+      fmt::format("model.layers.{}.{}", layer, mixtral ? "block_sparse_moe." : "mlp.");
+  MoeTensorSpecs s;
+  const std::string router = m.layout == ExpertLayout::kGptOssStacked ? "router." : "gate.";
+  s.router = {p + router + "weight", {e, hidden}};
+  if (m.router_bias) s.router_bias = TensorSpec{p + router + "bias", {e}};
+  if (m.correction_bias) s.correction_bias = TensorSpec{p + "gate.e_score_correction_bias", {e}};
+  if (m.layout == ExpertLayout::kGptOssStacked) {
+    s.gate_up = TensorSpec{p + "experts.gate_up_proj", {e, hidden, 2 * inter}};
+    s.gate_up_bias = TensorSpec{p + "experts.gate_up_proj_bias", {e, 2 * inter}};
+    s.stacked_down = TensorSpec{p + "experts.down_proj", {e, inter, hidden}};
+    s.down_bias = TensorSpec{p + "experts.down_proj_bias", {e, hidden}};
+  } else {
+    for (int64_t x = 0; x < e; ++x) {
+      const std::string ep = fmt::format("{}experts.{}.", p, x);
+      s.gate.push_back({ep + (mixtral ? "w1.weight" : "gate_proj.weight"), {inter, hidden}});
+      s.up.push_back({ep + (mixtral ? "w3.weight" : "up_proj.weight"), {inter, hidden}});
+      s.down.push_back({ep + (mixtral ? "w2.weight" : "down_proj.weight"), {hidden, inter}});
+    }
+  }
+  if (m.shared_intermediate_size > 0) {
+    const int64_t shared = m.shared_intermediate_size;
+    // Qwen2-MoE names one "shared_expert"; GLM-4.5 (DeepSeek) "shared_experts".
+    const std::string sp = p + (m.shared_expert_gate ? "shared_expert." : "shared_experts.");
+    s.shared_gate = TensorSpec{sp + "gate_proj.weight", {shared, hidden}};
+    s.shared_up = TensorSpec{sp + "up_proj.weight", {shared, hidden}};
+    s.shared_down = TensorSpec{sp + "down_proj.weight", {hidden, shared}};
+    if (m.shared_expert_gate) {
+      s.shared_expert_gate = TensorSpec{p + "shared_expert_gate.weight", {1, hidden}};
+    }
+  }
+  return s;
+}
+
+std::vector<TensorSpec> MoeTensorSpecs::All() const {
+  std::vector<TensorSpec> all = {router};
+  for (const auto* spec : {&router_bias, &correction_bias}) {
+    if (*spec) all.push_back(**spec);
+  }
+  for (size_t x = 0; x < gate.size(); ++x) {
+    all.push_back(gate[x]);
+    all.push_back(up[x]);
+    all.push_back(down[x]);
+  }
+  for (const auto* spec : {&gate_up, &gate_up_bias, &stacked_down, &down_bias, &shared_gate,
+                           &shared_up, &shared_down, &shared_expert_gate}) {
+    if (*spec) all.push_back(**spec);
+  }
+  return all;
+}
+
+int64_t TensorBytes(const std::vector<TensorSpec>& specs, int64_t bytes_per_value) {
+  int64_t total = 0;
+  for (const TensorSpec& spec : specs) {
+    int64_t n = 1;
+    for (int64_t d : spec.shape) n *= d;
+    total += n * bytes_per_value;
+  }
+  return total;
 }
 
 TensorSpec EmbeddingSpec(const ModelConfig& c) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,34 @@ struct TensorSpec {
 
 // The per-layer tensor name suffixes (after "model.layers.<i>."), in load order, as `config`
 // needs them: input_layernorm.weight, self_attn.{q,k,v}_proj.{weight[,bias]},
-// [self_attn.{q,k}_norm.weight], self_attn.o_proj.{weight[,bias]}, post_attention_layernorm.weight,
-// mlp.{gate,up,down}_proj.weight. Linear weights are [out_features, in_features].
+// [self_attn.{q,k}_norm.weight], self_attn.o_proj.{weight[,bias]}, [self_attn.sinks],
+// post_attention_layernorm.weight, then either the dense mlp.{gate,up,down}_proj.weight
+// (intermediate_size) or, on a MoE layer, MoeLayerTensorSpecs(config, layer).All(). Linear
+// weights are [out_features, in_features].
 std::vector<TensorSpec> LayerTensorSpecs(const ModelConfig& config, int layer);
+
+// A MoE layer's tensors under the hub names of config.moe.layout (see ExpertLayout).
+struct MoeTensorSpecs {
+  TensorSpec router;                          // [E, hidden]
+  std::optional<TensorSpec> router_bias;      // [E] (gpt-oss)
+  std::optional<TensorSpec> correction_bias;  // [E] (e_score_correction_bias)
+  // kPerExpert / kMixtral, one entry per expert: gate and up [inter, hidden], down [hidden, inter].
+  std::vector<TensorSpec> gate, up, down;
+  // kGptOssStacked: gate_up [E, hidden, 2 * inter], gate_up_bias [E, 2 * inter],
+  // down [E, inter, hidden], down_bias [E, hidden].
+  std::optional<TensorSpec> gate_up, gate_up_bias, stacked_down, down_bias;
+  // Shared experts (shared_intermediate_size > 0) and Qwen2-MoE's gate [1, hidden].
+  std::optional<TensorSpec> shared_gate, shared_up, shared_down, shared_expert_gate;
+
+  // Every tensor above, in this order.
+  std::vector<TensorSpec> All() const;
+};
+// Precondition: config.moe.IsMoeLayer(layer).
+MoeTensorSpecs MoeLayerTensorSpecs(const ModelConfig& config, int layer);
+
+// Bytes the checkpoint tensors of `specs` take at `bytes_per_value` (e.g. 2 for bf16): what a
+// stage holding them needs for weights. Counts every expert.
+int64_t TensorBytes(const std::vector<TensorSpec>& specs, int64_t bytes_per_value);
 
 // "model.embed_tokens.weight" [vocab, hidden].
 TensorSpec EmbeddingSpec(const ModelConfig& config);

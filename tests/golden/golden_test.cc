@@ -38,9 +38,10 @@ struct Chain {
   }
 };
 
-// `num_slices` contiguous slices covering every layer.
+// `num_slices` contiguous slices covering every layer (at most one per layer).
 absl::StatusOr<Chain> LoadChain(const std::string& dir, int num_slices) {
   RS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  num_slices = std::min(num_slices, config.num_layers);
   Chain chain;
   int first = 0;
   for (int s = 0; s < num_slices; ++s) {
@@ -132,7 +133,7 @@ TEST_P(GoldenTest, ConfigMatchesFixtureAndRopeFrequenciesMatchTransformers) {
   EXPECT_EQ(ArchitectureName(config->architecture), fixture_.architecture);
   EXPECT_EQ(config->vocab_size, fixture_.vocab_size);
   ASSERT_FALSE(fixture_.rope_inv_freq.empty());
-  const std::vector<float> inv_freq = RopeInverseFrequencies(config->rope, config->head_dim);
+  const std::vector<float> inv_freq = RopeInverseFrequencies(config->rope, config->rotary_dim);
   ASSERT_EQ(inv_freq.size(), fixture_.rope_inv_freq.size());
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     EXPECT_NEAR(inv_freq[i], fixture_.rope_inv_freq[i], 1e-6 * fixture_.rope_inv_freq[i])
@@ -238,7 +239,8 @@ TEST_P(GoldenTest, GreedyContinuationThroughThreeSlices) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenTest,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3"),
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "qwen3_moe",
+                                           "mixtral", "qwen2_moe", "glm4_moe"),
                          [](const auto& info) { return info.param; });
 
 // The conformance check can fail: one weight changed in a copy of a fixture breaks it.

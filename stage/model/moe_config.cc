@@ -1,0 +1,196 @@
+#include "stage/model/moe_config.h"
+
+#include <cmath>
+
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "stage/model/config_json.h"
+
+namespace ringserve {
+namespace {
+
+using config_json::GetBool;
+using config_json::GetInt;
+using config_json::GetIntList;
+using config_json::GetNumber;
+using config_json::GetPositive;
+using config_json::GetString;
+using config_json::Invalid;
+using config_json::Json;
+
+// Qwen2/3-MoE: a layer is MoE unless listed in mlp_only_layers, and only every
+// decoder_sparse_step-th layer ((i + 1) % step == 0).
+absl::Status ParseQwenMoe(const Json& j, ModelConfig& c, const std::string& source) {
+  MoeConfig& m = c.moe;
+  // The hub's files say num_experts; transformers 5 writes num_local_experts.
+  const char* experts_key = j.contains("num_experts") ? "num_experts" : "num_local_experts";
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> experts, GetInt(j, experts_key, source, true));
+  if (*experts <= 0) {
+    return Invalid(source, fmt::format("{} must be positive, got {} (a dense model is "
+                                       "Qwen2ForCausalLM / Qwen3ForCausalLM)",
+                                       experts_key, *experts));
+  }
+  m.router.num_experts = static_cast<int>(*experts);
+  RS_ASSIGN_OR_RETURN(m.router.top_k, GetPositive(j, "num_experts_per_tok", source));
+  RS_ASSIGN_OR_RETURN(m.expert_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
+  RS_ASSIGN_OR_RETURN(m.router.norm_topk_prob, GetBool(j, "norm_topk_prob", false, source));
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> step, GetInt(j, "decoder_sparse_step", source, false));
+  const int64_t sparse_step = step.value_or(1);
+  if (sparse_step <= 0) {
+    return Invalid(source,
+                   fmt::format("decoder_sparse_step must be positive, got {}", sparse_step));
+  }
+  RS_ASSIGN_OR_RETURN(std::vector<int64_t> mlp_only, GetIntList(j, "mlp_only_layers", source));
+  m.layers.assign(c.num_layers, false);
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    m.layers[layer] = (layer + 1) % sparse_step == 0;
+  }
+  for (int64_t layer : mlp_only) {
+    if (layer < 0 || layer >= c.num_layers) {
+      return Invalid(source, fmt::format("mlp_only_layers entry {} is not a layer of [0, {})",
+                                         layer, c.num_layers));
+    }
+    m.layers[layer] = false;
+  }
+  if (c.architecture == Architecture::kQwen2Moe) {
+    RS_ASSIGN_OR_RETURN(m.shared_intermediate_size,
+                        GetPositive(j, "shared_expert_intermediate_size", source));
+    m.shared_expert_gate = true;
+  }
+  return absl::OkStatus();
+}
+
+// GLM-4.5: DeepSeek-V3's router; the first first_k_dense_replace layers are dense.
+absl::Status ParseGlm4Moe(const Json& j, ModelConfig& c, const std::string& source) {
+  MoeConfig& m = c.moe;
+  m.router.scoring = RouterScoring::kSigmoidGroupedTopK;
+  RS_ASSIGN_OR_RETURN(m.router.num_experts, GetPositive(j, "n_routed_experts", source));
+  RS_ASSIGN_OR_RETURN(m.router.top_k, GetPositive(j, "num_experts_per_tok", source));
+  RS_ASSIGN_OR_RETURN(m.expert_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
+  RS_ASSIGN_OR_RETURN(m.router.norm_topk_prob, GetBool(j, "norm_topk_prob", true, source));
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> n_group, GetInt(j, "n_group", source, false));
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> topk_group, GetInt(j, "topk_group", source, false));
+  m.router.n_group = static_cast<int>(n_group.value_or(1));
+  m.router.topk_group = static_cast<int>(topk_group.value_or(1));
+  RS_ASSIGN_OR_RETURN(std::optional<double> scale, GetNumber(j, "routed_scaling_factor", source));
+  m.router.routed_scaling_factor = static_cast<float>(scale.value_or(1.0));
+  m.correction_bias = true;
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> shared, GetInt(j, "n_shared_experts", source, false));
+  if (shared.value_or(1) < 0) return Invalid(source, "n_shared_experts must be >= 0");
+  m.shared_intermediate_size = static_cast<int>(shared.value_or(1)) * m.expert_intermediate_size;
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> dense,
+                      GetInt(j, "first_k_dense_replace", source, false));
+  const int64_t first_moe = dense.value_or(1);
+  if (first_moe < 0) return Invalid(source, "first_k_dense_replace must be >= 0");
+  m.layers.assign(c.num_layers, false);
+  for (int layer = 0; layer < c.num_layers; ++layer) m.layers[layer] = layer >= first_moe;
+  // DeepSeek-style keys GLM-4.5 files do not carry; other values would change the routing.
+  RS_ASSIGN_OR_RETURN(std::optional<std::string> scoring, GetString(j, "scoring_func", source));
+  if (scoring && *scoring != "sigmoid") {
+    return Invalid(source, fmt::format("unsupported scoring_func \"{}\" (only sigmoid)", *scoring));
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<std::string> method, GetString(j, "topk_method", source));
+  if (method && *method != "noaux_tc") {
+    return Invalid(source, fmt::format("unsupported topk_method \"{}\" (only noaux_tc)", *method));
+  }
+  return absl::OkStatus();
+}
+
+// gpt-oss: router with bias, top-k then softmax, clamped SwiGLU experts with biases, attention
+// sinks, sliding and full attention layers as layer_types says.
+absl::Status ParseGptOss(const Json& j, ModelConfig& c, const std::string& source) {
+  MoeConfig& m = c.moe;
+  m.router.scoring = RouterScoring::kTopKSoftmax;
+  RS_ASSIGN_OR_RETURN(m.router.num_experts, GetPositive(j, "num_local_experts", source));
+  RS_ASSIGN_OR_RETURN(m.router.top_k, GetPositive(j, "num_experts_per_tok", source));
+  m.expert_intermediate_size = c.intermediate_size;
+  m.layout = ExpertLayout::kGptOssStacked;
+  m.activation = ExpertActivation::kClampedSwiglu;
+  m.router_bias = true;
+  m.layers.assign(c.num_layers, true);
+  // transformers 5.17 applies alpha 1.702 and limit 7.0 whatever the file says (the released
+  // checkpoints say the same); another value would be followed by no reference we test against.
+  for (const auto& [key, want] : {std::pair<const char*, double>{"swiglu_limit", 7.0},
+                                  std::pair<const char*, double>{"swiglu_alpha", 1.702}}) {
+    RS_ASSIGN_OR_RETURN(std::optional<double> value, GetNumber(j, key, source));
+    if (value && std::abs(*value - want) > 1e-6) {
+      return Invalid(source, fmt::format("unsupported {} {} (only {})", key, *value, want));
+    }
+  }
+  c.attention_sinks = true;
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetInt(j, "sliding_window", source, false));
+  c.sliding_layers.assign(c.num_layers, false);
+  auto types = j.find("layer_types");
+  if (types == j.end() || types->is_null()) {
+    // transformers' default: even layers slide, odd layers attend to everything.
+    for (int layer = 0; layer < c.num_layers; ++layer) c.sliding_layers[layer] = layer % 2 == 0;
+  } else {
+    if (!types->is_array() || static_cast<int>(types->size()) != c.num_layers) {
+      return Invalid(source,
+                     fmt::format("layer_types must list one type per layer ({})", c.num_layers));
+    }
+    for (int layer = 0; layer < c.num_layers; ++layer) {
+      const Json& type = (*types)[layer];
+      const std::string name = type.is_string() ? type.get<std::string>() : type.dump();
+      if (name == "sliding_attention") {
+        c.sliding_layers[layer] = true;
+      } else if (name != "full_attention") {
+        return Invalid(
+            source, fmt::format("unsupported layer type \"{}\" in layer_types[{}]", name, layer));
+      }
+    }
+  }
+  bool any_sliding = false;
+  for (bool s : c.sliding_layers) any_sliding = any_sliding || s;
+  if (any_sliding) {
+    if (!window || *window <= 0) {
+      return Invalid(source, "sliding_attention layers need a positive sliding_window");
+    }
+    c.sliding_window = static_cast<int>(std::min<int64_t>(*window, int64_t{1} << 30));
+  } else {
+    c.sliding_layers.clear();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseMoeConfig(const Json& j, ModelConfig& c, const std::string& source) {
+  if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
+    return Invalid(source,
+                   "unsupported quantization_config (quantized checkpoints are not "
+                   "supported yet)");
+  }
+  switch (c.architecture) {
+    case Architecture::kLlama:
+    case Architecture::kMistral:
+    case Architecture::kQwen2:
+    case Architecture::kQwen3:
+      return absl::OkStatus();
+    case Architecture::kQwen2Moe:
+    case Architecture::kQwen3Moe:
+      RS_RETURN_IF_ERROR(ParseQwenMoe(j, c, source));
+      break;
+    case Architecture::kMixtral: {
+      RS_ASSIGN_OR_RETURN(c.moe.router.num_experts, GetPositive(j, "num_local_experts", source));
+      RS_ASSIGN_OR_RETURN(c.moe.router.top_k, GetPositive(j, "num_experts_per_tok", source));
+      c.moe.router.norm_topk_prob = true;
+      c.moe.expert_intermediate_size = c.intermediate_size;
+      c.moe.layout = ExpertLayout::kMixtral;
+      c.moe.layers.assign(c.num_layers, true);
+      break;
+    }
+    case Architecture::kGlm4Moe:
+      RS_RETURN_IF_ERROR(ParseGlm4Moe(j, c, source));
+      break;
+    case Architecture::kGptOss:
+      RS_RETURN_IF_ERROR(ParseGptOss(j, c, source));
+      break;
+  }
+  if (absl::Status s = ValidateRouterOptions(c.moe.router); !s.ok()) {
+    return Invalid(source, std::string(s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ringserve

@@ -1,0 +1,123 @@
+#include "stage/model/moe_router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "fmt/format.h"
+
+namespace ringserve {
+namespace {
+
+// Indices of the k largest values, largest first; equal values keep the lower index first.
+void TopK(std::span<const float> values, int k, std::vector<int32_t>& order) {
+  order.resize(values.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return values[a] > values[b] || (values[a] == values[b] && a < b);
+  });
+  order.resize(k);
+}
+
+}  // namespace
+
+absl::Status ValidateRouterOptions(const RouterOptions& o) {
+  if (o.num_experts <= 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("number of experts must be positive, got {}", o.num_experts));
+  }
+  if (o.top_k < 1 || o.top_k > o.num_experts) {
+    return absl::InvalidArgumentError(fmt::format(
+        "num_experts_per_tok {} must be in [1, number of experts {}]", o.top_k, o.num_experts));
+  }
+  if (o.scoring != RouterScoring::kSigmoidGroupedTopK) return absl::OkStatus();
+  if (o.n_group < 1 || o.num_experts % o.n_group != 0 || o.num_experts / o.n_group < 2) {
+    return absl::InvalidArgumentError(
+        fmt::format("n_group {} must divide the {} experts into groups of at least 2", o.n_group,
+                    o.num_experts));
+  }
+  if (o.topk_group < 1 || o.topk_group > o.n_group) {
+    return absl::InvalidArgumentError(
+        fmt::format("topk_group {} must be in [1, n_group {}]", o.topk_group, o.n_group));
+  }
+  if (o.top_k > o.topk_group * (o.num_experts / o.n_group)) {
+    return absl::InvalidArgumentError(
+        fmt::format("num_experts_per_tok {} exceeds the {} experts of topk_group {} groups",
+                    o.top_k, o.topk_group * (o.num_experts / o.n_group), o.topk_group));
+  }
+  if (!std::isfinite(o.routed_scaling_factor)) {
+    return absl::InvalidArgumentError("routed_scaling_factor must be finite");
+  }
+  return absl::OkStatus();
+}
+
+void RouteTokens(const RouterOptions& o, std::span<const float> logits,
+                 std::span<const float> correction_bias, int64_t num_tokens,
+                 std::span<int32_t> expert_ids, std::span<float> weights) {
+  const int e = o.num_experts;
+  const int k = o.top_k;
+  std::vector<float> score(e), choice(e);
+  std::vector<int32_t> order;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const std::span<const float> row = logits.subspan(t * e, e);
+    int32_t* ids = expert_ids.data() + t * k;
+    float* w = weights.data() + t * k;
+    switch (o.scoring) {
+      case RouterScoring::kSoftmaxTopK: {
+        const float max_logit = *std::max_element(row.begin(), row.end());
+        float sum = 0.0f;
+        for (int x = 0; x < e; ++x) sum += score[x] = std::exp(row[x] - max_logit);
+        for (int x = 0; x < e; ++x) score[x] /= sum;
+        TopK(score, k, order);
+        float top_sum = 0.0f;
+        for (int j = 0; j < k; ++j) top_sum += w[j] = score[order[j]];
+        if (o.norm_topk_prob) {
+          for (int j = 0; j < k; ++j) w[j] /= top_sum;
+        }
+        break;
+      }
+      case RouterScoring::kTopKSoftmax: {
+        TopK(row, k, order);
+        const float max_logit = row[order[0]];
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) sum += w[j] = std::exp(row[order[j]] - max_logit);
+        for (int j = 0; j < k; ++j) w[j] /= sum;
+        break;
+      }
+      case RouterScoring::kSigmoidGroupedTopK: {
+        for (int x = 0; x < e; ++x) {
+          score[x] = 1.0f / (1.0f + std::exp(-row[x]));
+          choice[x] = score[x] + (correction_bias.empty() ? 0.0f : correction_bias[x]);
+        }
+        const int per_group = e / o.n_group;
+        if (o.topk_group < o.n_group) {
+          std::vector<float> group_score(o.n_group);
+          for (int g = 0; g < o.n_group; ++g) {
+            std::span<const float> members(choice.data() + g * per_group, per_group);
+            TopK(members, 2, order);
+            group_score[g] = members[order[0]] + members[order[1]];
+          }
+          TopK(group_score, o.topk_group, order);
+          std::vector<bool> kept(o.n_group, false);
+          for (int32_t g : order) kept[g] = true;
+          // Experts of dropped groups cannot be chosen (DeepSeek-V3 masks them with -inf;
+          // transformers with 0, the same whenever scores + bias are positive).
+          for (int x = 0; x < e; ++x) {
+            if (!kept[x / per_group]) choice[x] = -std::numeric_limits<float>::infinity();
+          }
+        }
+        TopK(choice, k, order);
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) sum += w[j] = score[order[j]];
+        const float denominator = o.norm_topk_prob ? sum + 1e-20f : 1.0f;
+        for (int j = 0; j < k; ++j) w[j] = w[j] / denominator * o.routed_scaling_factor;
+        break;
+      }
+    }
+    for (int j = 0; j < k; ++j) ids[j] = order[j];
+  }
+}
+
+}  // namespace ringserve
