@@ -32,6 +32,10 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 ROUTER_GAP = 1e-4
+# gpt-oss: gate_up_proj ~ N(0, INIT_STD * GATE_UP_SCALE) gives pre-activations of std ~4.5, so
+# a good share of them pass the clamp at 7; down_proj is scaled by DOWN_SCALE to compensate.
+GATE_UP_SCALE = 10.0
+DOWN_SCALE = 0.25
 SEED_TIME_LIMIT_S = 60.0
 INIT_STD = base.INIT_STD
 
@@ -76,15 +80,15 @@ FAMILIES = {
                 first_k_dense_replace=1, num_hidden_layers=3, rms_norm_eps=1e-5,
                 partial_rotary_factor=0.5, use_qk_norm=True, attention_bias=True),
         rope=dict(rope_type="default", rope_theta=10000.0)),
-    # Router with bias, top-k then softmax, clamped SwiGLU with biases (a small swiglu_limit so
-    # the clamp bites), attention sinks, sliding (window 6 < the 27-token prompt) then full
-    # attention, q/k/v/o bias.
+    # Router with bias, top-k then softmax, clamped SwiGLU with biases (transformers 5.17 clamps
+    # at 7.0 whatever swiglu_limit says, so the gate/up weights are scaled up until the clamp
+    # bites: see GATE_UP_SCALE), attention sinks, sliding (window 6 < the 27-token prompt) then
+    # full attention, q/k/v/o bias.
     "gpt_oss": dict(
         cls="GptOssForCausalLM", cfg="GptOssConfig", kind="topk_softmax",
         kw=dict(COMMON, intermediate_size=12, num_local_experts=4, num_experts_per_tok=2,
                 num_hidden_layers=2, rms_norm_eps=1e-5, sliding_window=6,
-                layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.5,
-                attention_bias=True),
+                layer_types=["sliding_attention", "full_attention"], attention_bias=True),
         rope=dict(rope_type="default", rope_theta=150000.0)),
 }
 
@@ -147,6 +151,10 @@ def set_weights(model, seed):
     for name, p in model.named_parameters():
         if name.endswith("sinks"):
             p.copy_(torch.randn(p.shape, generator=gen))
+        elif name.endswith("experts.gate_up_proj") and "GptOss" in type(model).__name__:
+            p.mul_(GATE_UP_SCALE)
+        elif name.endswith("experts.down_proj") and "GptOss" in type(model).__name__:
+            p.mul_(DOWN_SCALE)
     for name, b in model.named_buffers():
         if name.endswith("e_score_correction_bias"):
             b.copy_((0.05 * torch.randn(b.shape, generator=gen)).clamp(-0.08, 0.08))
@@ -205,7 +213,7 @@ def clamp_fraction(model, cfg, seq):
     for i, mlp in moe_blocks(model):
         ex = mlp.experts
         limit = getattr(ex, "limit", None)
-        limit = cfg.swiglu_limit if limit is None else limit
+        limit = getattr(cfg, "swiglu_limit", 7.0) if limit is None else limit
         gu = torch.einsum("nh,ehj->enj", inputs[i], ex.gate_up_proj) + ex.gate_up_proj_bias[:, None]
         gate, up = gu[..., ::2], gu[..., 1::2]
         hit += (gate > limit).sum().item() + (up.abs() > limit).sum().item()

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "stage/model/resident_slice.h"
+#include "stage/model/slice_weights.h"
 
 #ifdef RINGSERVE_HAVE_CUDA
 #include "stage/cuda/cuda_model_slice.h"
@@ -101,8 +102,15 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
           fmt::format("kv_num_blocks: {} < 1 (a CPU stage cannot size its pool from memory)",
                       options.kv_num_blocks));
     }
-    *summary = fmt::format("cpu, {} KV blocks", options.kv_num_blocks);
-    return ModelSlice::LoadCpu(options);
+    RS_ASSIGN_OR_RETURN(std::unique_ptr<ModelSlice> slice, ModelSlice::LoadCpu(options));
+    // Layer weights as the CPU slice holds them (fp32), every expert of a MoE layer counted.
+    int64_t layer_bytes = 0;
+    for (int layer = options.layers.first; layer < options.layers.last; ++layer) {
+      layer_bytes += LayerWeightBytes(slice->config(), layer, sizeof(float));
+    }
+    *summary = fmt::format("cpu, layer weights {} MiB, {} KV blocks", layer_bytes >> 20,
+                           options.kv_num_blocks);
+    return slice;
   }
 #ifdef RINGSERVE_HAVE_CUDA
   cuda::CudaSliceOptions cuda;

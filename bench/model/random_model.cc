@@ -189,7 +189,7 @@ int64_t CheckpointTensor::NumElements() const {
 }
 
 std::vector<std::string> KnownShapeNames() {
-  return {"llama-3.1-8b", "qwen3-8b", "tiny", "tiny-qwen3"};
+  return {"llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b", "tiny", "tiny-qwen3", "tiny-qwen3-moe"};
 }
 
 absl::StatusOr<ModelShape> FindShape(const std::string& name) {
@@ -242,10 +242,30 @@ absl::StatusOr<ModelShape> FindShape(const std::string& name) {
     shape.tie_word_embeddings = true;
     return shape;
   };
+  // Qwen3-30B-A3B's config.json: 30.5 B parameters, 3.3 B active.
+  ModelShape qwen3_moe = qwen3;
+  qwen3_moe.architecture = "Qwen3MoeForCausalLM";
+  qwen3_moe.model_type = "qwen3_moe";
+  qwen3_moe.hidden_size = 2048;
+  qwen3_moe.intermediate_size = 6144;
+  qwen3_moe.num_layers = 48;
+  qwen3_moe.num_heads = 32;
+  qwen3_moe.num_kv_heads = 4;
+  qwen3_moe.num_experts = 128;
+  qwen3_moe.num_experts_per_tok = 8;
+  qwen3_moe.moe_intermediate_size = 768;
   if (name == "llama-3.1-8b") return llama;
   if (name == "qwen3-8b") return qwen3;
+  if (name == "qwen3-30b-a3b") return qwen3_moe;
   if (name == "tiny") return tiny(llama);
   if (name == "tiny-qwen3") return tiny(qwen3);
+  if (name == "tiny-qwen3-moe") {
+    ModelShape shape = tiny(qwen3_moe);
+    shape.num_experts = 8;
+    shape.num_experts_per_tok = 2;
+    shape.moe_intermediate_size = 32;
+    return shape;
+  }
   std::string known;
   for (const std::string& shape : KnownShapeNames()) known += (known.empty() ? "" : ", ") + shape;
   return absl::NotFoundError(fmt::format("unknown model shape '{}' (known: {})", name, known));
@@ -285,6 +305,14 @@ std::string ConfigJson(const ModelShape& shape, DType dtype) {
     config["sliding_window"] = nullptr;
     config["max_window_layers"] = shape.num_layers;
   }
+  if (shape.num_experts > 0) {
+    config["num_experts"] = shape.num_experts;
+    config["num_experts_per_tok"] = shape.num_experts_per_tok;
+    config["moe_intermediate_size"] = shape.moe_intermediate_size;
+    config["norm_topk_prob"] = true;
+    config["decoder_sparse_step"] = 1;
+    config["mlp_only_layers"] = nlohmann::ordered_json::array();
+  }
   config["initializer_range"] = 0.02;
   config["tie_word_embeddings"] = shape.tie_word_embeddings;
   config["bos_token_id"] = shape.bos_token_id;
@@ -320,6 +348,17 @@ std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape) {
       specs.push_back({prefix + "self_attn.k_norm.weight", {shape.head_dim}, true});
     }
     specs.push_back({prefix + "post_attention_layernorm.weight", {hidden}, true});
+    if (shape.num_experts > 0) {
+      const int64_t moe_inter = shape.moe_intermediate_size;
+      specs.push_back({prefix + "mlp.gate.weight", {shape.num_experts, hidden}, false});
+      for (int e = 0; e < shape.num_experts; ++e) {
+        const std::string expert = fmt::format("{}mlp.experts.{}.", prefix, e);
+        specs.push_back({expert + "gate_proj.weight", {moe_inter, hidden}, false});
+        specs.push_back({expert + "up_proj.weight", {moe_inter, hidden}, false});
+        specs.push_back({expert + "down_proj.weight", {hidden, moe_inter}, false});
+      }
+      continue;
+    }
     specs.push_back({prefix + "mlp.gate_proj.weight", {inter, hidden}, false});
     specs.push_back({prefix + "mlp.up_proj.weight", {inter, hidden}, false});
     specs.push_back({prefix + "mlp.down_proj.weight", {hidden, inter}, false});

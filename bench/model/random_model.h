@@ -23,8 +23,8 @@ namespace ringserve {
 // The shape of a model: what config.json says.
 struct ModelShape {
   std::string name;          // "llama-3.1-8b", ...
-  std::string architecture;  // "LlamaForCausalLM" | "Qwen3ForCausalLM"
-  std::string model_type;    // "llama" | "qwen3"
+  std::string architecture;  // "LlamaForCausalLM" | "Qwen3ForCausalLM" | "Qwen3MoeForCausalLM"
+  std::string model_type;    // "llama" | "qwen3" | "qwen3_moe"
   std::string tokenizer;     // directory name under the tokenizers dir: "llama3" | "qwen3"
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -41,11 +41,19 @@ struct ModelShape {
   bool tie_word_embeddings = false;
   int32_t bos_token_id = 0;
   std::vector<int32_t> eos_token_ids;
+  // Qwen3-MoE (num_experts > 0): every layer a MoE block of num_experts experts of
+  // moe_intermediate_size, num_experts_per_tok routed per token, weights renormalized; the
+  // checkpoint holds one tensor per expert (mlp.experts.E.{gate,up,down}_proj.weight) and the
+  // router mlp.gate.weight [num_experts, hidden].
+  int num_experts = 0;
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;
 };
 
-// Known shapes: "llama-3.1-8b", "qwen3-8b", "tiny" (Llama family, hidden 64, 2 layers, the
-// Llama 3 tokenizer and its full vocabulary, tied embeddings) and "tiny-qwen3" (the same for
-// Qwen3, with q/k norm).
+// Known shapes: "llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b" (48 MoE layers of 128 experts,
+// top-8), "tiny" (Llama family, hidden 64, 2 layers, the Llama 3 tokenizer and its full
+// vocabulary, tied embeddings), "tiny-qwen3" (the same for Qwen3, with q/k norm) and
+// "tiny-qwen3-moe" (tiny-qwen3 with 8 experts of 32, top-2).
 std::vector<std::string> KnownShapeNames();
 // NotFound listing the known names for anything else.
 absl::StatusOr<ModelShape> FindShape(const std::string& name);

@@ -14,6 +14,7 @@
 #include "stage/model/model_config.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/safetensors.h"
+#include "stage/model/slice_weights.h"
 
 namespace ringserve {
 namespace {
@@ -68,6 +69,8 @@ TEST(ModelShapeTest, RealShapesHaveTheRealParameterCounts) {
   EXPECT_EQ(NumParams(*FindShape("llama-3.1-8b")), 8030261248);
   // Qwen3-8B: 8.19 B parameters (lm_head untied).
   EXPECT_NEAR(static_cast<double>(NumParams(*FindShape("qwen3-8b"))), 8.19e9, 0.01e9);
+  // Qwen3-30B-A3B: 30.5 B parameters.
+  EXPECT_NEAR(static_cast<double>(NumParams(*FindShape("qwen3-30b-a3b"))), 30.53e9, 0.01e9);
   EXPECT_EQ(FindShape("gpt-5").status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(FindShape("gpt-5").status().message()),
               ::testing::HasSubstr("llama-3.1-8b"));
@@ -90,7 +93,39 @@ TEST(ModelShapeTest, ConfigsParseWithTheModelCore) {
     EXPECT_EQ(config->rope.type,
               shape.llama3_rope_scaling ? RopeType::kLlama3 : RopeType::kDefault);
     EXPECT_EQ(config->dtype, DType::kBF16);
+    EXPECT_EQ(config->moe.router.num_experts, shape.num_experts);
+    // The checkpoint holds exactly the tensors the model core reads.
+    std::vector<std::string> core, written;
+    for (int layer = 0; layer < shape.num_layers; ++layer) {
+      for (const TensorSpec& spec : LayerTensorSpecs(*config, layer)) core.push_back(spec.name);
+    }
+    for (const CheckpointTensor& t : CheckpointTensors(shape)) {
+      if (t.name.starts_with("model.layers.")) written.push_back(t.name);
+    }
+    std::sort(core.begin(), core.end());
+    std::sort(written.begin(), written.end());
+    EXPECT_EQ(core, written);
   }
+}
+
+TEST_F(RandomModelTest, TinyMoeModelRunsInTheCpuSlice) {
+  RandomModelOptions options = Tiny("tiny-qwen3-moe");
+  auto result = WriteRandomModel(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  auto slice = ModelSlice::LoadCpu(
+      {.model_dir = dir_.string(), .layers = {0, 2}, .kv_block_size = 16, .kv_num_blocks = 4});
+  ASSERT_TRUE(slice.ok()) << slice.status();
+  MicroBatch batch;
+  batch.chunks.push_back(SequenceChunk{.seq_id = 1,
+                                       .start_position = 0,
+                                       .num_tokens = 4,
+                                       .block_table = {0},
+                                       .logits = LogitsMode::kLastToken});
+  batch.token_ids = {151643, 9707, 11, 1879};
+  auto logits = (*slice)->Forward(batch, {});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  ASSERT_EQ(logits->size(), static_cast<size_t>(options.shape.vocab_size));
+  for (float v : *logits) ASSERT_TRUE(std::isfinite(v));
 }
 
 TEST_F(RandomModelTest, TinyModelLoadsAndRunsInTheCpuSlice) {

@@ -110,25 +110,27 @@ TEST(CpuOpsTest, RopeRotatesHalvesByPositionTimesFrequency) {
   EXPECT_EQ(y, (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f}));
 }
 
-// Dense causal GQA attention, the textbook way, as the oracle for the paged version.
+// Dense causal GQA attention, the textbook way, as the oracle for the paged version: a
+// full-size score row with masked positions at -inf, and the sink as one more column.
 std::vector<float> DenseAttention(const std::vector<float>& q, const std::vector<float>& k,
                                   const std::vector<float>& v, int tokens, int heads, int kv_heads,
-                                  int d, float scale) {
+                                  int d, float scale, int window = 0,
+                                  const float* sinks = nullptr) {
   std::vector<float> out(q.size());
   for (int t = 0; t < tokens; ++t) {
     for (int h = 0; h < heads; ++h) {
       const int g = h / (heads / kv_heads);
       std::vector<double> s(t + 1);
-      double m = -1e30;
+      double m = sinks != nullptr ? sinks[h] : -1e30;
       for (int j = 0; j <= t; ++j) {
         double dot = 0;
         for (int i = 0; i < d; ++i) {
           dot += q[(t * heads + h) * d + i] * k[(j * kv_heads + g) * d + i];
         }
-        s[j] = dot * scale;
+        s[j] = (window > 0 && j <= t - window) ? -INFINITY : dot * scale;
         m = std::max(m, s[j]);
       }
-      double z = 0;
+      double z = sinks != nullptr ? std::exp(sinks[h] - m) : 0.0;
       for (double& e : s) z += (e = std::exp(e - m));
       for (int i = 0; i < d; ++i) {
         double acc = 0;
@@ -173,6 +175,53 @@ TEST(CpuOpsTest, PagedAttentionMatchesDenseWithScatteredBlocksAndChunks) {
     EXPECT_TRUE(std::isnan(pool[b * block_stride])) << "block " << b;
   }
   EXPECT_TRUE(std::isnan(pool[7 * block_stride]));  // layer 0 of a used block
+}
+
+// gpt-oss's attention: a window of 4 positions over 11 tokens (so early keys drop out) and a
+// per-head sink logit in each softmax, through the same chunked, paged path.
+TEST(CpuOpsTest, PagedAttentionWithSlidingWindowAndSinksMatchesDense) {
+  const int tokens = 11, heads = 4, kv_heads = 2, d = 8, block_size = 3, window = 4;
+  const float scale = 1.0f / std::sqrt(8.0f);
+  const std::vector<float> q = Random(tokens * heads * d, 17);
+  const std::vector<float> k = Random(tokens * kv_heads * d, 18);
+  const std::vector<float> v = Random(tokens * kv_heads * d, 19);
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  const std::vector<float> want =
+      DenseAttention(q, k, v, tokens, heads, kv_heads, d, scale, window, sinks.data());
+  const std::vector<float> full = DenseAttention(q, k, v, tokens, heads, kv_heads, d, scale);
+  const int64_t plane = block_size * kv_heads * d;
+  std::vector<float> pool(4 * 2 * plane);
+  KvLayerView kv{.k = pool.data(),
+                 .v = pool.data() + plane,
+                 .block_stride = 2 * plane,
+                 .block_size = block_size,
+                 .num_kv_heads = kv_heads,
+                 .head_dim = d};
+  const std::vector<int32_t> table = {3, 1, 0, 2};
+  std::vector<float> got(q.size());
+  for (auto [start, n] : std::vector<std::pair<int, int>>{{0, 6}, {6, 4}, {10, 1}}) {
+    WriteKv(kv, table, start, n, k.data() + start * kv_heads * d, v.data() + start * kv_heads * d);
+    PagedAttention(q.data() + start * heads * d, n, heads, kv, table, start, scale,
+                   AttentionVariant{.sliding_window = window, .sinks = sinks.data()},
+                   got.data() + start * heads * d);
+  }
+  float differs = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-5) << "i=" << i;
+    differs = std::max(differs, std::abs(want[i] - full[i]));
+  }
+  EXPECT_GT(differs, 1e-2) << "window and sinks did not change the result";
+}
+
+TEST(CpuOpsTest, PartialRopeRotatesOnlyTheFirstRotaryDims) {
+  // head_dim 8, rotary_dim 4: pairs (x0, x2), (x1, x3); x4..x7 pass through.
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<float> inv_freq = {0.5f, 0.25f};
+  const int32_t position = 3;
+  ApplyPartialRope(x.data(), 1, 1, 8, 4, &position, inv_freq.data());
+  EXPECT_NEAR(x[0], 1 * std::cos(1.5f) - 3 * std::sin(1.5f), 1e-6);
+  EXPECT_NEAR(x[3], 4 * std::cos(0.75f) + 2 * std::sin(0.75f), 1e-6);
+  EXPECT_EQ(std::vector<float>(x.begin() + 4, x.end()), (std::vector<float>{5, 6, 7, 8}));
 }
 
 }  // namespace

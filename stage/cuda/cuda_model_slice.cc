@@ -24,6 +24,13 @@ constexpr int64_t kDecodeWorkspaceBytes = int64_t{256} << 20;
 int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 absl::Status Unsupported(const ModelConfig& c) {
+  if (c.moe.enabled() || c.attention_sinks || !c.sliding_layers.empty() ||
+      (c.rotary_dim != 0 && c.rotary_dim != c.head_dim)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "CUDA backend does not run {} yet (mixture of experts, attention sinks, sliding window "
+        "or partial rotary); use device: cpu",
+        ArchitectureName(c.architecture)));
+  }
   if (c.head_dim % 8 != 0 || c.hidden_size % 8 != 0 || c.intermediate_size % 8 != 0) {
     return absl::InvalidArgumentError(fmt::format(
         "CUDA backend needs head_dim, hidden_size and intermediate_size multiples of 8 (got {}, "

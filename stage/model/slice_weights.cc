@@ -103,6 +103,10 @@ int64_t TensorBytes(const std::vector<TensorSpec>& specs, int64_t bytes_per_valu
   return total;
 }
 
+int64_t LayerWeightBytes(const ModelConfig& config, int layer, int64_t bytes_per_value) {
+  return TensorBytes(LayerTensorSpecs(config, layer), bytes_per_value);
+}
+
 TensorSpec EmbeddingSpec(const ModelConfig& c) {
   return {"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}};
 }

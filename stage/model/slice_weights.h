@@ -45,6 +45,10 @@ struct MoeTensorSpecs {
 // Precondition: config.moe.IsMoeLayer(layer).
 MoeTensorSpecs MoeLayerTensorSpecs(const ModelConfig& config, int layer);
 
+// Bytes of layer `layer`'s tensors (LayerTensorSpecs) at `bytes_per_value`: on a MoE layer every
+// expert, shared expert and router; what the layer costs a stage in weight memory.
+int64_t LayerWeightBytes(const ModelConfig& config, int layer, int64_t bytes_per_value);
+
 // Bytes the checkpoint tensors of `specs` take at `bytes_per_value` (e.g. 2 for bf16): what a
 // stage holding them needs for weights. Counts every expert.
 int64_t TensorBytes(const std::vector<TensorSpec>& specs, int64_t bytes_per_value);

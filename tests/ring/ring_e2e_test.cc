@@ -97,7 +97,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PartitionCase{"llama", {4}}, PartitionCase{"llama", {3, 1}},
                       PartitionCase{"llama", {2, 1, 1}}, PartitionCase{"llama", {1, 1, 1, 1}},
                       PartitionCase{"qwen3", {1, 2}}, PartitionCase{"qwen2", {2, 1}},
-                      PartitionCase{"mistral", {1, 1, 1}}),
+                      PartitionCase{"mistral", {1, 1, 1}},
+                      // Mixtures of experts: dense and MoE layers on different stages.
+                      PartitionCase{"qwen3_moe", {3}}, PartitionCase{"qwen3_moe", {1, 1, 1}},
+                      PartitionCase{"qwen2_moe", {1, 1, 1, 1}}, PartitionCase{"mixtral", {1, 1}},
+                      PartitionCase{"glm4_moe", {1, 2}}, PartitionCase{"gpt_oss", {1, 1}}),
     CaseName);
 
 std::vector<int32_t> RandomPrompt(std::mt19937& rng, int length, int vocab) {

@@ -1,0 +1,164 @@
+// The MoE fields of config.json: layer patterns, router options, attention variants, the keys
+// refused, and what a MoE layer costs in weight memory.
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "stage/model/model_config.h"
+#include "stage/model/slice_weights.h"
+
+namespace ringserve {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+// Qwen3-30B-A3B's config.json as the hub has it.
+Json Qwen3MoeA3B() {
+  return Json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+    "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "num_hidden_layers": 48,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+    "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0, "attention_bias": false, "tie_word_embeddings": false,
+    "sliding_window": null, "use_sliding_window": false, "max_window_layers": 48,
+    "hidden_act": "silu", "torch_dtype": "bfloat16", "bos_token_id": 151643,
+    "eos_token_id": 151645})");
+}
+
+Json Glm45Air() {
+  return Json::parse(R"({
+    "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+    "hidden_size": 4096, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+    "n_routed_experts": 128, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 1,
+    "topk_group": 1, "routed_scaling_factor": 1.0, "norm_topk_prob": true,
+    "first_k_dense_replace": 1, "num_hidden_layers": 46, "num_nextn_predict_layers": 1,
+    "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+    "partial_rotary_factor": 0.5, "attention_bias": true, "use_qk_norm": false,
+    "vocab_size": 151552, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+    "rope_theta": 1000000, "tie_word_embeddings": false, "hidden_act": "silu"})");
+}
+
+ModelConfig Parse(const Json& j) {
+  auto config = ParseModelConfig(j.dump());
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *config : ModelConfig{};
+}
+
+void ExpectRefused(const Json& j, const std::string& key) {
+  auto config = ParseModelConfig(j.dump());
+  ASSERT_FALSE(config.ok()) << "accepted; expected an error naming " << key;
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr(key));
+}
+
+TEST(MoeConfigTest, Qwen3MoeLayerPatternFollowsSparseStepAndMlpOnlyLayers) {
+  ModelConfig c = Parse(Qwen3MoeA3B());
+  EXPECT_EQ(c.moe.router.num_experts, 128);
+  EXPECT_EQ(c.moe.router.top_k, 8);
+  EXPECT_TRUE(c.moe.router.norm_topk_prob);
+  EXPECT_EQ(c.moe.expert_intermediate_size, 768);
+  EXPECT_TRUE(c.qk_norm);
+  for (int layer = 0; layer < 48; ++layer) EXPECT_TRUE(c.moe.IsMoeLayer(layer)) << layer;
+
+  Json j = Qwen3MoeA3B();
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  c = Parse(j);
+  EXPECT_FALSE(c.moe.IsMoeLayer(0));
+  EXPECT_TRUE(c.moe.IsMoeLayer(1));
+  EXPECT_FALSE(c.moe.IsMoeLayer(3));  // listed in mlp_only_layers
+  EXPECT_TRUE(c.moe.IsMoeLayer(5));
+
+  j = Qwen3MoeA3B();  // transformers 5 writes num_local_experts
+  j.erase("num_experts");
+  j["num_local_experts"] = 64;
+  EXPECT_EQ(Parse(j).moe.router.num_experts, 64);
+}
+
+TEST(MoeConfigTest, Glm45UsesTheGroupedSigmoidRouterAndPartialRotary) {
+  ModelConfig c = Parse(Glm45Air());
+  EXPECT_EQ(c.moe.router.scoring, RouterScoring::kSigmoidGroupedTopK);
+  EXPECT_TRUE(c.moe.correction_bias);
+  EXPECT_EQ(c.moe.shared_intermediate_size, 1408);
+  EXPECT_FALSE(c.moe.IsMoeLayer(0));  // first_k_dense_replace 1
+  EXPECT_TRUE(c.moe.IsMoeLayer(1));
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_EQ(RopeInverseFrequencies(c.rope, c.rotary_dim).size(), 32u);
+}
+
+TEST(MoeConfigTest, RefusesWhatItCannotHonourNamingTheKey) {
+  Json j = Qwen3MoeA3B();
+  j["mlp_only_layers"] = {48};
+  ExpectRefused(j, "mlp_only_layers");
+  j = Qwen3MoeA3B();
+  j["partial_rotary_factor"] = 0.5;
+  ExpectRefused(j, "partial_rotary_factor");
+  j = Qwen3MoeA3B();
+  j["num_experts_per_tok"] = 129;
+  ExpectRefused(j, "num_experts_per_tok");
+  j = Qwen3MoeA3B();
+  j["use_sliding_window"] = true;
+  ExpectRefused(j, "use_sliding_window");
+  j = Qwen3MoeA3B();
+  j["quantization_config"] = {{"quant_method", "fp8"}};
+  ExpectRefused(j, "quantization_config");
+
+  j = Glm45Air();
+  j["n_group"] = 3;
+  ExpectRefused(j, "n_group");
+  j = Glm45Air();
+  j["topk_method"] = "greedy";
+  ExpectRefused(j, "topk_method");
+  j = Glm45Air();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  ExpectRefused(j, "yarn");
+}
+
+TEST(MoeConfigTest, GptOssSlidingLayersAndSinks) {
+  Json j = Json::parse(R"({
+    "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "intermediate_size": 2880,
+    "num_hidden_layers": 4, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072,
+    "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128,
+    "swiglu_limit": 7.0, "rope_theta": 150000,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+                    "full_attention"]})");
+  ModelConfig c = Parse(j);
+  EXPECT_TRUE(c.attention_sinks);
+  EXPECT_TRUE(c.qkv_bias && c.o_bias);
+  EXPECT_EQ(c.SlidingWindowOf(0), 128);
+  EXPECT_EQ(c.SlidingWindowOf(1), 0);
+  EXPECT_EQ(c.moe.router.scoring, RouterScoring::kTopKSoftmax);
+  EXPECT_EQ(c.moe.activation, ExpertActivation::kClampedSwiglu);
+
+  j["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention", "full_attention"};
+  ExpectRefused(j, "chunked_attention");
+  j["layer_types"] = {"sliding_attention", "full_attention"};
+  ExpectRefused(j, "layer_types");
+  j.erase("layer_types");
+  j["sliding_window"] = nullptr;
+  ExpectRefused(j, "sliding_window");
+}
+
+// A MoE layer's weight memory counts every expert: Qwen3-30B-A3B's layer holds 128 experts of
+// 3 x 2048 x 768 plus attention and the router; a dense layer of the same model is far smaller.
+TEST(MoeConfigTest, LayerWeightBytesCountEveryExpert) {
+  Json j = Qwen3MoeA3B();
+  j["mlp_only_layers"] = {0};
+  ModelConfig c = Parse(j);
+  const int64_t attention = (2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048) + 2 * 128 + 2 * 2048;
+  const int64_t experts = int64_t{128} * 3 * 2048 * 768;
+  const int64_t router = 128 * 2048;
+  EXPECT_EQ(LayerWeightBytes(c, 1, 2), 2 * (attention + experts + router));
+  EXPECT_EQ(LayerWeightBytes(c, 0, 2), 2 * (attention + 3 * 2048 * 6144));
+  EXPECT_NEAR(LayerWeightBytes(c, 1, 2) / 1e9, 1.246, 0.001);  // bf16 GB of one MoE layer
+}
+
+}  // namespace
+}  // namespace ringserve
