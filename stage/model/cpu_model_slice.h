@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ring/model_config.h"
 #include "stage/model/cpu_moe.h"
 #include "stage/model/kv_cache.h"
-#include "stage/model/model_config.h"
 #include "stage/model/model_slice.h"
 
 namespace ringserve {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 #include "stage/model/safetensors.h"
 
 namespace ringserve {

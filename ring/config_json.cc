@@ -1,4 +1,4 @@
-#include "stage/model/config_json.h"
+#include "ring/config_json.h"
 
 #include "common/status_macros.h"
 #include "fmt/format.h"

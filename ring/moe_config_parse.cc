@@ -1,10 +1,10 @@
-#include "stage/model/moe_config.h"
+#include "ring/moe_config_parse.h"
 
 #include <cmath>
 
 #include "common/status_macros.h"
 #include "fmt/format.h"
-#include "stage/model/config_json.h"
+#include "ring/config_json.h"
 
 namespace ringserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 
 #include <cmath>
 #include <fstream>
@@ -9,8 +9,8 @@
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
-#include "stage/model/config_json.h"
-#include "stage/model/moe_config.h"
+#include "ring/config_json.h"
+#include "ring/moe_config_parse.h"
 
 namespace ringserve {
 namespace {

@@ -1,9 +1,9 @@
 // A Hugging Face decoder-only model's config.json, parsed and validated once into an immutable
 // struct. Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 // (dense); Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Glm4MoeForCausalLM and
-// GptOssForCausalLM (mixtures of experts, moe_config.cc). Anything that would change results and
-// that the backends do not implement (unknown RoPE types, MLP bias, quantized checkpoints, ...) is
-// refused with a message naming the key, never silently ignored.
+// GptOssForCausalLM (mixtures of experts, ring/moe_config.h). Anything that would change results
+// and that the backends do not implement (unknown RoPE types, MLP bias, quantized checkpoints, ...)
+// is refused with a message naming the key, never silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
-#include "stage/model/moe_router.h"
+#include "ring/moe_config.h"
 
 namespace ringserve {
 
@@ -47,47 +47,6 @@ struct RopeConfig {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int original_max_position_embeddings = 8192;
-};
-
-// How a checkpoint stores a MoE layer's experts (all [out_features, in_features] unless noted).
-enum class ExpertLayout {
-  // mlp.experts.E.{gate,up,down}_proj.weight (Qwen2/3-MoE, GLM-4.5).
-  kPerExpert,
-  // block_sparse_moe.experts.E.{w1,w3,w2}.weight (gate, up, down) and block_sparse_moe.gate.
-  kMixtral,
-  // gpt-oss: mlp.experts.gate_up_proj [E, hidden, 2 * inter] (input-major; gate and up columns
-  // interleaved: gate = [..., 0::2], up = [..., 1::2]) + gate_up_proj_bias [E, 2 * inter];
-  // mlp.experts.down_proj [E, inter, hidden] + down_proj_bias [E, hidden].
-  kGptOssStacked,
-};
-
-enum class ExpertActivation {
-  kSiluMul,  // down(silu(gate(x)) * up(x))
-  // gpt-oss: g = min(gate(x), limit), u = clamp(up(x), -limit, limit),
-  // down((u + 1) * g * sigmoid(alpha * g)); every projection with its bias.
-  kClampedSwiglu,
-};
-
-// The mixture-of-experts part of a config. router.num_experts == 0 for a dense model.
-struct MoeConfig {
-  RouterOptions router;
-  std::vector<bool> layers;  // [num_layers]: true where the layer's MLP is a MoE block
-  int expert_intermediate_size = 0;
-  ExpertLayout layout = ExpertLayout::kPerExpert;
-  ExpertActivation activation = ExpertActivation::kSiluMul;
-  float swiglu_alpha = 1.702f;
-  float swiglu_limit = 7.0f;
-  bool router_bias = false;      // gpt-oss: the router linear has a bias
-  bool correction_bias = false;  // DeepSeek-V3 / GLM-4.5: mlp.gate.e_score_correction_bias
-  // Shared experts, run on every token and added to the routed output; 0: none.
-  int shared_intermediate_size = 0;
-  // Qwen2-MoE: the shared expert's output is scaled by sigmoid(shared_expert_gate . x).
-  bool shared_expert_gate = false;
-
-  bool enabled() const { return router.num_experts > 0; }
-  bool IsMoeLayer(int layer) const {
-    return layer >= 0 && layer < static_cast<int>(layers.size()) && layers[layer];
-  }
 };
 
 struct ModelConfig {
