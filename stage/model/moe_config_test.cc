@@ -1,11 +1,13 @@
 // The MoE fields of config.json: layer patterns, router options, attention variants, the keys
 // refused, and what a MoE layer costs in weight memory.
+#include <cstdlib>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ring/model_config.h"
+#include "ring/partition_by_cost.h"
 #include "stage/model/slice_weights.h"
 
 namespace ringserve {
@@ -158,6 +160,23 @@ TEST(MoeConfigTest, LayerWeightBytesCountEveryExpert) {
   EXPECT_EQ(LayerWeightBytes(c, 1, 2), 2 * (attention + experts + router));
   EXPECT_EQ(LayerWeightBytes(c, 0, 2), 2 * (attention + 3 * 2048 * 6144));
   EXPECT_NEAR(LayerWeightBytes(c, 1, 2) / 1e9, 1.246, 0.001);  // bf16 GB of one MoE layer
+}
+
+// The coordinator's parameter count (ring/, from the config alone) and the checkpoint tensors a
+// stage reads (slice_weights) agree on every layer of every fixture, dense and MoE.
+TEST(MoeConfigTest, LayerParameterCountMatchesTheTensorsAStageReads) {
+  const char* source = std::getenv("RINGSERVE_SOURCE_DIR");
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral",
+                           "qwen2_moe", "glm4_moe", "gpt_oss"}) {
+    SCOPED_TRACE(arch);
+    auto config =
+        LoadModelConfig(std::string(source ? source : ".") + "/tests/fixtures/models/" + arch);
+    ASSERT_TRUE(config.ok()) << config.status();
+    for (int layer = 0; layer < config->num_layers; ++layer) {
+      EXPECT_EQ(LayerParameterCount(*config, layer) * 4, LayerWeightBytes(*config, layer, 4))
+          << "layer " << layer;
+    }
+  }
 }
 
 }  // namespace
