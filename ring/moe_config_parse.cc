@@ -60,42 +60,6 @@ absl::Status ParseQwenMoe(const Json& j, ModelConfig& c, const std::string& sour
   return absl::OkStatus();
 }
 
-// GLM-4.5: DeepSeek-V3's router; the first first_k_dense_replace layers are dense.
-absl::Status ParseGlm4Moe(const Json& j, ModelConfig& c, const std::string& source) {
-  MoeConfig& m = c.moe;
-  m.router.scoring = RouterScoring::kSigmoidGroupedTopK;
-  RS_ASSIGN_OR_RETURN(m.router.num_experts, GetPositive(j, "n_routed_experts", source));
-  RS_ASSIGN_OR_RETURN(m.router.top_k, GetPositive(j, "num_experts_per_tok", source));
-  RS_ASSIGN_OR_RETURN(m.expert_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
-  RS_ASSIGN_OR_RETURN(m.router.norm_topk_prob, GetBool(j, "norm_topk_prob", true, source));
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> n_group, GetInt(j, "n_group", source, false));
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> topk_group, GetInt(j, "topk_group", source, false));
-  m.router.n_group = static_cast<int>(n_group.value_or(1));
-  m.router.topk_group = static_cast<int>(topk_group.value_or(1));
-  RS_ASSIGN_OR_RETURN(std::optional<double> scale, GetNumber(j, "routed_scaling_factor", source));
-  m.router.routed_scaling_factor = static_cast<float>(scale.value_or(1.0));
-  m.correction_bias = true;
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> shared, GetInt(j, "n_shared_experts", source, false));
-  if (shared.value_or(1) < 0) return Invalid(source, "n_shared_experts must be >= 0");
-  m.shared_intermediate_size = static_cast<int>(shared.value_or(1)) * m.expert_intermediate_size;
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> dense,
-                      GetInt(j, "first_k_dense_replace", source, false));
-  const int64_t first_moe = dense.value_or(1);
-  if (first_moe < 0) return Invalid(source, "first_k_dense_replace must be >= 0");
-  m.layers.assign(c.num_layers, false);
-  for (int layer = 0; layer < c.num_layers; ++layer) m.layers[layer] = layer >= first_moe;
-  // DeepSeek-style keys GLM-4.5 files do not carry; other values would change the routing.
-  RS_ASSIGN_OR_RETURN(std::optional<std::string> scoring, GetString(j, "scoring_func", source));
-  if (scoring && *scoring != "sigmoid") {
-    return Invalid(source, fmt::format("unsupported scoring_func \"{}\" (only sigmoid)", *scoring));
-  }
-  RS_ASSIGN_OR_RETURN(std::optional<std::string> method, GetString(j, "topk_method", source));
-  if (method && *method != "noaux_tc") {
-    return Invalid(source, fmt::format("unsupported topk_method \"{}\" (only noaux_tc)", *method));
-  }
-  return absl::OkStatus();
-}
-
 // gpt-oss: router with bias, top-k then softmax, clamped SwiGLU experts with biases, attention
 // sinks, sliding and full attention layers as layer_types says.
 absl::Status ParseGptOss(const Json& j, ModelConfig& c, const std::string& source) {
@@ -155,6 +119,41 @@ absl::Status ParseGptOss(const Json& j, ModelConfig& c, const std::string& sourc
 
 }  // namespace
 
+absl::Status ParseDeepSeekMoe(const Json& j, ModelConfig& c, const std::string& source) {
+  MoeConfig& m = c.moe;
+  m.router.scoring = RouterScoring::kSigmoidGroupedTopK;
+  RS_ASSIGN_OR_RETURN(m.router.num_experts, GetPositive(j, "n_routed_experts", source));
+  RS_ASSIGN_OR_RETURN(m.router.top_k, GetPositive(j, "num_experts_per_tok", source));
+  RS_ASSIGN_OR_RETURN(m.expert_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
+  RS_ASSIGN_OR_RETURN(m.router.norm_topk_prob, GetBool(j, "norm_topk_prob", true, source));
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> n_group, GetInt(j, "n_group", source, false));
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> topk_group, GetInt(j, "topk_group", source, false));
+  m.router.n_group = static_cast<int>(n_group.value_or(1));
+  m.router.topk_group = static_cast<int>(topk_group.value_or(1));
+  RS_ASSIGN_OR_RETURN(std::optional<double> scale, GetNumber(j, "routed_scaling_factor", source));
+  m.router.routed_scaling_factor = static_cast<float>(scale.value_or(1.0));
+  m.correction_bias = true;
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> shared, GetInt(j, "n_shared_experts", source, false));
+  if (shared.value_or(1) < 0) return Invalid(source, "n_shared_experts must be >= 0");
+  m.shared_intermediate_size = static_cast<int>(shared.value_or(1)) * m.expert_intermediate_size;
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> dense,
+                      GetInt(j, "first_k_dense_replace", source, false));
+  const int64_t first_moe = dense.value_or(1);
+  if (first_moe < 0) return Invalid(source, "first_k_dense_replace must be >= 0");
+  m.layers.assign(c.num_layers, false);
+  for (int layer = 0; layer < c.num_layers; ++layer) m.layers[layer] = layer >= first_moe;
+  // DeepSeek-style keys GLM-4.5 files do not carry; other values would change the routing.
+  RS_ASSIGN_OR_RETURN(std::optional<std::string> scoring, GetString(j, "scoring_func", source));
+  if (scoring && *scoring != "sigmoid") {
+    return Invalid(source, fmt::format("unsupported scoring_func \"{}\" (only sigmoid)", *scoring));
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<std::string> method, GetString(j, "topk_method", source));
+  if (method && *method != "noaux_tc") {
+    return Invalid(source, fmt::format("unsupported topk_method \"{}\" (only noaux_tc)", *method));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseMoeConfig(const Json& j, ModelConfig& c, const std::string& source) {
   if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
     return Invalid(source,
@@ -181,7 +180,7 @@ absl::Status ParseMoeConfig(const Json& j, ModelConfig& c, const std::string& so
       break;
     }
     case Architecture::kGlm4Moe:
-      RS_RETURN_IF_ERROR(ParseGlm4Moe(j, c, source));
+      RS_RETURN_IF_ERROR(ParseDeepSeekMoe(j, c, source));
       break;
     case Architecture::kGptOss:
       RS_RETURN_IF_ERROR(ParseGptOss(j, c, source));

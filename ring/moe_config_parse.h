@@ -17,4 +17,12 @@ namespace ringserve {
 absl::Status ParseMoeConfig(const nlohmann::json& j, ModelConfig& config,
                             const std::string& source);
 
+// The DeepSeek-V3 MoE fields, as GLM-4.5 (and DeepSeek-V3) spell them: n_routed_experts,
+// num_experts_per_tok, moe_intermediate_size, n_shared_experts, n_group, topk_group,
+// routed_scaling_factor, norm_topk_prob (default true), first_k_dense_replace (default 1; those
+// first layers are dense), scoring_func (only sigmoid) and topk_method (only noaux_tc). Sets
+// the grouped sigmoid router with e_score_correction_bias and per-expert layout.
+absl::Status ParseDeepSeekMoe(const nlohmann::json& j, ModelConfig& config,
+                              const std::string& source);
+
 }  // namespace ringserve

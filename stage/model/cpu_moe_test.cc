@@ -1,16 +1,20 @@
 #include "stage/model/cpu_moe.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "stage/model/model_slice.h"
 #include "stage/model/slice_weights.h"
 #include "stage/model/testing/safetensors_writer.h"
 
 namespace ringserve {
 namespace {
 
+using testing::CopyFile;
 using ::testing::HasSubstr;
 using testing::SafetensorsBytes;
 using testing::TempDir;
@@ -135,6 +139,36 @@ TEST(MoeConfigTest, GptOssRefusesAnotherSwigluLimitAndQuantizedCheckpoints) {
   text = kGptOssConfig;
   text.insert(text.rfind('}'), R"(, "quantization_config": {"quant_method": "mxfp4"})");
   EXPECT_THAT(ParseModelConfig(text).status().message(), HasSubstr("quantization_config"));
+}
+
+// A stage reads only its own layers' experts: the GLM-4.5 fixture with layers 0 and 1 removed
+// from the checkpoint still loads as the slice [2, 3), and the slice [1, 3) fails naming a
+// missing layer-1 tensor.
+TEST(CpuMoeSliceTest, StageReadsOnlyItsOwnLayersExperts) {
+  const char* source = std::getenv("RINGSERVE_SOURCE_DIR");
+  const std::string fixture =
+      std::string(source ? source : ".") + "/tests/fixtures/models/glm4_moe";
+  auto file = SafetensorsFile::Open(fixture + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<TensorToWrite> kept;
+  for (const auto& [name, info] : (*file)->tensors()) {
+    if (name.starts_with("model.layers.0.") || name.starts_with("model.layers.1.")) continue;
+    ASSERT_EQ(info.dtype, DType::kF32);
+    const std::span<const uint8_t> bytes = (*file)->Bytes(info);
+    std::vector<float> values(info.NumElements());
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    kept.push_back({.name = name, .shape = info.shape, .values = std::move(values)});
+  }
+  TempDir dir;
+  ASSERT_TRUE(CopyFile(fixture + "/config.json", dir.path() + "/config.json").ok());
+  ASSERT_TRUE(WriteFile(dir.path() + "/model.safetensors", SafetensorsBytes(kept)).ok());
+  auto last = ModelSlice::LoadCpu(
+      {.model_dir = dir.path(), .layers = {2, 3}, .kv_block_size = 4, .kv_num_blocks = 4});
+  EXPECT_TRUE(last.ok()) << last.status();
+  auto two = ModelSlice::LoadCpu(
+      {.model_dir = dir.path(), .layers = {1, 3}, .kv_block_size = 4, .kv_num_blocks = 4});
+  ASSERT_FALSE(two.ok());
+  EXPECT_THAT(two.status().message(), HasSubstr("model.layers.1."));
 }
 
 }  // namespace
