@@ -7,7 +7,9 @@
 //               [--channel tcp|cuda_ipc] [--listen HOST:PORT]
 //       The embedded default: starts local `stage` processes (the binary next to this one),
 //       all on one device (several CUDA stages may share one GPU over cuda_ipc), and serves;
-//       the stages exit with the coordinator.
+//       the stages exit with the coordinator. `--partition auto` splits the layers over
+//       --num-stages stages balancing their weight parameters (MoE layers count every expert)
+//       and prints the split and why.
 //
 // Other flags: --http-listen HOST:PORT (the OpenAI HTTP API, /metrics and the dashboard;
 // overrides hosts.yaml's api.http), --connect-timeout SECONDS (default 10), --stage-binary PATH,
@@ -18,6 +20,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -30,18 +33,20 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/generate_service.h"
+#include "coordinator/grpc_ring_engine.h"
 #include "coordinator/hosts/ring_config.h"
 #include "coordinator/http/http_api.h"
 #include "coordinator/http/starting_engine.h"
 #include "coordinator/local_stages.h"
-#include "coordinator/grpc_ring_engine.h"
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
-#include "ring/model_config.h"
 #include "ring/defaults.h"
+#include "ring/model_config.h"
+#include "ring/partition_by_cost.h"
 
 #ifndef RINGSERVE_DEFAULT_MODEL_DIR
 #define RINGSERVE_DEFAULT_MODEL_DIR "tests/fixtures/models/llama"
@@ -50,10 +55,37 @@
 namespace ringserve {
 namespace {
 
+// --partition auto: contiguous layer counts over `num_stages` stages that balance the layers'
+// weight parameters (a MoE layer counts every expert), printing why.
+absl::StatusOr<std::vector<int>> AutoPartition(const std::string& model_dir, int num_stages) {
+  RS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  num_stages = std::clamp(num_stages, 1, config.num_layers);
+  std::vector<int64_t> costs;
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    costs.push_back(LayerParameterCount(config, layer));
+  }
+  RS_ASSIGN_OR_RETURN(std::vector<int> counts, PartitionByCost(costs, num_stages));
+  std::string stages;
+  int first = 0;
+  for (int count : counts) {
+    int64_t params = 0;
+    for (int layer = first; layer < first + count; ++layer) params += costs[layer];
+    stages += fmt::format("{}[{}, {}) {:.4g} params", stages.empty() ? "" : "; ", first,
+                          first + count, static_cast<double>(params));
+    first += count;
+  }
+  std::fprintf(stderr,
+               "coordinator: --partition auto: %s, balancing layer weight parameters (every "
+               "expert of a MoE layer counted): %s\n",
+               absl::StrJoin(counts, ",").c_str(), stages.c_str());
+  return counts;
+}
+
 constexpr char kUsage[] =
     "usage: coordinator --stages hosts.yaml [--listen HOST:PORT] [--connect-timeout S]\n"
     "       [--ring-down-timeout S]\n"
-    "       coordinator [--model DIR] [--num-stages N | --partition SPEC] [--device cpu|cuda:N]\n"
+    "       coordinator [--model DIR] [--num-stages N | --partition SPEC|auto] [--device "
+    "cpu|cuda:N]\n"
     "                   [--channel tcp|cuda_ipc|nccl] [--max-batch-tokens N] [--micro-batches M]\n"
     "                   [--listen HOST:PORT]\n"
     "other flags: --http-listen HOST:PORT, --api-key-file PATH (Bearer key for /v1/*),\n"
@@ -66,7 +98,8 @@ struct Flags {
   std::string api_key_file;  // empty: the HTTP API needs no key
   std::string model_dir = RINGSERVE_DEFAULT_MODEL_DIR;
   int num_stages = 2;
-  std::vector<int> partition;  // --partition; empty = --num-stages even split
+  std::vector<int> partition;   // --partition; empty = --num-stages even split
+  bool partition_auto = false;  // --partition auto: balance layer parameters over --num-stages
   Device device;
   ChannelKind channel = ChannelKind::kTcp;
   int max_batch_tokens = 0;  // --max-batch-tokens: scheduler max_tokens_per_micro_batch
@@ -111,6 +144,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       double n = 0;
       if (absl::Status s = number(&n); !s.ok()) return s;
       flags.num_stages = static_cast<int>(n);
+    } else if (arg == "--partition" && value == "auto") {
+      flags.partition_auto = true;
     } else if (arg == "--partition") {
       auto partition = ParsePartition(value);
       if (!partition.ok()) {
@@ -205,6 +240,11 @@ int Run(int argc, char** argv) {
     options.num_layers = *num_layers;
     options.num_stages = flags->num_stages;
     options.partition = flags->partition;
+    if (flags->partition_auto) {
+      auto partition = AutoPartition(flags->model_dir, flags->num_stages);
+      if (!partition.ok()) return fail(partition.status());
+      options.partition = *partition;
+    }
     options.device = flags->device;
     options.channel = flags->channel;
     options.max_tokens_per_micro_batch = flags->max_batch_tokens;
@@ -266,7 +306,8 @@ int Run(int argc, char** argv) {
     if (http_server) http_server->Stop();
   };
 
-  BringUpOptions bring_up{.ring = *ring, .connect_timeout = absl::Seconds(flags->connect_timeout_s)};
+  BringUpOptions bring_up{.ring = *ring,
+                          .connect_timeout = absl::Seconds(flags->connect_timeout_s)};
   bring_up.on_progress = [&front](const StageProgress& p) {
     if (p.stage < 0) {
       std::fprintf(stderr, "coordinator: %s\n", p.message.c_str());
