@@ -90,6 +90,8 @@ struct RequestStats {
   int64_t ring_restarts = 0;        // the ring re-formed after a stage failure, cumulative
   int64_t resumed_requests = 0;     // requests resumed by recomputation after a re-form
   int64_t rejected = 0;             // refused by the engine (ring down and its queue full)
+  int64_t prefix_lookup_tokens = 0;  // prompt tokens of admitted requests, cumulative
+  int64_t prefix_hit_tokens = 0;     // of those, found in the prefix cache (prefill skipped)
 };
 
 // One finished request's timings (recent ones, for the dashboard and /metrics).

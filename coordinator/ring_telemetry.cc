@@ -65,6 +65,12 @@ void RingTelemetry::OnRingFailed() {
   }
 }
 
+void RingTelemetry::CarrySchedulerCounters(const SchedulerStats& stats) {
+  counters_.preemptions += stats.preemptions;
+  counters_.prefix_lookup_tokens += stats.prefix_lookup_tokens;
+  counters_.prefix_hit_tokens += stats.prefix_hit_tokens;
+}
+
 void RingTelemetry::OnRingReformed(int resumed) {
   counters_.ring_restarts++;
   counters_.resumed_requests += resumed;
@@ -132,6 +138,8 @@ RingStats RingTelemetry::Snapshot(int64_t now_us, const SchedulerStats& sched, i
   stats.requests.running = sched.running;
   stats.requests.micro_batches_in_flight = sched.micro_batches_in_flight;
   stats.requests.preemptions = counters_.preemptions + sched.preemptions;
+  stats.requests.prefix_lookup_tokens = counters_.prefix_lookup_tokens + sched.prefix_lookup_tokens;
+  stats.requests.prefix_hit_tokens = counters_.prefix_hit_tokens + sched.prefix_hit_tokens;
   while (!recent_tokens_.empty() && recent_tokens_.front().first < now_us - kTokenWindowUs) {
     recent_tokens_.pop_front();
   }
