@@ -47,8 +47,8 @@ void RingTelemetry::OnStepResult(const v1::StepResult& result, int64_t now_us) {
                                   .end_us = now_us,
                                   .num_tokens = result.num_tokens()});
   track.waits.emplace_back(now_us, result.wait_us());
-  while (!track.spans.empty() && (track.spans.front().end_us < now_us - kSpanWindowUs ||
-                                  track.spans.size() > kMaxSpans)) {
+  while (!track.spans.empty() &&
+         (track.spans.front().end_us < now_us - kSpanWindowUs || track.spans.size() > kMaxSpans)) {
     track.spans.pop_front();
   }
   while (!track.waits.empty() && track.waits.front().first < now_us - kSpanWindowUs) {
@@ -56,7 +56,9 @@ void RingTelemetry::OnStepResult(const v1::StepResult& result, int64_t now_us) {
   }
 }
 
-void RingTelemetry::OnTokens(int count, int64_t now_us) { recent_tokens_.emplace_back(now_us, count); }
+void RingTelemetry::OnTokens(int count, int64_t now_us) {
+  recent_tokens_.emplace_back(now_us, count);
+}
 
 void RingTelemetry::OnRingFailed() {
   for (StageTrack& track : stages_) {
@@ -147,8 +149,8 @@ RingStats RingTelemetry::Snapshot(int64_t now_us, const SchedulerStats& sched, i
   for (const auto& [t, n] : recent_tokens_) tokens += n;
   const int64_t token_window = std::min<int64_t>(kTokenWindowUs, std::max<int64_t>(now_us, 1));
   stats.requests.tokens_per_second = static_cast<double>(tokens) * 1e6 / token_window;
-  const int64_t finished = counters_.requests_finished + counters_.requests_failed +
-                           counters_.requests_cancelled;
+  const int64_t finished =
+      counters_.requests_finished + counters_.requests_failed + counters_.requests_cancelled;
   stats.requests.mean_queue_ms = finished > 0 ? sum_queue_ms_ / finished : 0;
   stats.requests.mean_ttft_ms = timed_requests_ > 0 ? sum_ttft_ms_ / timed_requests_ : 0;
   stats.requests.mean_inter_token_ms =

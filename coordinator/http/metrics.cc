@@ -254,7 +254,8 @@ std::string RenderPrometheus(const ServingMetrics& metrics, const RingStats& sta
            static_cast<double>(req.prefix_lookup_tokens));
   w.Family("ringserve_prefix_cache_hit_tokens_total", "counter",
            "Prompt tokens found in the prefix cache (their prefill skipped).");
-  w.Sample("ringserve_prefix_cache_hit_tokens_total", "", static_cast<double>(req.prefix_hit_tokens));
+  w.Sample("ringserve_prefix_cache_hit_tokens_total", "",
+           static_cast<double>(req.prefix_hit_tokens));
   w.Family("ringserve_ring_restarts_total", "counter",
            "Times the ring was formed again after a stage failure.");
   w.Sample("ringserve_ring_restarts_total", "", static_cast<double>(req.ring_restarts));

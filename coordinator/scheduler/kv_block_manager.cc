@@ -92,8 +92,8 @@ std::optional<int32_t> KvBlockManager::Lookup(uint64_t parent, std::span<const i
   auto it = cache_.find(PrefixHash(parent, tokens));
   if (it == cache_.end()) return std::nullopt;
   const CacheEntry& entry = it->second;
-  if (entry.parent != parent || !std::equal(tokens.begin(), tokens.end(), entry.tokens.begin(),
-                                            entry.tokens.end())) {
+  if (entry.parent != parent ||
+      !std::equal(tokens.begin(), tokens.end(), entry.tokens.begin(), entry.tokens.end())) {
     return std::nullopt;  // a hash collision: treat as a miss
   }
   const int32_t id = entry.block;

@@ -77,8 +77,8 @@ class KvBlockManager {
 
   int num_blocks_;
   int block_size_;
-  std::vector<int32_t> free_;  // a stack: back() is handed out next
-  std::vector<int> holders_;   // per block id
+  std::vector<int32_t> free_;                       // a stack: back() is handed out next
+  std::vector<int> holders_;                        // per block id
   std::unordered_map<uint64_t, CacheEntry> cache_;  // by chain hash
   std::vector<std::optional<uint64_t>> hash_of_;    // per block id: its cache key
   std::list<int32_t> evictable_;                    // cached idle, least recently released first

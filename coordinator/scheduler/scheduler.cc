@@ -99,8 +99,7 @@ struct Scheduler::State {
     const int max_blocks = static_cast<int>((seq.tokens.size() - 1) / block_size);
     counters.prefix_lookup_tokens += static_cast<int64_t>(seq.tokens.size());
     while (seq.num_hashed < max_blocks) {
-      std::span<const int32_t> tokens(seq.tokens.data() + seq.num_hashed * block_size,
-                                      block_size);
+      std::span<const int32_t> tokens(seq.tokens.data() + seq.num_hashed * block_size, block_size);
       std::optional<int32_t> block = blocks.Lookup(seq.chain, tokens);
       if (!block) break;
       seq.blocks.push_back(*block);
@@ -126,8 +125,7 @@ struct Scheduler::State {
   void RegisterFullBlocks(Sequence& seq) {
     const int block_size = blocks.block_size();
     while ((seq.num_hashed + 1) * block_size <= seq.num_scheduled) {
-      std::span<const int32_t> tokens(seq.tokens.data() + seq.num_hashed * block_size,
-                                      block_size);
+      std::span<const int32_t> tokens(seq.tokens.data() + seq.num_hashed * block_size, block_size);
       blocks.Register(seq.blocks[seq.num_hashed], seq.chain, tokens);
       seq.chain = PrefixHash(seq.chain, tokens);
       ++seq.num_hashed;
