@@ -129,6 +129,9 @@ absl::Status ParseFp8(const Parser& p, const Json& q, QuantConfig& config) {
   }
   config.scale_ue8m0 = scale_fmt == "ue8m0";
   RS_ASSIGN_OR_RETURN(config.modules_to_not_convert, p.Strings(q, "modules_to_not_convert", ""));
+  // transformers 5 writes "modules_to_convert": null; a list would restrict the converted modules.
+  RS_ASSIGN_OR_RETURN(std::vector<std::string> to_convert, p.Strings(q, "modules_to_convert", ""));
+  if (!to_convert.empty()) return p.Error("modules_to_convert", "a list is not supported (null)");
   return absl::OkStatus();
 }
 

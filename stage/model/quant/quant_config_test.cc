@@ -104,6 +104,8 @@ TEST(QuantConfigTest, UnsupportedSchemesNameTheKey) {
   EXPECT_THAT(ErrorOf(R"({"quant_method": "gptq", "checkpoint_format": "marlin"})"),
               HasSubstr("checkpoint_format"));
   EXPECT_THAT(ErrorOf(R"({"quant_method": "fp8", "fmt": "e5m2"})"), HasSubstr("fmt"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "fp8", "modules_to_convert": ["q_proj"]})"),
+              HasSubstr("modules_to_convert"));
   EXPECT_THAT(ErrorOf(R"({"quant_method": "fp8", "weight_block_size": null})"),
               HasSubstr("weight_block_size"));
   EXPECT_THAT(ErrorOf(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
