@@ -4,11 +4,12 @@
 // and broken or mismatched checkpoints fail with errors naming the tensor or key.
 #include "stage/model/quantized_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "gmock/gmock.h"
@@ -16,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "ring/model_config.h"
 #include "stage/model/model_slice.h"
+#include "stage/model/quant/fp8_block.h"
 #include "stage/model/quant/mxfp4.h"
 #include "stage/model/testing/safetensors_writer.h"
 
@@ -49,8 +51,7 @@ TEST_P(QuantizedFixtureTest, EveryLinearWeightEqualsTheReferenceDequantization) 
   ASSERT_TRUE(weights.ok()) << weights.status();
   const nlohmann::json sums = ReadJson(dir + "/golden.json").at("dequantized_checksums");
   int quantized = 0, checked = 0;
-  for (const TensorSpec& spec :
-       SliceTensorSpecs(*config, {0, config->num_layers}, **weights)) {
+  for (const TensorSpec& spec : SliceTensorSpecs(*config, {0, config->num_layers}, **weights)) {
     if (!spec.linear || spec.name == "lm_head.weight") continue;
     quantized += IsQuantizedWeight(*quant, spec) ? 1 : 0;
     auto w = ReadWeightFloat(**weights, *quant, spec);
@@ -75,28 +76,43 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantizedFixtureTest,
                                            "gptq_int4", "gptq_int8", "awq_int4"),
                          [](const auto& info) { return info.param; });
 
-// transformers' convert_moe_packed_tensors on random MXFP4 blocks (tests/fixtures/quant,
-// written by scripts/make_quant_fixtures.py): [E, rows, G, 16] + [E, rows, G] -> transformers'
-// [E, G * 32, rows] (its transposed parameter layout) equals our [E, rows, G * 32] transposed.
-TEST(QuantizedWeightsTest, Mxfp4MatchesTransformersConvertMoePackedTensors) {
-  const char* root = std::getenv("RINGSERVE_SOURCE_DIR");
-  auto file = SafetensorsFile::Open(std::string(root != nullptr ? root : ".") +
-                                    "/tests/fixtures/quant/reference_vectors.safetensors");
-  ASSERT_TRUE(file.ok()) << file.status();
-  auto q = [&](const std::string& name) {
-    const TensorInfo* info = (*file)->Find(name);
+// Tensors of tests/fixtures/quant/reference_vectors.safetensors (scripts/make_quant_fixtures.py):
+// transformers' own dequantization functions on random inputs.
+class ReferenceVectors {
+ public:
+  static std::unique_ptr<SafetensorsFile> Open() {
+    const char* root = std::getenv("RINGSERVE_SOURCE_DIR");
+    auto file = SafetensorsFile::Open(std::string(root != nullptr ? root : ".") +
+                                      "/tests/fixtures/quant/reference_vectors.safetensors");
+    EXPECT_TRUE(file.ok()) << file.status();
+    return file.ok() ? *std::move(file) : nullptr;
+  }
+  static quant::QTensor Get(const SafetensorsFile& file, const std::string& name) {
+    const TensorInfo* info = file.Find(name);
     EXPECT_NE(info, nullptr) << name;
-    return quant::QTensor{.name = name, .dtype = info->dtype, .shape = info->shape,
-                          .bytes = (*file)->Bytes(*info)};
-  };
-  const quant::QTensor blocks = q("mxfp4.blocks"), scales = q("mxfp4.scales");
-  const quant::QTensor want = q("mxfp4.dequantized");
+    if (info == nullptr) return {};
+    return quant::QTensor{
+        .name = name, .dtype = info->dtype, .shape = info->shape, .bytes = file.Bytes(*info)};
+  }
+  static std::vector<float> Floats(const quant::QTensor& t) {
+    std::vector<float> out(t.NumElements());
+    std::memcpy(out.data(), t.bytes.data(), std::min(t.bytes.size(), out.size() * sizeof(float)));
+    return out;
+  }
+};
+
+// MXFP4: transformers' convert_moe_packed_tensors turns [E, rows, G, 16] + [E, rows, G] into its
+// transposed parameter layout [E, G * 32, rows]; ours is [E, rows, G * 32].
+TEST(QuantizedWeightsTest, Mxfp4MatchesTransformersConvertMoePackedTensors) {
+  auto file = ReferenceVectors::Open();
+  ASSERT_NE(file, nullptr);
+  const quant::QTensor want = ReferenceVectors::Get(*file, "mxfp4.dequantized");
   ASSERT_EQ(want.shape, (std::vector<int64_t>{2, 64, 4}));
-  auto got = quant::DequantizeMxfp4(blocks, scales);
+  auto got = quant::DequantizeMxfp4(ReferenceVectors::Get(*file, "mxfp4.blocks"),
+                                    ReferenceVectors::Get(*file, "mxfp4.scales"));
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 2u * 4 * 64);
-  std::vector<float> ref(want.NumElements());
-  std::memcpy(ref.data(), want.bytes.data(), want.bytes.size());
+  const std::vector<float> ref = ReferenceVectors::Floats(want);
   int nonzero = 0;
   for (int e = 0; e < 2; ++e) {
     for (int r = 0; r < 4; ++r) {
@@ -110,11 +126,30 @@ TEST(QuantizedWeightsTest, Mxfp4MatchesTransformersConvertMoePackedTensors) {
   EXPECT_GT(nonzero, 400);
 }
 
+// FP8: transformers' Fp8Quantize + Fp8Dequantize (blocks [32, 32]) on a [64, 96] matrix, with fp32
+// scales and with scale_fmt ue8m0 (scales stored as float8_e8m0fnu, safetensors F8_E8M0).
+TEST(QuantizedWeightsTest, Fp8MatchesTransformersFp8Dequantize) {
+  auto file = ReferenceVectors::Open();
+  ASSERT_NE(file, nullptr);
+  for (const std::string prefix : {"fp8", "fp8_ue8m0"}) {
+    const quant::QTensor scale = ReferenceVectors::Get(*file, prefix + ".weight_scale_inv");
+    EXPECT_EQ(scale.dtype, prefix == "fp8" ? DType::kF32 : DType::kF8E8M0);
+    auto got =
+        quant::DequantizeFp8(ReferenceVectors::Get(*file, prefix + ".weight"), scale, {32, 32});
+    ASSERT_TRUE(got.ok()) << got.status();
+    const std::vector<float> want =
+        ReferenceVectors::Floats(ReferenceVectors::Get(*file, prefix + ".dequantized"));
+    ASSERT_EQ(got->size(), want.size());
+    EXPECT_EQ(*got, want) << prefix;
+  }
+}
+
 // A copy of a fixture with config.json changed by `edit`.
 std::string CopyWithConfig(const testing::TempDir& tmp, const std::string& format,
                            const std::function<void(nlohmann::json&)>& edit) {
   const std::string src = QuantFixture(format);
-  EXPECT_TRUE(testing::CopyFile(src + "/model.safetensors", tmp.path() + "/model.safetensors").ok());
+  EXPECT_TRUE(
+      testing::CopyFile(src + "/model.safetensors", tmp.path() + "/model.safetensors").ok());
   nlohmann::json config = ReadJson(src + "/config.json");
   edit(config);
   EXPECT_TRUE(testing::WriteFile(tmp.path() + "/config.json", config.dump()).ok());
@@ -122,8 +157,8 @@ std::string CopyWithConfig(const testing::TempDir& tmp, const std::string& forma
 }
 
 absl::Status LoadWhole(const std::string& dir) {
-  return ModelSlice::LoadCpu({.model_dir = dir, .layers = {0, 2}, .kv_block_size = 4,
-                              .kv_num_blocks = 4})
+  return ModelSlice::LoadCpu(
+             {.model_dir = dir, .layers = {0, 2}, .kv_block_size = 4, .kv_num_blocks = 4})
       .status();
 }
 
@@ -161,9 +196,8 @@ TEST(QuantizedWeightsTest, AModuleTheConfigSaysIsQuantizedMustBeStoredQuantized)
 
 TEST(QuantizedWeightsTest, UnsupportedSchemesAreRefusedAtLoadNamingTheKey) {
   testing::TempDir tmp;
-  const std::string dir = CopyWithConfig(tmp, "awq_int4", [](nlohmann::json& c) {
-    c["quantization_config"]["version"] = "exllama";
-  });
+  const std::string dir = CopyWithConfig(
+      tmp, "awq_int4", [](nlohmann::json& c) { c["quantization_config"]["version"] = "exllama"; });
   const absl::Status status = LoadWhole(dir);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("quantization_config.version"));

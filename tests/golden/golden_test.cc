@@ -38,9 +38,10 @@ struct Chain {
   }
 };
 
-// `num_slices` contiguous slices covering every layer.
+// `num_slices` contiguous slices covering every layer (one a layer when the model has fewer).
 absl::StatusOr<Chain> LoadChain(const std::string& dir, int num_slices) {
   RS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  num_slices = std::min(num_slices, config.num_layers);
   Chain chain;
   int first = 0;
   for (int s = 0; s < num_slices; ++s) {
