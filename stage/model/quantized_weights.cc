@@ -1,5 +1,6 @@
 #include "stage/model/quantized_weights.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -10,6 +11,7 @@
 #include "stage/model/quant/compressed_tensors.h"
 #include "stage/model/quant/fp8_block.h"
 #include "stage/model/quant/gptq.h"
+#include "stage/model/quant/mxfp4.h"
 
 namespace ringserve {
 namespace {
@@ -193,6 +195,31 @@ absl::StatusOr<std::vector<float>> ReadWeightFloat(SafetensorsModel& weights,
                     storage.scheme ? storage.scheme->group_name : ""));
   }
   return w;
+}
+
+absl::StatusOr<std::vector<float>> ReadMxfp4Float(SafetensorsModel& weights,
+                                                  const std::string& name,
+                                                  std::span<const int64_t> expected_shape) {
+  auto q = [&](const std::string& suffix) -> absl::StatusOr<QTensor> {
+    RS_ASSIGN_OR_RETURN(TensorView view, weights.GetAnyShape(name + suffix));
+    return QTensor{.name = view.info->name,
+                   .dtype = view.info->dtype,
+                   .shape = view.info->shape,
+                   .bytes = view.bytes};
+  };
+  RS_ASSIGN_OR_RETURN(QTensor blocks, q("_blocks"));
+  RS_ASSIGN_OR_RETURN(QTensor scales, q("_scales"));
+  std::vector<int64_t> shape(blocks.shape.begin(), blocks.shape.end());
+  if (shape.size() >= 2) {
+    shape.pop_back();
+    shape.back() *= 32;
+  }
+  if (!std::equal(shape.begin(), shape.end(), expected_shape.begin(), expected_shape.end())) {
+    return absl::InvalidArgumentError(fmt::format(
+        "MXFP4 tensor \"{}_blocks\" [{}] dequantizes to [{}], expected [{}]", name,
+        fmt::join(blocks.shape, ", "), fmt::join(shape, ", "), fmt::join(expected_shape, ", ")));
+  }
+  return quant::DequantizeMxfp4(blocks, scales);
 }
 
 }  // namespace ringserve

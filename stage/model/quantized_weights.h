@@ -15,6 +15,7 @@
 // M.weight in F32/F16/BF16. Thread-compatible (SafetensorsModel is not thread-safe).
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,13 @@ bool IsQuantizedWeight(const quant::QuantConfig& quant, const TensorSpec& spec);
 absl::StatusOr<std::vector<float>> ReadWeightFloat(SafetensorsModel& weights,
                                                    const quant::QuantConfig& quant,
                                                    const TensorSpec& spec);
+
+// An MXFP4 tensor as gpt-oss stores its experts: `name`_blocks U8 [..., G, 16] and `name`_scales U8
+// [..., G] ("model.layers.0.mlp.experts.down_proj" -> [E, rows, G * 32] fp32, the stored rows
+// first; quant/mxfp4.h). `expected_shape` is the result's shape. NotFound / InvalidArgument
+// naming the tensor.
+absl::StatusOr<std::vector<float>> ReadMxfp4Float(SafetensorsModel& weights,
+                                                  const std::string& name,
+                                                  std::span<const int64_t> expected_shape);
 
 }  // namespace ringserve

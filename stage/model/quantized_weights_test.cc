@@ -126,6 +126,43 @@ TEST(QuantizedWeightsTest, Mxfp4MatchesTransformersConvertMoePackedTensors) {
   EXPECT_GT(nonzero, 400);
 }
 
+// The loader reads gpt-oss's `_blocks` / `_scales` pair from a checkpoint.
+TEST(QuantizedWeightsTest, ReadsAnMxfp4PairFromACheckpoint) {
+  auto file = ReferenceVectors::Open();
+  ASSERT_NE(file, nullptr);
+  const quant::QTensor blocks = ReferenceVectors::Get(*file, "mxfp4.blocks");
+  const quant::QTensor scales = ReferenceVectors::Get(*file, "mxfp4.scales");
+  const std::string prefix = "model.layers.0.mlp.experts.down_proj";
+  testing::TempDir tmp;
+  ASSERT_TRUE(
+      testing::WriteFile(tmp.path() + "/model.safetensors",
+                         testing::SafetensorsBytes(
+                             {{.name = prefix + "_blocks",
+                               .dtype = DType::kU8,
+                               .shape = blocks.shape,
+                               .values = {},
+                               .raw = std::string(blocks.bytes.begin(), blocks.bytes.end())},
+                              {.name = prefix + "_scales",
+                               .dtype = DType::kU8,
+                               .shape = scales.shape,
+                               .values = {},
+                               .raw = std::string(scales.bytes.begin(), scales.bytes.end())}}))
+          .ok());
+  auto weights = SafetensorsModel::Open(tmp.path());
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const std::vector<int64_t> shape = {2, 4, 64};
+  auto got = ReadMxfp4Float(**weights, prefix, shape);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, *quant::DequantizeMxfp4(blocks, scales));
+  const std::vector<int64_t> wrong = {2, 64, 4};
+  auto bad = ReadMxfp4Float(**weights, prefix, wrong);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr(prefix + "_blocks"));
+  EXPECT_EQ(
+      ReadMxfp4Float(**weights, "model.layers.0.mlp.experts.gate_up_proj", shape).status().code(),
+      absl::StatusCode::kNotFound);
+}
+
 // FP8: transformers' Fp8Quantize + Fp8Dequantize (blocks [32, 32]) on a [64, 96] matrix, with fp32
 // scales and with scale_fmt ue8m0 (scales stored as float8_e8m0fnu, safetensors F8_E8M0).
 TEST(QuantizedWeightsTest, Fp8MatchesTransformersFp8Dequantize) {
