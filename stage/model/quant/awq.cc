@@ -1,5 +1,7 @@
 #include "stage/model/quant/awq.h"
 
+#include <algorithm>
+
 #include "common/status_macros.h"
 #include "fmt/format.h"
 
@@ -21,17 +23,30 @@ absl::StatusOr<std::vector<float>> DequantizeAwq(const QTensor& qweight, const Q
   RS_RETURN_IF_ERROR(CheckShape(qzeros, std::vector<int64_t>{groups, out / 8}));
   RS_RETURN_IF_ERROR(CheckShape(scales, std::vector<int64_t>{groups, out}));
   RS_ASSIGN_OR_RETURN(std::vector<float> scale, ReadScales(scales));
-  std::vector<float> w(static_cast<size_t>(out * in));
-  for (int64_t i = 0; i < in; ++i) {
-    const int64_t g = i / group_size;
+  std::vector<int> zero(static_cast<size_t>(groups * out));
+  for (int64_t g = 0; g < groups; ++g) {
     for (int64_t j = 0; j < out / 8; ++j) {
-      const uint32_t qword = LoadWord(qweight.bytes, i * (out / 8) + j);
       const uint32_t zword = LoadWord(qzeros.bytes, g * (out / 8) + j);
       for (int k = 0; k < 8; ++k) {
-        const int64_t o = j * 8 + kAwqOrder[k];
-        const int q = static_cast<int>(Field(qword, 4, k));
-        const int z = static_cast<int>(Field(zword, 4, k));
-        w[o * in + i] = static_cast<float>(q - z) * scale[g * out + o];
+        zero[g * out + j * 8 + kAwqOrder[k]] = static_cast<int>(Field(zword, 4, k));
+      }
+    }
+  }
+  // W is [out, in] but qweight runs along out: a tile of kTile inputs keeps the 8 output rows a
+  // word touches in cache while their runs fill.
+  constexpr int64_t kTile = 16;
+  std::vector<float> w(static_cast<size_t>(out * in));
+  for (int64_t i0 = 0; i0 < in; i0 += kTile) {
+    const int64_t i1 = std::min(in, i0 + kTile);
+    for (int64_t j = 0; j < out / 8; ++j) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t g = i / group_size;
+        const uint32_t qword = LoadWord(qweight.bytes, i * (out / 8) + j);
+        for (int k = 0; k < 8; ++k) {
+          const int64_t o = j * 8 + kAwqOrder[k];
+          const int q = static_cast<int>(Field(qword, 4, k));
+          w[o * in + i] = static_cast<float>(q - zero[g * out + o]) * scale[g * out + o];
+        }
       }
     }
   }

@@ -44,15 +44,27 @@ absl::StatusOr<std::vector<float>> DequantizeGptq(const QTensor& qweight, const 
   } else {
     for (int64_t i = 0; i < in; ++i) group[i] = args.group_size <= 0 ? 0 : i / args.group_size;
   }
-  std::vector<float> w(static_cast<size_t>(out * in));
-  for (int64_t i = 0; i < in; ++i) {
-    const int64_t g = group[i];
+  // z + offset per (group, output), as fp32 (small integers: exact).
+  std::vector<float> zero(static_cast<size_t>(groups * out));
+  for (int64_t g = 0; g < groups; ++g) {
     for (int64_t o = 0; o < out; ++o) {
-      const int q = static_cast<int>(
-          Field(LoadWord(qweight.bytes, (i / per_word) * out + o), args.bits, i % per_word));
-      const int z = static_cast<int>(Field(
-          LoadWord(qzeros.bytes, g * (out / per_word) + o / per_word), args.bits, o % per_word));
-      w[o * in + i] = scale[g * out + o] * static_cast<float>(q - (z + args.zero_offset));
+      const uint32_t z = Field(LoadWord(qzeros.bytes, g * (out / per_word) + o / per_word),
+                               args.bits, static_cast<int>(o % per_word));
+      zero[g * out + o] = static_cast<float>(static_cast<int>(z) + args.zero_offset);
+    }
+  }
+  // One packed word holds per_word consecutive inputs of one output: W[o][i..i+per_word) is a
+  // contiguous run, so walk the words row by row of qweight and write each run at once.
+  std::vector<float> w(static_cast<size_t>(out * in));
+  for (int64_t word_row = 0; word_row < in / per_word; ++word_row) {
+    const int64_t i0 = word_row * per_word;
+    for (int64_t o = 0; o < out; ++o) {
+      const uint32_t word = LoadWord(qweight.bytes, word_row * out + o);
+      float* dst = w.data() + o * in + i0;
+      for (int k = 0; k < per_word; ++k) {
+        const int64_t at = group[i0 + k] * out + o;
+        dst[k] = scale[at] * (static_cast<float>(Field(word, args.bits, k)) - zero[at]);
+      }
     }
   }
   return w;
