@@ -37,9 +37,9 @@ struct IntDequantArgs {
   int64_t cols = 0;
   Fp8BlockGrid grid;  // scale grid as in fp8_block.h; [rows, cols] is one block per tensor
   // [R, C] = [ceil(rows / block_rows), ceil(cols / block_cols)] zero points; empty = symmetric.
-  std::vector<int8_t> zero_points;
+  std::vector<int8_t> zero_points = {};
   // [cols] group of each column (0 <= g < C); empty = c / block_cols.
-  std::vector<int64_t> g_idx;
+  std::vector<int64_t> g_idx = {};
 };
 
 // The integer rule above. `q` [rows, cols]; `scale` F32/BF16/F16 holding R * C values ([R, C], or

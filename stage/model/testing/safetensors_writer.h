@@ -18,7 +18,7 @@ struct TensorToWrite {
   std::vector<float> values;  // converted to `dtype` when written; size = product of shape
   // For storage dtypes (integers, FP8): the little-endian bytes as written, used instead of
   // `values`; size = product of shape x DTypeSize(dtype).
-  std::string raw;
+  std::string raw = {};
 };
 
 // The bytes of a valid safetensors file holding `tensors` in order (header padded to 8 bytes).
