@@ -7,7 +7,8 @@
 //   scales  F16 [G, out]
 // kAwqOrder = {0, 2, 4, 6, 1, 3, 5, 7} (AutoAWQ's pack order_map; unpacking applies its inverse
 // AWQ_REVERSE_ORDER {0, 4, 1, 5, 2, 6, 3, 7}).
-// Rule (AutoAWQ's dequantize_gemm, fp32 here), g = i / group_size:
+// Rule (AutoAWQ's dequantize_gemm; it computes in fp16 and rounds, fp32 here is exact),
+// g = i / group_size:
 //   W[o][i] = (q[i][o] - z[g][o]) * scales[g][o]
 #pragma once
 

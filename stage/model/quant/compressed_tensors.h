@@ -11,8 +11,8 @@
 //   W[r][c] = (q[r][c] - zp[r / block_rows][g(c)]) * scale[r / block_rows][g(c)]
 // with g(c) = c / block_cols, or g_idx[c] when `weight_g_idx` is stored (activation ordering).
 // Per tensor is one block of the whole matrix, per channel [1, cols], per group [1, group_size],
-// per block [block_rows, block_cols]. The reference computes in the scale's dtype (bf16); fp32
-// here is exact for the product of a small integer and a bf16 scale.
+// per block [block_rows, block_cols]. The reference computes in the scale's dtype (bf16) and so
+// rounds the product; in fp32 the product of a <= 9-bit integer and a bf16 scale is exact.
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,7 @@
 //   scales  F16 [G, out]
 //   g_idx   I32 [in] (optional): the group of input column i; i / group_size when absent. With
 //           desc_act the checkpoint's g_idx is a permutation's groups and is used as stored.
-// Rule (AutoGPTQ's dequantization, fp32 here):
+// Rule (AutoGPTQ's dequantization; it computes in fp16 and rounds, fp32 here is exact):
 //   W[o][i] = scales[g][o] * (q[i][o] - (z[g][o] + offset)),  g = g_idx[i]
 // offset = 1 for checkpoint_format "gptq" (v1 stores z - 1), 0 for "gptq_v2".
 #pragma once
