@@ -1,6 +1,7 @@
 // The ring end to end: real stage and coordinator processes on loopback (CPU backend, tcp
 // channel), driven through the gRPC Generate API, checked against transformers' golden tokens
 // and the single-process reference.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -53,6 +54,7 @@ struct PartitionCase {
 
 std::string CaseName(const ::testing::TestParamInfo<PartitionCase>& info) {
   std::string name = info.param.arch;
+  std::replace(name.begin(), name.end(), '/', '_');
   for (int n : info.param.partition) name += "_" + std::to_string(n);
   return name;
 }
@@ -97,7 +99,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PartitionCase{"llama", {4}}, PartitionCase{"llama", {3, 1}},
                       PartitionCase{"llama", {2, 1, 1}}, PartitionCase{"llama", {1, 1, 1, 1}},
                       PartitionCase{"qwen3", {1, 2}}, PartitionCase{"qwen2", {2, 1}},
-                      PartitionCase{"mistral", {1, 1, 1}}),
+                      PartitionCase{"mistral", {1, 1, 1}},
+                      // compressed-tensors int4 (group, asymmetric, actorder), dequantized by
+                      // each stage at load.
+                      PartitionCase{"quant/ct_int4", {1, 1}}),
     CaseName);
 
 std::vector<int32_t> RandomPrompt(std::mt19937& rng, int length, int vocab) {
