@@ -155,11 +155,6 @@ absl::Status ParseDeepSeekMoe(const Json& j, ModelConfig& c, const std::string& 
 }
 
 absl::Status ParseMoeConfig(const Json& j, ModelConfig& c, const std::string& source) {
-  if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
-    return Invalid(source,
-                   "unsupported quantization_config (quantized checkpoints are not "
-                   "supported yet)");
-  }
   switch (c.architecture) {
     case Architecture::kLlama:
     case Architecture::kMistral:
@@ -185,6 +180,12 @@ absl::Status ParseMoeConfig(const Json& j, ModelConfig& c, const std::string& so
     case Architecture::kGptOss:
       RS_RETURN_IF_ERROR(ParseGptOss(j, c, source));
       break;
+  }
+  // The quantized formats (stage/model/quantized_weights.h) cover dense linear layers only.
+  if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
+    return Invalid(source, fmt::format("unsupported quantization_config for {} (quantized "
+                                       "experts are not supported yet)",
+                                       ArchitectureName(c.architecture)));
   }
   if (absl::Status s = ValidateRouterOptions(c.moe.router); !s.ok()) {
     return Invalid(source, std::string(s.message()));

@@ -12,8 +12,8 @@
 namespace ringserve {
 
 // Fills config.moe (and, for gpt-oss, sliding_window / sliding_layers / attention_sinks) from
-// `j` for config.architecture; leaves dense architectures unchanged apart from refusing keys
-// they cannot honour (quantization_config). InvalidArgument naming the key otherwise.
+// `j` for config.architecture; leaves dense architectures unchanged. Refuses a MoE model's
+// quantization_config (quantized experts are not supported yet). InvalidArgument naming the key.
 absl::Status ParseMoeConfig(const nlohmann::json& j, ModelConfig& config,
                             const std::string& source);
 
