@@ -92,6 +92,10 @@ struct Setup {
   double turnaround_ms = 0.5;            // per plan back at the coordinator
   double turnaround_per_token_ms = 0.0;  // and per token sampled in it
   std::vector<int> layers;               // per stage; empty: even (earlier stages take the rest)
+  int extra_micro_batches = 0;           // in flight beyond one per GPU
+  // The hop also occupies the receiving stage (the nccl channel as written receives straight
+  // into the stage's one input buffer, so a transfer waits for the receiver's previous step).
+  bool hop_blocks_receiver = false;
   double warm_ms = 500;
   double duration_ms = 3000;
 };
@@ -138,7 +142,9 @@ Outcome Simulate(const Setup& setup) {
 
   SchedulerOptions options;
   options.num_stages = stages;
-  options.max_micro_batches_in_flight = stages;  // one per GPU (ring_config.h's default)
+  // One per GPU (ring_config.h's default), unless asked for more (rings of several GPUs only:
+  // the 1-GPU baseline stays as served).
+  options.max_micro_batches_in_flight = stages + (stages > 1 ? setup.extra_micro_batches : 0);
   options.kv_num_blocks = 8192;
   options.max_running_sequences = 256;
   options.decode_packing = setup.packing;
@@ -149,7 +155,10 @@ Outcome Simulate(const Setup& setup) {
   sim.check_invariants = false;  // checked by the scheduler's own tests; slow here
   sim.stage_cost = [&](int stage, const MicroBatchPlan& plan) {
     const double n = static_cast<double>(plan.num_tokens());
-    return setup.overhead_ms + layers[stage] * LayerMs(n) + (stage == stages - 1 ? kHeadMs : 0.0);
+    const double hop =
+        setup.hop_blocks_receiver && stage > 0 ? HopMs(setup.link, plan.num_tokens()) : 0.0;
+    return setup.overhead_ms + hop + layers[stage] * LayerMs(n) +
+           (stage == stages - 1 ? kHeadMs : 0.0);
   };
   sim.hop_cost = [&](int stage, const MicroBatchPlan& plan) {
     if (stage + 1 < stages) return HopMs(setup.link, plan.num_tokens());
@@ -416,6 +425,17 @@ int Main(int argc, char** argv) {
       Setup s = base;
       s.link = Link{"NVLink x10 latency", 0.15, kNvlink.bytes_per_ms};
       targets(s, "NVLink, even, hop alpha 0.15 ms", false);
+    }
+    for (const Link& link : {kNvlink, kPcieX4}) {
+      Setup s = base;
+      s.link = link;
+      s.hop_blocks_receiver = true;
+      targets(s, fmt::format("{}, even, hop on the receiver's critical path", link.name), false);
+    }
+    {
+      Setup s = base;
+      s.extra_micro_batches = 1;
+      targets(s, "NVLink, balanced, one micro-batch more than GPUs in flight", true);
     }
   }
   if (violations > 0) {
