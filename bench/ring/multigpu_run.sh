@@ -17,7 +17,9 @@
 # Structure as bench/ring/device_run.sh (the one-GPU version). Env: DURATION_S (default 3),
 # SKIP_TESTS=1, STREAMS="1 8 32 64", GPUS="2 4 8" (rings larger than the machine are skipped),
 # PACKINGS="spread packed", CHANNEL=nccl (cuda_ipc also works, for comparison), SHAPE
-# (default llama-3.1-8b; the MoE shape of the MoE issue when it exists).
+# (default llama-3.1-8b; the MoE shape of the MoE issue when it exists) with LAYERS (its layer
+# count, default 32). A smoke test of the script without GPUs (what was run when it was
+# written): DEVICE=cpu CHANNEL=tcp SHAPE=tiny LAYERS=2 NGPU=2 GPUS=2 SKIP_TESTS=1.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/rs_out}
@@ -31,8 +33,9 @@ duration=${DURATION_S:-3}
 streams=${STREAMS:-1 8 32 64}
 channel=${CHANNEL:-nccl}
 shape=${SHAPE:-llama-3.1-8b}
-layers=32
-ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
+layers=${LAYERS:-32}
+device=${DEVICE:-cuda}  # stage i on cuda:i; cpu: every stage on the CPU
+ngpu=${NGPU:-$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)}
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>/dev/null \
   | tee "$out/gpu.txt"
 nvidia-smi topo -m >"$out/topo.txt" 2>&1  # NVLink or PCIe between the GPUs: which hop row applies
@@ -80,7 +83,7 @@ run_ring() {
   local api=$port
   {
     echo "model: $model"
-    echo "channel: $([ "$gpus" = 1 ] && echo cuda_ipc || echo "$channel")"
+    echo "channel: $([ "$gpus" = 1 ] && [ "$device" = cuda ] && echo cuda_ipc || echo "$channel")"
     echo "scheduler:"
     echo "  micro_batches_in_flight: $gpus"
     echo "partition: $((layers / gpus))x$gpus"
@@ -90,7 +93,7 @@ run_ring() {
     port=$((port + 1))
     "$bin/stage" --listen 127.0.0.1:$port >/tmp/stage_${name}_$i.log 2>&1 &
     stage_pids+=($!)
-    echo "  - {host: 127.0.0.1, port: $port, device: cuda:$i}" >>"$yaml"
+    echo "  - {host: 127.0.0.1, port: $port, device: $([ "$device" = cuda ] && echo "cuda:$i" || echo cpu)}" >>"$yaml"
   done
   "$bin/coordinator" --stages "$yaml" --listen 127.0.0.1:$api --packing "$packing" \
     --connect-timeout 120 >"$log" 2>&1 &
