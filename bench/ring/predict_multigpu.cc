@@ -96,6 +96,9 @@ struct Setup {
   // The hop also occupies the receiving stage (the nccl channel as written receives straight
   // into the stage's one input buffer, so a transfer waits for the receiver's previous step).
   bool hop_blocks_receiver = false;
+  // What-if: a layer's time proportional to the tokens (a compute-bound stage, e.g. a CPU),
+  // l(n) = l(8) * n / 8, instead of the measured curve.
+  bool proportional = false;
   double warm_ms = 500;
   double duration_ms = 3000;
 };
@@ -157,8 +160,8 @@ Outcome Simulate(const Setup& setup) {
     const double n = static_cast<double>(plan.num_tokens());
     const double hop =
         setup.hop_blocks_receiver && stage > 0 ? HopMs(setup.link, plan.num_tokens()) : 0.0;
-    return setup.overhead_ms + hop + layers[stage] * LayerMs(n) +
-           (stage == stages - 1 ? kHeadMs : 0.0);
+    const double layer = setup.proportional ? LayerMs(8) * n / 8 : LayerMs(n);
+    return setup.overhead_ms + hop + layers[stage] * layer + (stage == stages - 1 ? kHeadMs : 0.0);
   };
   sim.hop_cost = [&](int stage, const MicroBatchPlan& plan) {
     if (stage + 1 < stages) return HopMs(setup.link, plan.num_tokens());
@@ -365,7 +368,9 @@ int Main(int argc, char** argv) {
 
   // balanced: each ring's layers from BalancedLayers (the last stage lighter); packed keeps the
   // even partition.
-  auto targets = [&](const Setup& b, const std::string& label, bool balanced) {
+  // first_only: the spread / packed column alone (a what-if whose 1-GPU baseline changes too).
+  auto targets = [&](const Setup& b, const std::string& label, bool balanced,
+                     bool first_only = false) {
     auto layers = [&](int gpus) {
       return balanced ? BalancedLayers(gpus, (64 + gpus - 1) / gpus, b.overhead_ms)
                       : std::vector<int>();
@@ -378,6 +383,10 @@ int Main(int argc, char** argv) {
     s.packing = DecodePacking::kPacked;
     s.layers.clear();
     const double packed = Simulate(s).tok_per_s;
+    if (first_only) {
+      std::printf("| %s | %.2fx | - | - | - |\n", label.c_str(), spread / packed);
+      return;
+    }
     s.packing = DecodePacking::kSpread;
     s.streams = 64;
     s.layers = layers(8);
@@ -431,6 +440,12 @@ int Main(int argc, char** argv) {
       s.link = link;
       s.hop_blocks_receiver = true;
       targets(s, fmt::format("{}, even, hop on the receiver's critical path", link.name), false);
+    }
+    {
+      Setup s = base;
+      s.proportional = true;
+      targets(s, "NVLink, even, what-if: layer time proportional to tokens", false,
+              /*first_only=*/true);
     }
     {
       Setup s = base;
