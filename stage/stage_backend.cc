@@ -105,6 +105,12 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
     return ModelSlice::LoadCpu(options);
   }
 #ifdef RINGSERVE_HAVE_CUDA
+  RS_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(options.model_dir));
+  if (model.mla) {
+    return absl::UnimplementedError(fmt::format(
+        "device {}: {} (multi-head latent attention) has no CUDA backend yet; use device cpu",
+        request.device(), ArchitectureName(model.architecture)));
+  }
   cuda::CudaSliceOptions cuda;
   cuda.device = ordinal;
   cuda.max_batch_tokens =
