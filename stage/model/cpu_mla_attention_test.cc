@@ -60,7 +60,7 @@ struct MlaRun {
 
 // Runs `chunk_sizes` consecutive chunks of one sequence (block table 3, 0, 2) over h.
 MlaRun RunChunks(const ModelConfig& c, const MlaWeights& w, const std::vector<float>& h,
-              const std::vector<int>& chunk_sizes, std::optional<MlaPath> path) {
+                 const std::vector<int>& chunk_sizes, std::optional<MlaPath> path) {
   LatentKvCache cache({.num_layers = 1,
                        .num_blocks = 4,
                        .block_size = 8,
@@ -144,8 +144,8 @@ TEST(MlaAttentionTest, CacheHoldsOnlyTheLatentAndTheRopeKeyOfWrittenPositions) {
   ASSERT_EQ(run.cache.size(), static_cast<size_t>(4 * 8 * row));  // 4 blocks x 8 positions
   // Positions 0..4 live in block 3 (the table's first entry); nothing else was written.
   for (size_t i = 0; i < run.cache.size(); ++i) {
-    const bool written = i >= static_cast<size_t>(3 * 8 * row) &&
-                         i < static_cast<size_t>((3 * 8 + 5) * row);
+    const bool written =
+        i >= static_cast<size_t>(3 * 8 * row) && i < static_cast<size_t>((3 * 8 + 5) * row);
     if (!written) {
       ASSERT_EQ(run.cache[i], 0.0f) << "float " << i;
     }
@@ -160,8 +160,8 @@ TEST(MlaAttentionTest, CacheHoldsOnlyTheLatentAndTheRopeKeyOfWrittenPositions) {
     }
     EXPECT_NEAR(sum / c.mla->kv_lora_rank, 1.0, 1e-3) << "position " << p;
   }
-  LatentKvCache cache({.num_layers = 3, .num_blocks = 2, .block_size = 16, .latent_dim = 512,
-                       .rope_dim = 64});
+  LatentKvCache cache(
+      {.num_layers = 3, .num_blocks = 2, .block_size = 16, .latent_dim = 512, .rope_dim = 64});
   EXPECT_EQ(cache.bytes_per_token_layer(), 576 * 4);  // DeepSeek-V3: 1,152 bytes in bf16
   EXPECT_EQ(cache.bytes(), 2 * 3 * 16 * 576 * 4);
 }

@@ -87,6 +87,17 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
     RS_ASSIGN_OR_RETURN(slice->final_norm_, weights->ReadFloat(norm.name, norm.shape));
     const TensorSpec head = LmHeadSpec(config, *weights);
     RS_ASSIGN_OR_RETURN(slice->lm_head_, weights->ReadFloat(head.name, head.shape));
+    if (config.mla && config.mla->num_nextn_predict_layers > 0) {
+      auto mtp = CpuMtpLayer::Load(config, *weights, options.kv_block_size, options.kv_num_blocks);
+      if (mtp.ok()) {
+        slice->mtp_ = *std::move(mtp);
+        RS_LOG_INFO("loaded the MTP layer (model.layers.{}.*)", config.num_layers);
+      } else if (absl::IsNotFound(mtp.status()) || absl::IsUnimplemented(mtp.status())) {
+        RS_LOG_WARN("no MTP layer: {}", std::string(mtp.status().message()));
+      } else {
+        return mtp.status();
+      }
+    }
   }
   int64_t kv_bytes = 0;
   std::string kv_per_token;
@@ -100,8 +111,8 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
     });
     kv_bytes = slice->latent_kv_->bytes();
     kv_per_token = fmt::format("{} bytes per token and layer (fp32 latent {} + rope key {})",
-                               slice->latent_kv_->bytes_per_token_layer(),
-                               config.mla->kv_lora_rank, config.mla->qk_rope_head_dim);
+                               slice->latent_kv_->bytes_per_token_layer(), config.mla->kv_lora_rank,
+                               config.mla->qk_rope_head_dim);
   } else {
     slice->kv_ = std::make_unique<PagedKvCache>(PagedKvCache::Options{
         .num_layers = layers.size(),

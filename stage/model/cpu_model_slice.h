@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "stage/model/cpu_mla_attention.h"
+#include "stage/model/cpu_mtp_layer.h"
 #include "stage/model/kv_cache.h"
 #include "stage/model/latent_kv_cache.h"
 #include "stage/model/model_config.h"
@@ -32,6 +33,8 @@ class CpuModelSlice : public ModelSlice {
   const PagedKvCache& kv_cache() const { return *kv_; }
   // The cache of multi-head latent attention models (config().mla set).
   const LatentKvCache& latent_kv_cache() const { return *latent_kv_; }
+  // The last slice of a DeepSeek checkpoint with a (dense) MTP layer holds it; else null.
+  CpuMtpLayer* mtp() { return mtp_.get(); }
 
  private:
   struct LayerWeights {
@@ -47,8 +50,8 @@ class CpuModelSlice : public ModelSlice {
   void RunLayer(int local_layer, const MicroBatch& batch, const std::vector<int32_t>& positions,
                 std::vector<float>& x);
   // Attention with ordinary heads: h [tokens, hidden] (normed input) -> o_proj output, in place.
-  void RunAttention(int local_layer, const MicroBatch& batch,
-                    const std::vector<int32_t>& positions, std::vector<float>& h);
+  void RunAttention(int local_layer, const MicroBatch& batch, const std::vector<int32_t>& positions,
+                    std::vector<float>& h);
   // x += mlp(post_attention_layernorm(x)); h is scratch [tokens, hidden].
   void RunMlp(const LayerWeights& w, int64_t tokens, std::vector<float>& x, std::vector<float>& h);
 
@@ -61,6 +64,7 @@ class CpuModelSlice : public ModelSlice {
   std::vector<float> lm_head_;     // [vocab, hidden], last slice only
   std::unique_ptr<PagedKvCache> kv_;
   std::unique_ptr<LatentKvCache> latent_kv_;
+  std::unique_ptr<CpuMtpLayer> mtp_;
 };
 
 }  // namespace ringserve

@@ -67,8 +67,7 @@ absl::Status ParseDeepseekConfig(const Json& j, const std::string& source, Model
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> q_lora, OptionalInt(j, "q_lora_rank", source));
   if (q_lora) {
     if (*q_lora <= 0 || *q_lora > (int64_t{1} << 20)) {
-      return Invalid(source,
-                     fmt::format("q_lora_rank must be positive or null, got {}", *q_lora));
+      return Invalid(source, fmt::format("q_lora_rank must be positive or null, got {}", *q_lora));
     }
     mla.q_lora_rank = static_cast<int>(*q_lora);
   }
@@ -105,8 +104,8 @@ absl::Status ParseDeepseekConfig(const Json& j, const std::string& source, Model
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> nextn,
                       OptionalInt(j, "num_nextn_predict_layers", source));
   if (nextn && (*nextn < 0 || *nextn > 16)) {
-    return Invalid(source, fmt::format("num_nextn_predict_layers must be in [0, 16], got {}",
-                                       *nextn));
+    return Invalid(source,
+                   fmt::format("num_nextn_predict_layers must be in [0, 16], got {}", *nextn));
   }
   mla.num_nextn_predict_layers = static_cast<int>(nextn.value_or(0));
 
@@ -155,7 +154,8 @@ double YarnGetMscale(double scale, double mscale) {
 double YarnAttentionFactor(const RopeConfig& rope) {
   if (rope.attention_factor) return *rope.attention_factor;
   if (rope.mscale != 0 && rope.mscale_all_dim != 0) {
-    return YarnGetMscale(rope.factor, rope.mscale) / YarnGetMscale(rope.factor, rope.mscale_all_dim);
+    return YarnGetMscale(rope.factor, rope.mscale) /
+           YarnGetMscale(rope.factor, rope.mscale_all_dim);
   }
   return YarnGetMscale(rope.factor, 1.0);
 }
@@ -179,12 +179,12 @@ std::vector<float> YarnInverseFrequencies(const RopeConfig& rope, int dim) {
   std::vector<float> inv_freq(extrapolation.size());
   const float factor = static_cast<float>(rope.factor);
   for (size_t i = 0; i < inv_freq.size(); ++i) {
-    const float ramp = std::clamp(
-        static_cast<float>((static_cast<double>(i) - low) / (high - low)), 0.0f, 1.0f);
+    const float ramp =
+        std::clamp(static_cast<float>((static_cast<double>(i) - low) / (high - low)), 0.0f, 1.0f);
     const float extrapolation_weight = 1.0f - ramp;
     const float interpolated = 1.0f / (factor * (1.0f / extrapolation[i]));
-    inv_freq[i] = interpolated * (1.0f - extrapolation_weight) +
-                  extrapolation[i] * extrapolation_weight;
+    inv_freq[i] =
+        interpolated * (1.0f - extrapolation_weight) + extrapolation[i] * extrapolation_weight;
   }
   return inv_freq;
 }

@@ -70,9 +70,9 @@ absl::StatusOr<Architecture> ParseArchitecture(const Json& j, const std::string&
     return Invalid(source, "\"architectures\" must be a list with one name");
   }
   const std::string name = (*it)[0].get<std::string>();
-  for (Architecture a : {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2,
-                         Architecture::kQwen3, Architecture::kDeepseekV2,
-                         Architecture::kDeepseekV3}) {
+  for (Architecture a :
+       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3,
+        Architecture::kDeepseekV2, Architecture::kDeepseekV3}) {
     if (ArchitectureName(a) == name) return a;
   }
   return absl::InvalidArgumentError(fmt::format(
@@ -166,10 +166,9 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
     }
     if (*original <= 0) return Invalid(source, "yarn original_max_position_embeddings must be > 0");
     rope.original_max_position_embeddings = static_cast<int>(*original);
-    for (auto [key, field] : {std::pair{"beta_fast", &rope.beta_fast},
-                              std::pair{"beta_slow", &rope.beta_slow},
-                              std::pair{"mscale", &rope.mscale},
-                              std::pair{"mscale_all_dim", &rope.mscale_all_dim}}) {
+    for (auto [key, field] :
+         {std::pair{"beta_fast", &rope.beta_fast}, std::pair{"beta_slow", &rope.beta_slow},
+          std::pair{"mscale", &rope.mscale}, std::pair{"mscale_all_dim", &rope.mscale_all_dim}}) {
       RS_ASSIGN_OR_RETURN(std::optional<double> value, GetNumber(*params, key, source));
       // transformers: `get("beta_fast") or 32`, so 0 means the default too.
       if (value && *value != 0) *field = *value;
@@ -177,7 +176,8 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
     RS_ASSIGN_OR_RETURN(rope.attention_factor, GetNumber(*params, "attention_factor", source));
     RS_ASSIGN_OR_RETURN(rope.truncate, GetBool(*params, "truncate", true, source));
     if (!(rope.beta_fast > 0) || !(rope.beta_slow > 0)) {
-      return Invalid(source, fmt::format("{}: yarn beta_fast and beta_slow must be > 0", params_key));
+      return Invalid(source,
+                     fmt::format("{}: yarn beta_fast and beta_slow must be > 0", params_key));
     }
     return rope;
   }

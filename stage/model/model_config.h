@@ -1,9 +1,9 @@
 // A Hugging Face decoder-only model's config.json, parsed and validated once into an immutable
 // struct. Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 // (dense), DeepseekV2ForCausalLM and DeepseekV3ForCausalLM (multi-head latent attention, dense
-// layers; the DeepSeek fields are parsed in deepseek_config.cc). Anything that would change results and that the backends do not implement (sliding
-// window attention, unknown RoPE types, partial rotary, MLP bias, ...) is refused with a message
-// naming it, never silently ignored.
+// layers; the DeepSeek fields are parsed in deepseek_config.cc). Anything that would change results
+// and that the backends do not implement (sliding window attention, unknown RoPE types, partial
+// rotary, MLP bias, ...) is refused with a message naming it, never silently ignored.
 #pragma once
 
 #include <cstdint>

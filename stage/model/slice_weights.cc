@@ -35,8 +35,8 @@ std::vector<TensorSpec> LayerTensorSpecs(const ModelConfig& c, int layer) {
     for (TensorSpec& spec : MlaAttentionTensorSpecs(c, layer)) specs.push_back(std::move(spec));
     specs.push_back({p + "post_attention_layernorm.weight", {c.hidden_size}});
     for (const char* name : {"gate_proj", "up_proj"}) {
-      specs.push_back({fmt::format("{}mlp.{}.weight", p, name),
-                       {c.intermediate_size, c.hidden_size}});
+      specs.push_back(
+          {fmt::format("{}mlp.{}.weight", p, name), {c.intermediate_size, c.hidden_size}});
     }
     specs.push_back({p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}});
     return specs;

@@ -306,7 +306,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Perturbation{"qwen2", "model.layers.2.self_attn.k_proj.bias"},
                       Perturbation{"qwen3", "model.layers.0.self_attn.q_norm.weight"},
                       Perturbation{"deepseek_v3", "model.layers.1.self_attn.kv_b_proj.weight"},
-                      Perturbation{"deepseek_v2", "model.layers.0.self_attn.kv_a_layernorm.weight"}),
+                      Perturbation{"deepseek_v2",
+                                   "model.layers.0.self_attn.kv_a_layernorm.weight"}),
     [](const auto& info) { return info.param.arch; });
 
 }  // namespace

@@ -97,7 +97,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PartitionCase{"llama", {4}}, PartitionCase{"llama", {3, 1}},
                       PartitionCase{"llama", {2, 1, 1}}, PartitionCase{"llama", {1, 1, 1, 1}},
                       PartitionCase{"qwen3", {1, 2}}, PartitionCase{"qwen2", {2, 1}},
-                      PartitionCase{"mistral", {1, 1, 1}}),
+                      PartitionCase{"mistral", {1, 1, 1}}, PartitionCase{"deepseek_v3", {3}},
+                      PartitionCase{"deepseek_v3", {1, 2}},
+                      PartitionCase{"deepseek_v3_nolora", {2, 1}},
+                      PartitionCase{"deepseek_v2", {1, 1, 1}}),
     CaseName);
 
 std::vector<int32_t> RandomPrompt(std::mt19937& rng, int length, int vocab) {
