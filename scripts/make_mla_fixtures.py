@@ -4,7 +4,7 @@
 Same method and file format as scripts/make_fixtures.py (tiny random-weight fp32 models, eager
 attention, seeds searched for greedy margins; golden.json + golden.bin), for:
 
-  deepseek_v3         q low-rank, YaRN (mscale != mscale_all_dim), interleaved rope, prompts
+  deepseek_v3         4 layers (rings of 1-4 stages), q low-rank, YaRN (mscale != mscale_all_dim), interleaved rope, prompts
                       longer than original_max_position_embeddings, dense layers, plus an MTP
                       layer (model.layers.{num_hidden_layers}.*) with its own golden
   deepseek_v3_nolora  plain q_proj, default rope, rope_interleave false, attention_bias
@@ -12,6 +12,7 @@ attention, seeds searched for greedy margins; golden.json + golden.bin), for:
   deepseek_v3_moe     layers >= first_k_dense_replace are MoE: sigmoid router, group limit,
                       non-zero e_score_correction_bias, shared expert
   deepseek_v2_moe     V2-Lite-like MoE: softmax router, greedy top-k, two shared experts
+  deepseek_v2_moe_group  V2 MoE with topk_method group_limited_greedy (4 groups, best 2)
 
 golden.json adds "rope_attention_scaling" (the cos/sin factor transformers applies) and
 "softmax_scale" (layer 0's attention scaling). The MTP golden ("mtp" in golden.json) is written
@@ -64,9 +65,9 @@ MOE_V2 = dict(n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1
 
 FIXTURES = {
     "deepseek_v3": dict(cls="DeepseekV3ForCausalLM", cfg="DeepseekV3Config",
-                        kw=dict(COMMON, q_lora_rank=24, rope_interleave=True,
-                                first_k_dense_replace=3, n_routed_experts=8,
-                                moe_intermediate_size=32),
+                        kw=dict(COMMON, num_hidden_layers=4, q_lora_rank=24,
+                                rope_interleave=True, first_k_dense_replace=4,
+                                n_routed_experts=8, moe_intermediate_size=32),
                         rope=YARN_V3, prompts=[5, 12, 40], mtp=True),
     "deepseek_v3_nolora": dict(cls="DeepseekV3ForCausalLM", cfg="DeepseekV3Config",
                                kw=dict(COMMON, q_lora_rank=None, rope_interleave=False,
@@ -84,6 +85,12 @@ FIXTURES = {
     "deepseek_v2_moe": dict(cls="DeepseekV2ForCausalLM", cfg="DeepseekV2Config",
                             kw=dict(COMMON, q_lora_rank=None, **MOE_V2),
                             rope=YARN_V2, prompts=[5, 12, 27]),
+    "deepseek_v2_moe_group": dict(cls="DeepseekV2ForCausalLM", cfg="DeepseekV2Config",
+                                  kw=dict(COMMON, q_lora_rank=None,
+                                          **dict(MOE_V2, n_group=4, topk_group=2,
+                                                 topk_method="group_limited_greedy",
+                                                 routed_scaling_factor=1.5)),
+                                  rope=YARN_V2, prompts=[5, 12, 27]),
 }
 
 

@@ -161,11 +161,11 @@ TEST_F(MtpTest, RefusesAMismatchedHiddenInput) {
 
 TEST(MtpLoadTest, OnlyTheLastSliceHoldsTheMtpLayer) {
   const std::string dir = FixtureDir("deepseek_v3");
-  auto last = CpuModelSlice::Load({.model_dir = dir, .layers = {2, 3}});
+  auto last = CpuModelSlice::Load({.model_dir = dir, .layers = {2, 4}});
   ASSERT_TRUE(last.ok()) << last.status();
   ASSERT_NE((*last)->mtp(), nullptr);
-  EXPECT_EQ((*last)->mtp()->layer_index(), 3);
-  auto first = CpuModelSlice::Load({.model_dir = dir, .layers = {0, 2}});
+  EXPECT_EQ((*last)->mtp()->layer_index(), 4);
+  auto first = CpuModelSlice::Load({.model_dir = dir, .layers = {0, 3}});
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ((*first)->mtp(), nullptr);
   // Without MTP in the checkpoint the last slice loads without it.
@@ -177,7 +177,7 @@ TEST(MtpLoadTest, OnlyTheLastSliceHoldsTheMtpLayer) {
 // The MoE fixtures (written with the dense ones) wait for the MoE layers: until then they are
 // refused by name, not run wrongly.
 TEST(MlaMoeFixtureTest, MoeFixturesAreRefusedNamingTheirMoeLayers) {
-  for (const char* arch : {"deepseek_v3_moe", "deepseek_v2_moe"}) {
+  for (const char* arch : {"deepseek_v3_moe", "deepseek_v2_moe", "deepseek_v2_moe_group"}) {
     auto config = LoadModelConfig(FixtureDir(arch));
     ASSERT_FALSE(config.ok()) << arch;
     EXPECT_THAT(std::string(config.status().message()),
