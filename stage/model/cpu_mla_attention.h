@@ -21,8 +21,8 @@
 #include <span>
 #include <vector>
 
+#include "ring/model_config.h"
 #include "stage/model/latent_kv_cache.h"
-#include "stage/model/model_config.h"
 #include "stage/model/model_slice.h"
 
 namespace ringserve {

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 
 namespace ringserve {
 namespace {

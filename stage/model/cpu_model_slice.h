@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ring/model_config.h"
 #include "stage/model/cpu_mla_attention.h"
 #include "stage/model/cpu_mtp_layer.h"
 #include "stage/model/kv_cache.h"
 #include "stage/model/latent_kv_cache.h"
-#include "stage/model/model_config.h"
 #include "stage/model/model_slice.h"
 
 namespace ringserve {

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ring/model_config.h"
 #include "stage/model/cpu_mla_attention.h"
 #include "stage/model/latent_kv_cache.h"
-#include "stage/model/model_config.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/safetensors.h"
 

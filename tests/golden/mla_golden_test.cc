@@ -12,7 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "stage/model/cpu_model_slice.h"
 #include "stage/model/cpu_mtp_layer.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 #include "stage/model/safetensors.h"
 #include "tests/golden/golden_fixture.h"
 

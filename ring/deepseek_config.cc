@@ -1,4 +1,4 @@
-#include "stage/model/deepseek_config.h"
+#include "ring/deepseek_config.h"
 
 #include <algorithm>
 #include <cmath>

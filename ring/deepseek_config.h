@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 
 namespace ringserve {
 

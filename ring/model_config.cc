@@ -1,4 +1,4 @@
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 
 #include <cmath>
 #include <fstream>
@@ -9,7 +9,7 @@
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
-#include "stage/model/deepseek_config.h"
+#include "ring/deepseek_config.h"
 
 namespace ringserve {
 namespace {
