@@ -10,9 +10,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "ring/model_config.h"
 #include "stage/model/cpu_model_slice.h"
 #include "stage/model/cpu_mtp_layer.h"
-#include "ring/model_config.h"
 #include "stage/model/safetensors.h"
 #include "tests/golden/golden_fixture.h"
 
