@@ -123,11 +123,6 @@ absl::Status ParseDeepseekConfig(const Json& j, const std::string& source, Model
                                        "width of multi-head latent attention)",
                                        *head_dim, mla.qk_rope_head_dim));
   }
-  if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
-    return Invalid(source, fmt::format("unsupported quantization_config {} (bf16/fp32 "
-                                       "DeepSeek checkpoints only)",
-                                       j["quantization_config"].dump()));
-  }
   if (config.rope.type != RopeType::kDefault && config.rope.type != RopeType::kYarn) {
     return Invalid(source, "unsupported rope type for DeepSeek (supported: default, yarn)");
   }

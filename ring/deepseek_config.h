@@ -15,9 +15,8 @@ namespace ringserve {
 // Fills config.mla, num_kv_heads (== num_heads) and head_dim (== qk_rope_head_dim) from `j`;
 // config.rope must be parsed already. InvalidArgument naming the key (and `source`) for missing
 // or invalid fields and for what the backends do not implement: MoE layers (layers at or after
-// first_k_dense_replace while n_routed_experts is set), moe_layer_freq != 1, a
-// quantization_config, rope types other than default and yarn, num_key_value_heads or head_dim
-// that contradict MLA.
+// first_k_dense_replace while n_routed_experts is set), moe_layer_freq != 1, rope types other than
+// default and yarn, num_key_value_heads or head_dim that contradict MLA.
 absl::Status ParseDeepseekConfig(const nlohmann::json& j, const std::string& source,
                                  ModelConfig& config);
 

@@ -97,9 +97,6 @@ TEST(DeepseekConfigTest, RefusesWhatItDoesNotImplement) {
   Json freq = DeepseekV3Json();
   freq["moe_layer_freq"] = 2;
   ExpectRefused(freq, "moe_layer_freq 2");
-  Json fp8 = DeepseekV3Json();
-  fp8["quantization_config"] = {{"quant_method", "fp8"}};
-  ExpectRefused(fp8, "quantization_config");
   Json kv_heads = DeepseekV3Json();
   kv_heads["num_key_value_heads"] = 8;
   ExpectRefused(kv_heads, "num_key_value_heads 8");

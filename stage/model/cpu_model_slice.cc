@@ -9,6 +9,7 @@
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
 #include "stage/model/micro_batch_check.h"
+#include "stage/model/quantized_weights.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
 
@@ -32,6 +33,7 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
         fmt::format("kv_block_size ({}) and kv_num_blocks ({}) must be positive",
                     options.kv_block_size, options.kv_num_blocks));
   }
+  RS_ASSIGN_OR_RETURN(const quant::QuantConfig quant, quant::LoadQuantConfig(options.model_dir));
   RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> weights,
                       SafetensorsModel::Open(options.model_dir));
 
@@ -79,16 +81,17 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
     for (const TensorSpec& spec : LayerTensorSpecs(config, layer)) {
       std::vector<float>* field =
           (config.mla ? mla_fields : fields).at(spec.name.substr(prefix.size()));
-      RS_ASSIGN_OR_RETURN(*field, weights->ReadFloat(spec.name, spec.shape));
+      RS_ASSIGN_OR_RETURN(*field, ReadWeightFloat(*weights, quant, spec));
     }
   }
   if (slice->is_last()) {
     const TensorSpec norm = FinalNormSpec(config);
     RS_ASSIGN_OR_RETURN(slice->final_norm_, weights->ReadFloat(norm.name, norm.shape));
     const TensorSpec head = LmHeadSpec(config, *weights);
-    RS_ASSIGN_OR_RETURN(slice->lm_head_, weights->ReadFloat(head.name, head.shape));
+    RS_ASSIGN_OR_RETURN(slice->lm_head_, ReadWeightFloat(*weights, quant, head));
     if (config.mla && config.mla->num_nextn_predict_layers > 0) {
-      auto mtp = CpuMtpLayer::Load(config, *weights, options.kv_block_size, options.kv_num_blocks);
+      auto mtp =
+          CpuMtpLayer::Load(config, *weights, quant, options.kv_block_size, options.kv_num_blocks);
       if (mtp.ok()) {
         slice->mtp_ = *std::move(mtp);
         RS_LOG_INFO("loaded the MTP layer (model.layers.{}.*)", config.num_layers);
@@ -127,10 +130,11 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
                                config.num_kv_heads, config.head_dim);
   }
   RS_LOG_INFO(
-      "loaded {} layers [{}, {}) of {} from {} ({} files mapped), KV {} blocks x {} ({} MB), {}",
+      "loaded {} layers [{}, {}) of {} from {} ({} files mapped, quantization {}), KV {} blocks x "
+      "{} ({} MB), {}",
       ArchitectureName(config.architecture), layers.first, layers.last, config.num_layers,
-      options.model_dir, weights->OpenedFiles().size(), options.kv_num_blocks,
-      options.kv_block_size, kv_bytes >> 20, kv_per_token);
+      options.model_dir, weights->OpenedFiles().size(), quant::QuantMethodName(quant.method),
+      options.kv_num_blocks, options.kv_block_size, kv_bytes >> 20, kv_per_token);
   return slice;
 }
 

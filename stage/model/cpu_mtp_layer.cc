@@ -6,12 +6,14 @@
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
 #include "stage/model/micro_batch_check.h"
+#include "stage/model/quantized_weights.h"
 #include "stage/model/slice_weights.h"
 
 namespace ringserve {
 
 absl::StatusOr<std::unique_ptr<CpuMtpLayer>> CpuMtpLayer::Load(const ModelConfig& config,
                                                                SafetensorsModel& weights,
+                                                               const quant::QuantConfig& quant,
                                                                int kv_block_size,
                                                                int kv_num_blocks) {
   if (!config.mla || config.mla->num_nextn_predict_layers < 1) {
@@ -44,7 +46,7 @@ absl::StatusOr<std::unique_ptr<CpuMtpLayer>> CpuMtpLayer::Load(const ModelConfig
   const int64_t hidden = config.hidden_size, vocab = config.vocab_size;
   auto read = [&](std::vector<float>& field, const std::string& name,
                   std::vector<int64_t> shape) -> absl::Status {
-    RS_ASSIGN_OR_RETURN(field, weights.ReadFloat(name, shape));
+    RS_ASSIGN_OR_RETURN(field, ReadWeightFloat(weights, quant, {name, std::move(shape)}));
     return absl::OkStatus();
   };
   const std::string embed = weights.Contains(p + "embed_tokens.weight")

@@ -21,19 +21,22 @@
 #include "stage/model/cpu_mla_attention.h"
 #include "stage/model/latent_kv_cache.h"
 #include "stage/model/model_slice.h"
+#include "stage/model/quant/quant_config.h"
 #include "stage/model/safetensors.h"
 
 namespace ringserve {
 
 class CpuMtpLayer {
  public:
-  // Loads the first MTP layer of `weights`. NotFound when the checkpoint has none;
+  // Loads the first MTP layer of `weights` (dequantized per `quant`, as the slice's layers).
+  // NotFound when the checkpoint has none;
   // InvalidArgument when config has no MLA or num_nextn_predict_layers is 0; Unimplemented when
   // its block is MoE (index >= first_k_dense_replace), as it is in DeepSeek-V3 itself.
   // The layer has its own latent KV cache of kv_num_blocks blocks of kv_block_size positions;
   // block ids are the sequences' ids of the main model.
   static absl::StatusOr<std::unique_ptr<CpuMtpLayer>> Load(const ModelConfig& config,
                                                            SafetensorsModel& weights,
+                                                           const quant::QuantConfig& quant,
                                                            int kv_block_size, int kv_num_blocks);
 
   // One micro-batch of (h_i, t_{i+1}) pairs, laid out as ModelSlice's: chunk tokens take

@@ -64,7 +64,8 @@ class MtpTest : public ::testing::Test {
     config_ = *config;
     auto weights = SafetensorsModel::Open(dir_);
     ASSERT_TRUE(weights.ok()) << weights.status();
-    auto mtp = CpuMtpLayer::Load(config_, **weights, /*kv_block_size=*/4, /*kv_num_blocks=*/32);
+    auto mtp = CpuMtpLayer::Load(config_, **weights, quant::QuantConfig{}, /*kv_block_size=*/4,
+                                 /*kv_num_blocks=*/32);
     ASSERT_TRUE(mtp.ok()) << mtp.status();
     mtp_ = *std::move(mtp);
     golden_ = ReadGoldenJson(dir_);
