@@ -1,12 +1,21 @@
 #include "stage/nccl/nccl_channel.h"
 
 #include <cuda_runtime_api.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+
+extern char** environ;
 
 namespace ringserve {
 namespace {
@@ -246,6 +255,191 @@ TEST(NcclSetupTest, AcceptTimesOutWhenTheSenderNeverJoins) {
   auto receiver = NcclAccept(std::move(*link), /*device=*/0, absl::Seconds(3));
   EXPECT_EQ(receiver.status().code(), absl::StatusCode::kDeadlineExceeded) << receiver.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+// A peer that dies mid-transfer: another process (this binary again, RS_NCCL_DYING_PEER set)
+// joins the hop, holds its stream with a host function that never returns, sends or receives
+// one micro-batch (the frame goes out, the transfer cannot start) and exits. The survivor must
+// end in an error within its deadlines, and its stuck transfer must end when the channel aborts
+// the communicator (no stream left waiting forever, the device still usable).
+constexpr char kDyingPeerEnv[] = "RS_NCCL_DYING_PEER";  // "send ENDPOINT" or "recv ENDPOINT"
+constexpr size_t kDyingBytes = 1 << 20;
+
+void BlockForever(void*) {
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+// The dying peer's side (runs in the child process; exits, never returns).
+[[noreturn]] void RunDyingPeer(const std::string& spec) {
+  const bool send = spec.rfind("send ", 0) == 0;
+  const std::string endpoint = spec.substr(5);
+  const int device = send ? kSenderDevice : kReceiverDevice;
+  cudaStream_t stream = nullptr;
+  void* buffer = nullptr;
+  if (cudaSetDevice(device) != cudaSuccess || cudaStreamCreate(&stream) != cudaSuccess ||
+      cudaMalloc(&buffer, kDyingBytes) != cudaSuccess) {
+    _exit(10);
+  }
+  if (send) {
+    auto link = TcpConnectLink(endpoint, /*sender_index=*/0, kSetupTimeout);
+    if (!link.ok()) _exit(11);
+    auto sender = NcclConnect(std::move(*link), device, kSetupTimeout);
+    if (!sender.ok()) _exit(12);
+    if (cudaLaunchHostFunc(stream, BlockForever, nullptr) != cudaSuccess) _exit(13);
+    // The frame goes out; the staging copy and ncclSend wait behind the host function.
+    if (!(*sender)->Send(1, buffer, kDyingBytes, stream, kTimeout).ok()) _exit(14);
+  } else {
+    auto listener = TcpListener::Listen("127.0.0.1", 0);
+    if (!listener.ok()) _exit(15);
+    // Tell the parent where to connect: its endpoint file.
+    FILE* f = std::fopen(endpoint.c_str(), "w");
+    if (f == nullptr) _exit(16);
+    std::fprintf(f, "%s\n", (*listener)->endpoint().c_str());
+    std::fclose(f);
+    auto link = (*listener)->AcceptLink(/*expected_sender_index=*/0, kSetupTimeout);
+    if (!link.ok()) _exit(17);
+    auto receiver = NcclAccept(std::move(*link), device, kSetupTimeout);
+    if (!receiver.ok()) _exit(18);
+    if (cudaLaunchHostFunc(stream, BlockForever, nullptr) != cudaSuccess) _exit(19);
+    // Reads the frame; ncclRecv waits on the hop stream behind the host function.
+    if (!(*receiver)->Recv(1, buffer, kDyingBytes, stream, kTimeout).ok()) _exit(20);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the frame is on its way
+  _exit(0);
+}
+
+class DyingPeerEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (const char* spec = std::getenv(kDyingPeerEnv)) {
+      PrepareNcclEnvironment();
+      RunDyingPeer(spec);
+    }
+  }
+};
+[[maybe_unused]] const auto* const kDyingPeer =
+    ::testing::AddGlobalTestEnvironment(new DyingPeerEnvironment);
+
+// Starts this test binary as the dying peer; returns its pid (0 on failure).
+pid_t SpawnDyingPeer(const std::string& spec) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  env_strings.push_back(std::string(kDyingPeerEnv) + "=" + spec);
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe";
+  // gtest sets environments up only when a test is selected; the environment exits before it.
+  std::string filter = "--gtest_filter=NcclDyingPeerTest.*";
+  char* argv[] = {self.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, envp.data()) != 0) return 0;
+  return pid;
+}
+
+// Polls `stream` until its work has ended (completed or failed), up to `limit`.
+bool StreamEnds(int device, cudaStream_t stream, absl::Duration limit) {
+  cudaSetDevice(device);
+  const absl::Time end = absl::Now() + limit;
+  while (absl::Now() < end) {
+    if (cudaStreamQuery(stream) != cudaErrorNotReady) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+TEST(NcclDyingPeerTest, SenderDyingAfterItsFrameFailsTheReceiverAndEndsItsTransfer) {
+  PrepareNcclEnvironment();
+  std::string why;
+  if (DeviceCount(&why) < 2) GTEST_SKIP() << "needs 2 CUDA devices; found " << why;
+  auto listener = TcpListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const pid_t child = SpawnDyingPeer("send " + (*listener)->endpoint());
+  ASSERT_GT(child, 0);
+  auto link = (*listener)->AcceptLink(/*expected_sender_index=*/0, kSetupTimeout);
+  ASSERT_TRUE(link.ok()) << link.status();
+  auto receiver = NcclAccept(std::move(*link), kReceiverDevice, kSetupTimeout);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  DeviceBuffer destination(kReceiverDevice, kDyingBytes);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  // The frame arrived: the receive is posted and the stream waits for a transfer that will
+  // never come.
+  absl::Status first = (*receiver)->Recv(1, destination.get(), kDyingBytes, stream, kTimeout);
+  EXPECT_TRUE(first.ok()) << first;
+  int child_status = 0;
+  ASSERT_EQ(waitpid(child, &child_status, 0), child);
+  EXPECT_TRUE(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0) << child_status;
+  // The next receive sees the dead peer's closed link at once and aborts the communicator.
+  const absl::Time start = absl::Now();
+  absl::Status second = (*receiver)->Recv(2, destination.get(), kDyingBytes, stream, kTimeout);
+  EXPECT_EQ(second.code(), absl::StatusCode::kUnavailable) << second;
+  EXPECT_LT(absl::Now() - start, kTimeout / 2);
+  // The abort ended the stuck ncclRecv: the stream drains and the device still works.
+  EXPECT_TRUE(StreamEnds(kReceiverDevice, stream, absl::Seconds(20)));
+  receiver->reset();
+  cudaGetLastError();
+  DeviceBuffer after(kReceiverDevice, 64);  // allocates and sets memory on the device
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStreamDestroy(stream);
+}
+
+TEST(NcclDyingPeerTest, ReceiverDyingAfterTheFrameFailsTheSenderWithinItsDeadline) {
+  PrepareNcclEnvironment();
+  std::string why;
+  if (DeviceCount(&why) < 2) GTEST_SKIP() << "needs 2 CUDA devices; found " << why;
+  const std::string endpoint_file =
+      ::testing::TempDir() + "/rs_nccl_dying_receiver_" + std::to_string(getpid());
+  std::remove(endpoint_file.c_str());
+  const pid_t child = SpawnDyingPeer("recv " + endpoint_file);
+  ASSERT_GT(child, 0);
+  std::string endpoint;
+  for (int i = 0; i < 600 && endpoint.empty(); ++i) {
+    if (FILE* f = std::fopen(endpoint_file.c_str(), "r")) {
+      char line[256] = {0};
+      if (std::fgets(line, sizeof(line), f) != nullptr && std::strchr(line, '\n') != nullptr) {
+        endpoint.assign(line, std::strcspn(line, "\n"));
+      }
+      std::fclose(f);
+    }
+    if (endpoint.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(endpoint.empty()) << "the dying receiver did not start";
+  auto link = TcpConnectLink(endpoint, /*sender_index=*/0, kSetupTimeout);
+  ASSERT_TRUE(link.ok()) << link.status();
+  auto sender = NcclConnect(std::move(*link), kSenderDevice, kSetupTimeout);
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  DeviceBuffer source(kSenderDevice, kDyingBytes);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  EXPECT_TRUE((*sender)->Send(1, source.get(), kDyingBytes, stream, kTimeout).ok());
+  int child_status = 0;
+  ASSERT_EQ(waitpid(child, &child_status, 0), child);
+  EXPECT_TRUE(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0) << child_status;
+  // Later sends fail: the closed link (Unavailable) or, at the latest, the deadline on the
+  // slot of transfer 1 (DeadlineExceeded); after the error the channel fails fast.
+  const absl::Duration deadline = absl::Seconds(3);
+  const absl::Time start = absl::Now();
+  absl::Status status;
+  for (uint64_t id = 2; id <= 4 && status.ok(); ++id) {
+    status = (*sender)->Send(id, source.get(), kDyingBytes, stream, deadline);
+  }
+  EXPECT_FALSE(status.ok());
+  EXPECT_TRUE(status.code() == absl::StatusCode::kUnavailable ||
+              status.code() == absl::StatusCode::kDeadlineExceeded)
+      << status;
+  EXPECT_LT(absl::Now() - start, 3 * deadline);
+  absl::Status after = (*sender)->Send(9, source.get(), kDyingBytes, stream, deadline);
+  EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition) << after;
+  // The sender's compute stream never waits on the hop.
+  EXPECT_TRUE(StreamEnds(kSenderDevice, stream, absl::Seconds(20)));
+  sender->reset();
+  cudaGetLastError();
+  // Returns only once the aborted ncclSend kernels have ended (a hang here is the failure).
+  ASSERT_EQ(cudaSetDevice(kSenderDevice), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStreamDestroy(stream);
+  std::remove(endpoint_file.c_str());
 }
 
 }  // namespace
