@@ -9,6 +9,7 @@
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
+#include "ring/deepseek_config.h"
 
 namespace ringserve {
 namespace {
@@ -70,12 +71,13 @@ absl::StatusOr<Architecture> ParseArchitecture(const Json& j, const std::string&
   }
   const std::string name = (*it)[0].get<std::string>();
   for (Architecture a :
-       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3}) {
+       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3,
+        Architecture::kDeepseekV2, Architecture::kDeepseekV3}) {
     if (ArchitectureName(a) == name) return a;
   }
   return absl::InvalidArgumentError(fmt::format(
       "{}: unsupported architecture \"{}\" (supported: LlamaForCausalLM, MistralForCausalLM, "
-      "Qwen2ForCausalLM, Qwen3ForCausalLM)",
+      "Qwen2ForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM)",
       source, name));
 }
 
@@ -155,8 +157,32 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
     rope.original_max_position_embeddings = static_cast<int>(*original);
     return rope;
   }
+  if (type == "yarn") {
+    rope.type = RopeType::kYarn;
+    RS_ASSIGN_OR_RETURN(std::optional<int64_t> original,
+                        GetInt(*params, "original_max_position_embeddings", source, false));
+    if (!original) {  // transformers' standardize_rope_params default
+      RS_ASSIGN_OR_RETURN(original, GetInt(j, "max_position_embeddings", source, true));
+    }
+    if (*original <= 0) return Invalid(source, "yarn original_max_position_embeddings must be > 0");
+    rope.original_max_position_embeddings = static_cast<int>(*original);
+    for (auto [key, field] :
+         {std::pair{"beta_fast", &rope.beta_fast}, std::pair{"beta_slow", &rope.beta_slow},
+          std::pair{"mscale", &rope.mscale}, std::pair{"mscale_all_dim", &rope.mscale_all_dim}}) {
+      RS_ASSIGN_OR_RETURN(std::optional<double> value, GetNumber(*params, key, source));
+      // transformers: `get("beta_fast") or 32`, so 0 means the default too.
+      if (value && *value != 0) *field = *value;
+    }
+    RS_ASSIGN_OR_RETURN(rope.attention_factor, GetNumber(*params, "attention_factor", source));
+    RS_ASSIGN_OR_RETURN(rope.truncate, GetBool(*params, "truncate", true, source));
+    if (!(rope.beta_fast > 0) || !(rope.beta_slow > 0)) {
+      return Invalid(source,
+                     fmt::format("{}: yarn beta_fast and beta_slow must be > 0", params_key));
+    }
+    return rope;
+  }
   return Invalid(source, fmt::format("unsupported {} rope type \"{}\" (supported: default, "
-                                     "linear, llama3)",
+                                     "linear, llama3, yarn)",
                                      params_key, type));
 }
 
@@ -211,20 +237,8 @@ absl::Status RefuseUnsupported(const Json& j, const ModelConfig& config,
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) {
-  if (!j.is_object()) return Invalid(source, "top level must be a JSON object");
-  ModelConfig config;
-  RS_ASSIGN_OR_RETURN(config.architecture, ParseArchitecture(j, source));
-  if (auto it = j.find("model_type"); it != j.end() && it->is_string()) {
-    config.model_type = it->get<std::string>();
-  }
-  RS_ASSIGN_OR_RETURN(config.hidden_size, GetPositive(j, "hidden_size", source));
-  RS_ASSIGN_OR_RETURN(config.intermediate_size, GetPositive(j, "intermediate_size", source));
-  RS_ASSIGN_OR_RETURN(config.num_layers, GetPositive(j, "num_hidden_layers", source));
-  RS_ASSIGN_OR_RETURN(config.num_heads, GetPositive(j, "num_attention_heads", source));
-  RS_ASSIGN_OR_RETURN(config.vocab_size, GetPositive(j, "vocab_size", source));
-  RS_ASSIGN_OR_RETURN(config.max_position_embeddings,
-                      GetPositive(j, "max_position_embeddings", source));
+// num_key_value_heads and head_dim of the models with ordinary heads.
+absl::Status ParseHeads(const Json& j, const std::string& source, ModelConfig& config) {
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads,
                       GetInt(j, "num_key_value_heads", source, false));
   config.num_kv_heads = kv_heads ? static_cast<int>(*kv_heads) : config.num_heads;
@@ -248,10 +262,37 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
     return Invalid(source,
                    fmt::format("head_dim must be positive and even, got {}", config.head_dim));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) {
+  if (!j.is_object()) return Invalid(source, "top level must be a JSON object");
+  ModelConfig config;
+  RS_ASSIGN_OR_RETURN(config.architecture, ParseArchitecture(j, source));
+  if (auto it = j.find("model_type"); it != j.end() && it->is_string()) {
+    config.model_type = it->get<std::string>();
+  }
+  RS_ASSIGN_OR_RETURN(config.hidden_size, GetPositive(j, "hidden_size", source));
+  RS_ASSIGN_OR_RETURN(config.intermediate_size, GetPositive(j, "intermediate_size", source));
+  RS_ASSIGN_OR_RETURN(config.num_layers, GetPositive(j, "num_hidden_layers", source));
+  RS_ASSIGN_OR_RETURN(config.num_heads, GetPositive(j, "num_attention_heads", source));
+  RS_ASSIGN_OR_RETURN(config.vocab_size, GetPositive(j, "vocab_size", source));
+  RS_ASSIGN_OR_RETURN(config.max_position_embeddings,
+                      GetPositive(j, "max_position_embeddings", source));
   RS_ASSIGN_OR_RETURN(std::optional<double> eps, GetNumber(j, "rms_norm_eps", source));
   if (eps) config.rms_norm_eps = static_cast<float>(*eps);
   if (!(config.rms_norm_eps > 0)) return Invalid(source, "rms_norm_eps must be positive");
   RS_ASSIGN_OR_RETURN(config.rope, ParseRope(j, source));
+  const bool mla = config.architecture == Architecture::kDeepseekV2 ||
+                   config.architecture == Architecture::kDeepseekV3;
+  if (mla) {
+    RS_RETURN_IF_ERROR(ParseDeepseekConfig(j, source, config));
+  } else {
+    RS_RETURN_IF_ERROR(ParseHeads(j, source, config));
+  }
+  if (config.rope.type == RopeType::kYarn && !mla) {
+    return Invalid(source, "unsupported rope type \"yarn\" (supported for DeepSeek models only)");
+  }
 
   RS_ASSIGN_OR_RETURN(bool attention_bias, GetBool(j, "attention_bias", false, source));
   switch (config.architecture) {
@@ -264,7 +305,9 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
       config.o_bias = false;
       break;
     case Architecture::kMistral:
-      break;
+    case Architecture::kDeepseekV2:
+    case Architecture::kDeepseekV3:
+      break;  // DeepSeek's attention_bias is config.mla->attention_bias
   }
   config.qk_norm = config.architecture == Architecture::kQwen3;
   RS_ASSIGN_OR_RETURN(config.tie_word_embeddings, GetBool(j, "tie_word_embeddings", false, source));
@@ -300,6 +343,10 @@ std::string ArchitectureName(Architecture architecture) {
       return "Qwen2ForCausalLM";
     case Architecture::kQwen3:
       return "Qwen3ForCausalLM";
+    case Architecture::kDeepseekV2:
+      return "DeepseekV2ForCausalLM";
+    case Architecture::kDeepseekV3:
+      return "DeepseekV3ForCausalLM";
   }
   return "?";
 }
@@ -340,6 +387,8 @@ std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim) 
       cpu::ApplyLlama3RopeScaling(inv_freq, rope.factor, rope.low_freq_factor,
                                   rope.high_freq_factor, rope.original_max_position_embeddings);
       break;
+    case RopeType::kYarn:
+      return YarnInverseFrequencies(rope, head_dim);
   }
   return inv_freq;
 }

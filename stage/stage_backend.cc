@@ -101,10 +101,19 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
           fmt::format("kv_num_blocks: {} < 1 (a CPU stage cannot size its pool from memory)",
                       options.kv_num_blocks));
     }
-    *summary = fmt::format("cpu, {} KV blocks", options.kv_num_blocks);
-    return ModelSlice::LoadCpu(options);
+    RS_ASSIGN_OR_RETURN(std::unique_ptr<ModelSlice> slice, ModelSlice::LoadCpu(options));
+    *summary =
+        fmt::format("cpu, {} KV blocks, {} KV bytes per token and layer", options.kv_num_blocks,
+                    slice->config().kv_values_per_token_layer() * sizeof(float));
+    return slice;
   }
 #ifdef RINGSERVE_HAVE_CUDA
+  RS_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(options.model_dir));
+  if (model.mla) {
+    return absl::UnimplementedError(fmt::format(
+        "device {}: {} (multi-head latent attention) has no CUDA backend yet; use device cpu",
+        request.device(), ArchitectureName(model.architecture)));
+  }
   cuda::CudaSliceOptions cuda;
   cuda.device = ordinal;
   cuda.max_batch_tokens =

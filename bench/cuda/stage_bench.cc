@@ -72,12 +72,12 @@ ModelConfig ShapeConfig(const std::string& shape) {
   c.vocab_size = 128256;
   c.max_position_embeddings = 131072;
   c.rms_norm_eps = 1e-5f;
-  c.rope = {.type = RopeType::kLlama3,
-            .theta = 500000.0,
-            .factor = 8.0,
-            .low_freq_factor = 1.0,
-            .high_freq_factor = 4.0,
-            .original_max_position_embeddings = 8192};
+  c.rope.type = RopeType::kLlama3;
+  c.rope.theta = 500000.0;
+  c.rope.factor = 8.0;
+  c.rope.low_freq_factor = 1.0;
+  c.rope.high_freq_factor = 4.0;
+  c.rope.original_max_position_embeddings = 8192;
   return c;
 }
 

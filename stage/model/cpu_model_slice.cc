@@ -64,9 +64,23 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
         {"mlp.gate_proj.weight", &w.gate_w},
         {"mlp.up_proj.weight", &w.up_w},
         {"mlp.down_proj.weight", &w.down_w},
+        {"self_attn.q_a_proj.weight", &w.mla.q_a_w},
+        {"self_attn.q_a_proj.bias", &w.mla.q_a_b},
+        {"self_attn.q_a_layernorm.weight", &w.mla.q_a_norm},
+        {"self_attn.q_b_proj.weight", &w.mla.q_b_w},
+        {"self_attn.kv_a_proj_with_mqa.weight", &w.mla.kv_a_w},
+        {"self_attn.kv_a_proj_with_mqa.bias", &w.mla.kv_a_b},
+        {"self_attn.kv_a_layernorm.weight", &w.mla.kv_a_norm},
+        {"self_attn.kv_b_proj.weight", &w.mla.kv_b_w},
     };
+    // MLA's q_proj and o_proj land in the MLA weights.
+    std::map<std::string, std::vector<float>*> mla_fields = fields;
+    mla_fields["self_attn.q_proj.weight"] = &w.mla.q_w;
+    mla_fields["self_attn.o_proj.weight"] = &w.mla.o_w;
+    mla_fields["self_attn.o_proj.bias"] = &w.mla.o_b;
     for (const TensorSpec& spec : LayerTensorSpecs(config, layer)) {
-      std::vector<float>* field = fields.at(spec.name.substr(prefix.size()));
+      std::vector<float>* field =
+          (config.mla ? mla_fields : fields).at(spec.name.substr(prefix.size()));
       RS_ASSIGN_OR_RETURN(*field, ReadWeightFloat(*weights, quant, spec));
     }
   }
@@ -75,20 +89,52 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
     RS_ASSIGN_OR_RETURN(slice->final_norm_, weights->ReadFloat(norm.name, norm.shape));
     const TensorSpec head = LmHeadSpec(config, *weights);
     RS_ASSIGN_OR_RETURN(slice->lm_head_, ReadWeightFloat(*weights, quant, head));
+    if (config.mla && config.mla->num_nextn_predict_layers > 0) {
+      auto mtp =
+          CpuMtpLayer::Load(config, *weights, quant, options.kv_block_size, options.kv_num_blocks);
+      if (mtp.ok()) {
+        slice->mtp_ = *std::move(mtp);
+        RS_LOG_INFO("loaded the MTP layer (model.layers.{}.*)", config.num_layers);
+      } else if (absl::IsNotFound(mtp.status()) || absl::IsUnimplemented(mtp.status())) {
+        RS_LOG_WARN("no MTP layer: {}", std::string(mtp.status().message()));
+      } else {
+        return mtp.status();
+      }
+    }
   }
-  slice->kv_ = std::make_unique<PagedKvCache>(PagedKvCache::Options{
-      .num_layers = layers.size(),
-      .num_blocks = options.kv_num_blocks,
-      .block_size = options.kv_block_size,
-      .num_kv_heads = config.num_kv_heads,
-      .head_dim = config.head_dim,
-  });
+  int64_t kv_bytes = 0;
+  std::string kv_per_token;
+  if (config.mla) {
+    slice->latent_kv_ = std::make_unique<LatentKvCache>(LatentKvCache::Options{
+        .num_layers = layers.size(),
+        .num_blocks = options.kv_num_blocks,
+        .block_size = options.kv_block_size,
+        .latent_dim = config.mla->kv_lora_rank,
+        .rope_dim = config.mla->qk_rope_head_dim,
+    });
+    kv_bytes = slice->latent_kv_->bytes();
+    kv_per_token = fmt::format("{} bytes per token and layer (fp32 latent {} + rope key {})",
+                               slice->latent_kv_->bytes_per_token_layer(), config.mla->kv_lora_rank,
+                               config.mla->qk_rope_head_dim);
+  } else {
+    slice->kv_ = std::make_unique<PagedKvCache>(PagedKvCache::Options{
+        .num_layers = layers.size(),
+        .num_blocks = options.kv_num_blocks,
+        .block_size = options.kv_block_size,
+        .num_kv_heads = config.num_kv_heads,
+        .head_dim = config.head_dim,
+    });
+    kv_bytes = slice->kv_->bytes();
+    kv_per_token = fmt::format("{} bytes per token and layer (fp32 K and V, {} heads x {})",
+                               config.kv_values_per_token_layer() * sizeof(float),
+                               config.num_kv_heads, config.head_dim);
+  }
   RS_LOG_INFO(
       "loaded {} layers [{}, {}) of {} from {} ({} files mapped, quantization {}), KV {} blocks x "
-      "{} ({} MB)",
+      "{} ({} MB), {}",
       ArchitectureName(config.architecture), layers.first, layers.last, config.num_layers,
       options.model_dir, weights->OpenedFiles().size(), quant::QuantMethodName(quant.method),
-      options.kv_num_blocks, options.kv_block_size, slice->kv_->bytes() >> 20);
+      options.kv_num_blocks, options.kv_block_size, kv_bytes >> 20, kv_per_token);
   return slice;
 }
 
@@ -110,12 +156,35 @@ void CpuModelSlice::RunLayer(int local_layer, const MicroBatch& batch,
   const ModelConfig& c = config_;
   const int64_t tokens = static_cast<int64_t>(positions.size());
   const int64_t hidden = c.hidden_size;
+  std::vector<float> h(tokens * hidden);
+  cpu::RmsNorm(x.data(), w.input_norm.data(), tokens, hidden, c.rms_norm_eps, h.data());
+  if (c.mla) {
+    std::vector<float> attn_out(tokens * hidden);
+    MlaAttention({.config = &c,
+                  .weights = &w.mla,
+                  .chunks = batch.chunks,
+                  .positions = positions.data(),
+                  .inv_freq = inv_freq_.data(),
+                  .kv = latent_kv_->Layer(local_layer),
+                  .path = std::nullopt},
+                 h.data(), attn_out.data());
+    h.swap(attn_out);
+  } else {
+    RunAttention(local_layer, batch, positions, h);
+  }
+  cpu::Add(x.data(), h.data(), tokens * hidden);
+  RunMlp(w, tokens, x, h);
+}
+
+void CpuModelSlice::RunAttention(int local_layer, const MicroBatch& batch,
+                                 const std::vector<int32_t>& positions, std::vector<float>& h) {
+  const LayerWeights& w = layers_[local_layer];
+  const ModelConfig& c = config_;
+  const int64_t tokens = static_cast<int64_t>(positions.size());
+  const int64_t hidden = c.hidden_size;
   const int64_t q_size = c.q_size();
   const int64_t kv_size = c.kv_size();
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
-
-  std::vector<float> h(tokens * hidden);
-  cpu::RmsNorm(x.data(), w.input_norm.data(), tokens, hidden, c.rms_norm_eps, h.data());
   std::vector<float> q(tokens * q_size), k(tokens * kv_size), v(tokens * kv_size);
   cpu::MatMul(h.data(), w.q_w.data(), bias(w.q_b), tokens, hidden, q_size, q.data());
   cpu::MatMul(h.data(), w.k_w.data(), bias(w.k_b), tokens, hidden, kv_size, k.data());
@@ -142,8 +211,12 @@ void CpuModelSlice::RunLayer(int local_layer, const MicroBatch& batch,
     offset += chunk.num_tokens;
   }
   cpu::MatMul(attn.data(), w.o_w.data(), bias(w.o_b), tokens, q_size, hidden, h.data());
-  cpu::Add(x.data(), h.data(), tokens * hidden);
+}
 
+void CpuModelSlice::RunMlp(const LayerWeights& w, int64_t tokens, std::vector<float>& x,
+                           std::vector<float>& h) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
   cpu::RmsNorm(x.data(), w.post_norm.data(), tokens, hidden, c.rms_norm_eps, h.data());
   const int64_t inter = c.intermediate_size;
   std::vector<float> gate(tokens * inter), up(tokens * inter);

@@ -239,7 +239,8 @@ TEST_P(GoldenTest, GreedyContinuationThroughThreeSlices) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenTest,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3"),
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "deepseek_v3",
+                                           "deepseek_v3_nolora", "deepseek_v2"),
                          [](const auto& info) { return info.param; });
 
 // Quantized checkpoints (tests/fixtures/models/quant, scripts/make_quant_fixtures.py): the slice
@@ -312,7 +313,10 @@ INSTANTIATE_TEST_SUITE_P(
     Weights, PerturbationTest,
     ::testing::Values(Perturbation{"llama", "model.layers.1.mlp.down_proj.weight"},
                       Perturbation{"qwen2", "model.layers.2.self_attn.k_proj.bias"},
-                      Perturbation{"qwen3", "model.layers.0.self_attn.q_norm.weight"}),
+                      Perturbation{"qwen3", "model.layers.0.self_attn.q_norm.weight"},
+                      Perturbation{"deepseek_v3", "model.layers.1.self_attn.kv_b_proj.weight"},
+                      Perturbation{"deepseek_v2",
+                                   "model.layers.0.self_attn.kv_a_layernorm.weight"}),
     [](const auto& info) { return info.param.arch; });
 
 }  // namespace
