@@ -102,27 +102,31 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
     auto gpu_logits = (*gpu)->Forward(decode, {});
     ASSERT_TRUE(gpu_logits.ok()) << gpu_logits.status();
     EXPECT_LT(RelL2(*gpu_logits, *cpu_logits), logits_tol) << "step " << step;
-    // Same positions again: the KV writes are idempotent.
+    // Same positions again (the KV writes are idempotent), the way a stage runs them: greedy
+    // rows through the GPU sampler.
     const std::vector<RowSampling> rows(n);
-    auto gpu_tokens = (*gpu)->ForwardSample(decode, {}, rows);
-    ASSERT_TRUE(gpu_tokens.ok()) << gpu_tokens.status();
+    ASSERT_TRUE((*gpu)->Prepare(decode).ok());
+    ASSERT_TRUE((*gpu)->Run(decode).ok());
+    auto sampled = (*gpu)->Sample(decode, rows);
+    ASSERT_TRUE(sampled.ok()) << sampled.status();
+    const std::vector<int32_t>& gpu_tokens = sampled->tokens;
     for (int s = 0; s < n; ++s) {
       const float* want_row = cpu_logits->data() + s * vocab;
       const float* got_row = gpu_logits->data() + s * vocab;
       next[s] = GreedyToken(std::span<const float>(want_row, vocab));
-      EXPECT_EQ((*gpu_tokens)[s],
+      EXPECT_EQ(gpu_tokens[s],
                 GreedyToken(std::span<const float>(got_row, vocab)))  // GPU argmax == host argmax
           << "step " << step << " seq " << s;
       // Random prompts can land on near-ties that bf16 legitimately flips: a different choice
       // is accepted only when the CPU's gap between its choice and the GPU's is within twice
       // this row's largest logit error.
-      if ((*gpu_tokens)[s] != next[s]) {
+      if (gpu_tokens[s] != next[s]) {
         float max_err = 0;
         for (int i = 0; i < vocab; ++i)
           max_err = std::max(max_err, std::abs(got_row[i] - want_row[i]));
-        const float gap = want_row[next[s]] - want_row[(*gpu_tokens)[s]];
+        const float gap = want_row[next[s]] - want_row[gpu_tokens[s]];
         EXPECT_LE(gap, 2 * max_err) << "step " << step << " seq " << s << ": GPU chose "
-                                    << (*gpu_tokens)[s] << ", CPU " << next[s];
+                                    << gpu_tokens[s] << ", CPU " << next[s];
         ++near_ties;
       }
       ++pos[s];
