@@ -221,6 +221,70 @@ TEST_P(CudaFixtureTest, RejectsMalformedBatches) {
   EXPECT_EQ((*gpu)->Forward(bad_id, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The slice interface on the GPU: the activation buffer is device memory of the configured
+// capacity; Sample needs a Run of the same batch and samples what LogitsToHost shows (the GPU
+// sampler keeps the CPU sampler's contract); a split slice pair carries the batch through its
+// device buffers (copied through the host here, as a tcp hop does).
+TEST_P(CudaFixtureTest, DeviceBufferRunAndSampleFollowTheSliceContract) {
+  RS_SKIP_WITHOUT_GPU();
+  const std::string dir = FixtureDir(GetParam());
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const int layers = config->num_layers;
+  auto options = [&](int first, int last) {
+    return SliceOptions{.model_dir = dir,
+                        .layers = {first, last},
+                        .kv_block_size = kBlockSize,
+                        .kv_num_blocks = 4 * kBlocksPerSeq};
+  };
+  auto whole = CudaModelSlice::Load(options(0, layers), {.max_batch_tokens = 32});
+  auto head = CudaModelSlice::Load(options(0, 1), {.max_batch_tokens = 32});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE(head.ok()) << head.status();
+  ActivationBuffer& buffer = (*head)->activations();
+  EXPECT_EQ(buffer.memory(), MemorySpace::kDevice);
+  EXPECT_EQ(buffer.max_tokens(), 32);
+  EXPECT_EQ(buffer.Resize(33).code(), absl::StatusCode::kInvalidArgument);
+
+  MicroBatch batch;
+  for (int s = 0; s < 2; ++s) {
+    batch.chunks.push_back({.seq_id = static_cast<uint64_t>(s),
+                            .start_position = 0,
+                            .num_tokens = 5 + s,
+                            .block_table = Table(s),
+                            .logits = LogitsMode::kLastToken});
+    for (int i = 0; i < 5 + s; ++i) batch.token_ids.push_back((i * 31 + s) % config->vocab_size);
+  }
+  const std::vector<RowSampling> rows = {
+      {.config = {}}, {.config = {.temperature = 0.8f, .top_k = 20, .seed = 77}}};
+  ASSERT_TRUE((*whole)->Prepare(batch).ok());
+  EXPECT_EQ((*whole)->Sample(batch, rows).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*whole)->Prepare(batch).ok());
+  ASSERT_TRUE((*whole)->Run(batch).ok());
+  auto logits = (*whole)->LogitsToHost();
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  ASSERT_EQ(logits->size(), 2u * config->vocab_size);
+  auto sampled = (*whole)->Sample(batch, rows);
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  auto want = SampleTokens(*logits, config->vocab_size, rows);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(sampled->tokens, *want);
+  EXPECT_EQ((*whole)->Sample(batch, rows).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "a Run is sampled once";
+
+  // The head's output through its device buffer equals its Forward's hidden states.
+  ASSERT_TRUE((*head)->Prepare(batch).ok());
+  EXPECT_EQ(buffer.tokens(), 11);
+  ASSERT_TRUE((*head)->Run(batch).ok());
+  std::vector<float> hidden(11 * config->hidden_size);
+  ASSERT_TRUE(buffer.CopyToHost(hidden).ok());
+  EXPECT_EQ(buffer.CopyToHost(std::span<float>(hidden).first(3)).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto forward = (*head)->Forward(batch, {});  // same positions: the KV writes are idempotent
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  EXPECT_LT(RelL2(hidden, *forward), 1e-6);
+}
+
 // The fixtures have head dim 16 or 32; the tensor-core decode kernel (and the QKV prepare
 // folded into it) runs at head dim 128: a random-weight Llama-family model of that head dim
 // (bench/model's writer), 3 streams (attention takes the QKV prepare) and 1 stream (the GEMV
