@@ -43,13 +43,13 @@
 namespace ringserve {
 
 struct RingEngineOptions {
-  std::string model_id;  // shown by ModelInfo
-  ModelConfig model;
-  std::shared_ptr<const Tokenizer> tokenizer;  // null: token-id prompts only, no text
+  std::string model_id{};  // shown by ModelInfo
+  ModelConfig model{};
+  std::shared_ptr<const Tokenizer> tokenizer{};  // null: token-id prompts only, no text
   // The scheduler's policy; kv_num_blocks is taken from each formed ring.
-  SchedulerOptions scheduler;
-  RingFormer form_ring;
-  std::vector<StageLayout> stages;  // for statistics
+  SchedulerOptions scheduler{};
+  RingFormer form_ring{};
+  std::vector<StageLayout> stages{};  // for statistics
   bool recover = true;
   int max_waiting_while_down = 1024;
   // Requests fail (Unavailable) once the ring has been down this long; re-forming goes on.
@@ -88,8 +88,8 @@ class RingEngine final : public Engine {
   // A queued link event, tagged with the ring generation that produced it.
   struct LinkEvent {
     uint64_t generation = 0;
-    std::optional<v1::StepResult> result;
-    absl::Status failure;
+    std::optional<v1::StepResult> result{};
+    absl::Status failure{};
   };
 
   explicit RingEngine(RingEngineOptions options);

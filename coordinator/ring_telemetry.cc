@@ -13,7 +13,11 @@ constexpr size_t kMaxRecentRequests = 256;
 }  // namespace
 
 RingTelemetry::RingTelemetry(std::vector<StageLayout> stages) {
-  for (StageLayout& layout : stages) stages_.push_back(StageTrack{.layout = std::move(layout)});
+  for (StageLayout& layout : stages) {
+    StageTrack track;
+    track.layout = std::move(layout);
+    stages_.push_back(std::move(track));
+  }
 }
 
 void RingTelemetry::SetLoadStatus(int stage, std::string status) {

@@ -20,7 +20,7 @@ namespace ringserve {
 
 // Where each stage sits in the ring (for the stats' layout).
 struct StageLayout {
-  std::string endpoint;
+  std::string endpoint{};
   int first_layer = 0;
   int last_layer = 0;
 };
