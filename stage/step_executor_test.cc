@@ -93,7 +93,9 @@ TEST(StepExecutorTest, TwoStagesOverTcpSampleWhatTheWholeModelSamples) {
     ASSERT_TRUE(sent.ok()) << sent.status();
     ASSERT_TRUE(got.ok()) << got.status();
     const int64_t bytes = batch.TotalTokens() * 64 * int64_t{sizeof(float)};
-    EXPECT_EQ(sent->bytes_sent, bytes) << "step " << step;
+    // The activations plus one frame header.
+    EXPECT_GE(sent->bytes_sent, bytes) << "step " << step;
+    EXPECT_LE(sent->bytes_sent, bytes + 64) << "step " << step;
     EXPECT_TRUE(sent->tokens.empty());
 
     absl::StatusOr<std::vector<float>> logits = whole->Forward(batch, {});
@@ -149,7 +151,7 @@ TEST(StepExecutorTest, OneStageRejectsABadPlanAndRunsTheNext) {
   auto executor = StepExecutor::Create({.stage_index = 0}, Load({0, 3}), StageChannels{});
   ASSERT_TRUE(executor.ok()) << executor.status();
   MicroBatch bad = Prefill();
-  bad.chunks[1].block_table = {3, 4, 99};
+  bad.chunks[1].block_table = {99};
   auto failed = (*executor)->Run(EncodeStepPlan(7, bad, Sampling(0), true, true));
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
