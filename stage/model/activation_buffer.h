@@ -5,7 +5,8 @@
 // that is the only place that asks where the buffer lives.
 //
 // Lifetime and sizing: owned by its slice. ModelSlice::Prepare(batch) sets tokens() to the
-// batch's token count (and grows a host buffer); data() is valid until the next Prepare.
+// batch's token count (and grows a host buffer); a host buffer's data() is valid until the next
+// Resize, a device buffer's for the slice's lifetime.
 // Ordering: a device buffer's reads and writes are ordered on stream() (the slice's compute
 // stream); a device channel orders its copies on the same stream.
 // Not thread-safe (as its slice).
@@ -35,7 +36,8 @@ class ActivationBuffer {
   // (it sizes the device channels' slots); a host buffer grows as needed.
   virtual int64_t max_tokens() const = 0;
 
-  // Sets tokens() (called by the slice's Prepare). InvalidArgument above max_tokens().
+  // Sets tokens(): the slice's Prepare does, and the step executor before a receive that
+  // comes ahead of Prepare (a device channel). InvalidArgument above max_tokens().
   virtual absl::Status Resize(int64_t tokens) = 0;
   // [tokens(), hidden_size()] fp32 in memory(): a host or a device pointer.
   virtual float* data() = 0;
