@@ -9,14 +9,13 @@
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "ring/defaults.h"
-#include "stage/model/resident_slice.h"
 
 #ifdef RINGSERVE_HAVE_CUDA
+#include "stage/channels/cuda_ipc/cuda_ipc_channel.h"
 #include "stage/cuda/cuda_model_slice.h"
-#include "stage/cuda_ipc/cuda_ipc_channel.h"
 #endif
 #ifdef RINGSERVE_HAVE_NCCL
-#include "stage/nccl/nccl_channel.h"
+#include "stage/channels/nccl/nccl_channel.h"
 #endif
 
 namespace ringserve {
@@ -178,12 +177,12 @@ absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& r
     return channels;
   }
 
-  const auto* resident = dynamic_cast<const ResidentSlice*>(&slice);
-  if (resident == nullptr) {
+  const ActivationBuffer& activations = slice.activations();
+  if (activations.memory() != MemorySpace::kDevice) {
     return absl::FailedPreconditionError(
         fmt::format("channel: '{}' needs a CUDA stage (device cuda:N)", kind));
   }
-  const int device = resident->gpu_device();
+  const int device = activations.device();
   (void)device;  // unused in a build without the GPU channels
   // Links first (both directions at once), then the GPU channel handshakes, also at once.
   absl::StatusOr<std::unique_ptr<TcpLink>> in_link = std::unique_ptr<TcpLink>();
@@ -207,8 +206,8 @@ absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& r
           absl::UnimplementedError(kind);
 #ifdef RINGSERVE_HAVE_CUDA
       if (kind == "cuda_ipc") {
-        const int64_t slot_bytes = int64_t{resident->max_batch_tokens()} *
-                                   slice.config().hidden_size * int64_t{sizeof(float)};
+        const int64_t slot_bytes =
+            activations.max_tokens() * activations.hidden_size() * int64_t{sizeof(float)};
         receiver = CudaIpcAccept(
             std::move(*in_link),
             CudaIpcOptions{.device = device, .num_slots = kIpcSlots, .slot_bytes = slot_bytes},

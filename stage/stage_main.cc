@@ -18,9 +18,9 @@
 #include "common/logging.h"
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
+#include "stage/channels/tcp_channel.h"
 #include "stage/notify/notify.h"
 #include "stage/stage_service.h"
-#include "stage/tcp_channel.h"
 
 namespace {
 

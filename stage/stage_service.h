@@ -14,8 +14,8 @@
 #include <string>
 
 #include "proto/stage.grpc.pb.h"
+#include "stage/channels/tcp_channel.h"
 #include "stage/step_executor.h"
-#include "stage/tcp_channel.h"
 
 namespace ringserve {
 

@@ -1,5 +1,6 @@
 // One stage on one GPU, whole model (Llama-3.1-8B or Qwen3-8B shape, bf16, random weights made
-// on the GPU, or a model directory): decode tok/s at several stream counts (128-token prompts),
+// on the GPU, or a model directory), each step run as the last stage serves it (Prepare, Run,
+// Sample with greedy rows): decode tok/s at several stream counts (128-token prompts),
 // decode at a long context, prefill tok/s, each against its physical bound, and a per-shape GEMM
 // table (our GEMV vs cuBLASLt). Prints a table last.
 //
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -123,6 +125,18 @@ class Bench {
   }
   void ResetBlocks() { next_block_ = 0; }
 
+  // One step the way the last stage serves it (StepExecutor): Prepare, Run and Sample through
+  // the production sampler (greedy rows: SamplingConfig's temperature 0).
+  absl::StatusOr<std::vector<int32_t>> Step(const MicroBatch& batch, int rows) {
+    const std::vector<RowSampling> sampling(rows, RowSampling{.config = {.temperature = 0.0f}});
+    absl::Status status = slice_.Prepare(batch);
+    if (status.ok()) status = slice_.Run(batch);
+    if (!status.ok()) return status;
+    absl::StatusOr<SampledRows> sampled = slice_.Sample(batch, sampling);
+    if (!sampled.ok()) return sampled.status();
+    return std::move(sampled->tokens);
+  }
+
   // Prefill `streams` prompts of `prompt` tokens (in micro-batches of <= max_batch_tokens),
   // then time `steps` decode steps. Returns tok/s and the mean context.
   absl::StatusOr<std::pair<double, double>> Decode(int streams, int prompt, int steps, int warmup) {
@@ -157,8 +171,7 @@ class Bench {
           ++s;
         }
       }
-      std::vector<RowSampling> rows(members.size());
-      auto tokens = slice_.ForwardSample(batch, {}, rows);
+      auto tokens = Step(batch, static_cast<int>(members.size()));
       if (!tokens.ok()) return tokens.status();
       for (size_t i = 0; i < members.size(); ++i) next[members[i]] = (*tokens)[i];
     }
@@ -175,9 +188,8 @@ class Bench {
                                 .logits = LogitsMode::kLastToken});
         batch.token_ids.push_back(next[q]);
       }
-      std::vector<RowSampling> rows(streams);
       const auto t0 = Clock::now();
-      auto tokens = slice_.ForwardSample(batch, {}, rows);
+      auto tokens = Step(batch, streams);
       const auto t1 = Clock::now();
       if (!tokens.ok()) return tokens.status();
       if (step >= warmup) seconds += std::chrono::duration<double>(t1 - t0).count();
@@ -207,8 +219,7 @@ class Bench {
              .block_table = table,
              .logits = start + take == length ? LogitsMode::kLastToken : LogitsMode::kNone});
         for (int i = 0; i < take; ++i) batch.token_ids.push_back((start + i) * 31 % 50000);
-        std::vector<RowSampling> rows(start + take == length ? 1 : 0);
-        auto tokens = slice_.ForwardSample(batch, {}, rows);
+        auto tokens = Step(batch, start + take == length ? 1 : 0);
         if (!tokens.ok()) return tokens.status();
       }
       const auto t1 = Clock::now();

@@ -1,5 +1,5 @@
 // The CUDA slice's forward pass: micro-batch validation, the per-batch metadata plan, the layer
-// loop, decode-step CUDA graphs, the device-resident entry points and logits sampling.
+// loop, decode-step CUDA graphs, the ModelSlice entry points and logits sampling.
 #include <algorithm>
 #include <cmath>
 
@@ -400,7 +400,7 @@ absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
                      c.vocab_size, h, stream_);
 }
 
-absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
+absl::Status CudaModelSlice::Enqueue(const Plan& p) {
   const ModelConfig& c = config_;
   const int32_t* m = meta_.as<int32_t>();
   if (is_first()) {
@@ -425,18 +425,14 @@ absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
                                         p.logit_rows, c.hidden_size, stream_));
     x = gathered_.as<bf16>();
   }
-  RS_RETURN_IF_ERROR(gemm_->Linear(x, lm_head_, logits_.get(), OutType::kF32, p.logit_rows,
-                                   c.vocab_size, c.hidden_size, stream_));
-  if (!want_tokens) return absl::OkStatus();
-  return LaunchArgmax(logits_.as<float>(), p.logit_rows, c.vocab_size, tokens_.as<int32_t>(),
-                      stream_);
+  return gemm_->Linear(x, lm_head_, logits_.get(), OutType::kF32, p.logit_rows, c.vocab_size,
+                       c.hidden_size, stream_);
 }
 
 void CudaModelSlice::PlanDeleter::operator()(Plan* plan) const { delete plan; }
 
-absl::Status CudaModelSlice::Prepare(const MicroBatch& batch,
-                                     const std::span<const float>* hidden_in, Plan* p) {
-  RS_RETURN_IF_ERROR(Validate(batch, hidden_in));
+absl::Status CudaModelSlice::PreparePlan(const MicroBatch& batch, Plan* p) {
+  RS_RETURN_IF_ERROR(Validate(batch, /*hidden_in=*/nullptr));
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
   // The previous plan's upload from meta_host_ must have run before meta_host_ is rewritten:
   // usually long done; waited for only when the CPU runs steps ahead of the GPU (returns at
@@ -446,31 +442,20 @@ absl::Status CudaModelSlice::Prepare(const MicroBatch& batch,
   RS_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), meta_host_, p->meta_size * 4, cudaMemcpyHostToDevice, stream_));
   RS_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_uploaded_, stream_));
-  if (!is_first() && hidden_in != nullptr) {
-    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.get(), hidden_in->data(),
-                                            hidden_in->size() * sizeof(float),
-                                            cudaMemcpyHostToDevice, stream_));
-  }
   return absl::OkStatus();
 }
 
-absl::Status CudaModelSlice::Run(const MicroBatch& batch, const std::span<const float>* hidden_in,
-                                 bool want_tokens, Plan* p) {
-  RS_RETURN_IF_ERROR(Prepare(batch, hidden_in, p));
-  return Launch(*p, want_tokens);
-}
-
-absl::Status CudaModelSlice::Launch(const Plan& plan, bool want_tokens) {
+absl::Status CudaModelSlice::Launch(const Plan& plan) {
   const Plan* p = &plan;
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  if (!p->graph) return Enqueue(*p, want_tokens);
+  if (!p->graph) return Enqueue(*p);
 
   auto it = graphs_.find(p->graph_key);
   if (it == graphs_.end()) {
     RS_RETURN_IF_ERROR(TuneGemms(*p));
     cudaGraph_t graph = nullptr;
     RS_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    const absl::Status status = Enqueue(*p, /*want_tokens=*/is_last());
+    const absl::Status status = Enqueue(*p);
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     if (!status.ok()) {
       if (graph) cudaGraphDestroy(graph);
@@ -492,60 +477,6 @@ absl::Status CudaModelSlice::Launch(const Plan& plan, bool want_tokens) {
   }
   RS_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second.exec, stream_));
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<float>> CudaModelSlice::Forward(const MicroBatch& batch,
-                                                           std::span<const float> hidden_in) {
-  Plan plan;
-  RS_RETURN_IF_ERROR(Run(batch, &hidden_in, /*want_tokens=*/false, &plan));
-  std::vector<float> out;
-  if (is_last()) {
-    const int64_t vocab = config_.vocab_size;
-    out.resize(plan.output_rows.size() * vocab);
-    for (size_t r = 0; r < plan.output_rows.size(); ++r) {
-      RS_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(out.data() + r * vocab, logits_.as<float>() + plan.output_rows[r] * vocab,
-                          vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    }
-  } else {
-    out.resize(static_cast<size_t>(plan.real_tokens) * config_.hidden_size);
-    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), residual_.get(), out.size() * 4,
-                                            cudaMemcpyDeviceToHost, stream_));
-  }
-  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  return out;
-}
-
-absl::StatusOr<std::vector<int32_t>> CudaModelSlice::ForwardSample(
-    const MicroBatch& batch, std::span<const float> hidden_in, std::span<const RowSampling> rows) {
-  if (!is_last()) return absl::FailedPreconditionError("ForwardSample needs the last slice");
-  if (static_cast<int64_t>(rows.size()) != LogitRows(batch)) {
-    return absl::InvalidArgumentError(
-        fmt::format("{} sampling rows for {} logits rows", rows.size(), LogitRows(batch)));
-  }
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const absl::Status valid = ValidateSamplingConfig(rows[r].config);
-    if (!valid.ok()) {
-      return absl::InvalidArgumentError(fmt::format("row {}: {}", r, std::string(valid.message())));
-    }
-  }
-  const bool greedy = std::all_of(
-      rows.begin(), rows.end(), [](const RowSampling& r) { return r.config.temperature == 0.0f; });
-  if (!greedy) {
-    RS_ASSIGN_OR_RETURN(std::vector<float> logits, Forward(batch, hidden_in));
-    return SampleTokens(logits, config_.vocab_size, rows);
-  }
-  Plan plan;
-  RS_RETURN_IF_ERROR(Run(batch, &hidden_in, /*want_tokens=*/true, &plan));
-  std::vector<int32_t> all(plan.logit_rows);
-  if (plan.logit_rows > 0) {
-    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all.data(), tokens_.get(), all.size() * 4,
-                                            cudaMemcpyDeviceToHost, stream_));
-  }
-  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  std::vector<int32_t> tokens;
-  for (int r : plan.output_rows) tokens.push_back(all[r]);
-  return tokens;
 }
 
 absl::StatusOr<SampledRows> CudaModelSlice::SampleAfterRun(const MicroBatch& batch,
@@ -610,36 +541,12 @@ absl::StatusOr<SampledRows> CudaModelSlice::SampleAfterRun(const MicroBatch& bat
   return out;
 }
 
-absl::Status CudaModelSlice::CopyHiddenIn(std::span<const float> hidden) {
-  if (static_cast<int64_t>(hidden.size()) > int64_t{cuda_.max_batch_tokens} * config_.hidden_size) {
-    return absl::InvalidArgumentError(fmt::format("{} hidden values exceed the slice's {} tokens",
-                                                  hidden.size(), cuda_.max_batch_tokens));
-  }
-  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.get(), hidden.data(),
-                                          hidden.size() * sizeof(float), cudaMemcpyHostToDevice,
-                                          stream_));
-  return absl::OkStatus();
-}
-
-absl::Status CudaModelSlice::CopyHiddenOut(std::span<float> hidden) {
-  if (static_cast<int64_t>(hidden.size()) > int64_t{cuda_.max_batch_tokens} * config_.hidden_size) {
-    return absl::InvalidArgumentError(fmt::format("{} hidden values exceed the slice's {} tokens",
-                                                  hidden.size(), cuda_.max_batch_tokens));
-  }
-  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hidden.data(), residual_.get(),
-                                          hidden.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                          stream_));
-  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  return absl::OkStatus();
-}
-
-absl::Status CudaModelSlice::PrepareResident(const MicroBatch& batch) {
+absl::Status CudaModelSlice::Prepare(const MicroBatch& batch) {
   prepared_.reset();
   prepared_batch_ = nullptr;
   PlanPtr plan(new Plan());
-  RS_RETURN_IF_ERROR(Prepare(batch, /*hidden_in=*/nullptr, plan.get()));
+  RS_RETURN_IF_ERROR(PreparePlan(batch, plan.get()));
+  RS_RETURN_IF_ERROR(activations_->Resize(batch.TotalTokens()));
   prepared_ = std::move(plan);
   prepared_batch_ = &batch;
   return absl::OkStatus();
@@ -650,33 +557,55 @@ absl::StatusOr<CudaModelSlice::PlanPtr> CudaModelSlice::TakePreparedPlan(const M
     prepared_batch_ = nullptr;
     return std::move(prepared_);
   }
-  prepared_.reset();
+  RS_RETURN_IF_ERROR(Prepare(batch));
   prepared_batch_ = nullptr;
-  PlanPtr plan(new Plan());
-  RS_RETURN_IF_ERROR(Prepare(batch, /*hidden_in=*/nullptr, plan.get()));
-  return plan;
+  return std::move(prepared_);
 }
 
-absl::Status CudaModelSlice::ForwardResident(const MicroBatch& batch) {
-  if (is_last()) {
-    return absl::FailedPreconditionError("ForwardResident: the last slice samples instead");
-  }
+absl::Status CudaModelSlice::Run(const MicroBatch& batch) {
+  ran_.reset();
+  ran_batch_ = nullptr;
   RS_ASSIGN_OR_RETURN(PlanPtr plan, TakePreparedPlan(batch));
-  return Launch(*plan, /*want_tokens=*/false);
+  RS_RETURN_IF_ERROR(Launch(*plan));
+  if (is_last()) {
+    ran_ = std::move(plan);
+    ran_batch_ = &batch;
+  }
+  return absl::OkStatus();
 }
 
-absl::StatusOr<SampledRows> CudaModelSlice::SampleResident(const MicroBatch& batch,
-                                                           std::span<const RowSampling> rows) {
-  if (!is_last()) return absl::FailedPreconditionError("SampleResident needs the last slice");
+absl::StatusOr<SampledRows> CudaModelSlice::Sample(const MicroBatch& batch,
+                                                   std::span<const RowSampling> rows) {
+  if (!is_last()) return absl::FailedPreconditionError("Sample needs the last slice");
   for (size_t r = 0; r < rows.size(); ++r) {
     const absl::Status valid = ValidateSamplingConfig(rows[r].config);
     if (!valid.ok()) {
       return absl::InvalidArgumentError(fmt::format("row {}: {}", r, std::string(valid.message())));
     }
   }
-  RS_ASSIGN_OR_RETURN(PlanPtr plan, TakePreparedPlan(batch));
-  RS_RETURN_IF_ERROR(Launch(*plan, /*want_tokens=*/false));
+  if (ran_ == nullptr || ran_batch_ != &batch) {
+    return absl::FailedPreconditionError("Sample: no Run of this micro-batch before");
+  }
+  const PlanPtr plan = std::move(ran_);
+  ran_batch_ = nullptr;
   return SampleAfterRun(batch, *plan, rows);
+}
+
+absl::StatusOr<std::vector<float>> CudaModelSlice::LogitsToHost() {
+  if (!is_last() || ran_ == nullptr) {
+    return absl::FailedPreconditionError("LogitsToHost: needs the last slice after a Run");
+  }
+  const Plan& plan = *ran_;
+  const int64_t vocab = config_.vocab_size;
+  std::vector<float> out(plan.output_rows.size() * vocab);
+  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  for (size_t r = 0; r < plan.output_rows.size(); ++r) {
+    RS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(out.data() + r * vocab, logits_.as<float>() + plan.output_rows[r] * vocab,
+                        vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return out;
 }
 
 }  // namespace ringserve::cuda

@@ -226,6 +226,8 @@ absl::Status CudaModelSlice::AllocateRuntime() {
     RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(item.buf->get(), 0, item.bytes, stream_));
     activation_bytes_ += item.bytes;
   }
+  activations_ = std::make_unique<DeviceActivationBuffer>(residual_.as<float>(), t, c.hidden_size,
+                                                          cuda_.device, stream_);
   const int64_t s = cuda_.max_seqs;
   const int64_t tok_cap = std::max<int64_t>(t, cuda_.max_graph_batch);
   meta_capacity_ =

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "common/logging.h"
@@ -12,6 +13,7 @@
 #include "stage/model/quantized_weights.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
+#include "stage/sampling/sampler.h"
 
 namespace ringserve {
 
@@ -40,6 +42,7 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
   std::unique_ptr<CpuModelSlice> slice(new CpuModelSlice());
   slice->config_ = config;
   slice->options_ = options;
+  slice->activations_ = std::make_unique<HostActivationBuffer>(config.hidden_size);
   slice->inv_freq_ = RopeInverseFrequencies(config.rope, config.head_dim);
   if (slice->is_first()) {
     const TensorSpec spec = EmbeddingSpec(config);
@@ -227,9 +230,26 @@ void CpuModelSlice::RunMlp(const LayerWeights& w, int64_t tokens, std::vector<fl
   cpu::Add(x.data(), h.data(), tokens * hidden);
 }
 
-absl::StatusOr<std::vector<float>> CpuModelSlice::Forward(const MicroBatch& batch,
-                                                          std::span<const float> hidden_in) {
-  RS_RETURN_IF_ERROR(Validate(batch, hidden_in));
+absl::Status CpuModelSlice::Prepare(const MicroBatch& batch) {
+  logits_.clear();
+  has_logits_ = false;
+  RS_RETURN_IF_ERROR(ValidateMicroBatch(batch, {},
+                                        {.max_positions = config_.max_position_embeddings,
+                                         .max_positions_name = "max_position_embeddings",
+                                         .kv_block_size = options_.kv_block_size,
+                                         .kv_num_blocks = options_.kv_num_blocks,
+                                         .vocab_size = config_.vocab_size,
+                                         .hidden_size = config_.hidden_size,
+                                         .is_first = is_first(),
+                                         .hidden_in_resident = true}));
+  return activations_->Resize(batch.TotalTokens());
+}
+
+absl::Status CpuModelSlice::Run(const MicroBatch& batch) {
+  logits_.clear();
+  has_logits_ = false;
+  std::vector<float>& x = activations_->values();
+  RS_RETURN_IF_ERROR(Validate(batch, x));
   const int64_t tokens = batch.TotalTokens();
   const int64_t hidden = config_.hidden_size;
   std::vector<int32_t> positions;
@@ -237,14 +257,12 @@ absl::StatusOr<std::vector<float>> CpuModelSlice::Forward(const MicroBatch& batc
   for (const SequenceChunk& chunk : batch.chunks) {
     for (int32_t i = 0; i < chunk.num_tokens; ++i) positions.push_back(chunk.start_position + i);
   }
-  std::vector<float> x(tokens * hidden);
   if (is_first()) {
+    RS_RETURN_IF_ERROR(activations_->Resize(tokens));
     cpu::Embed(embedding_.data(), hidden, batch.token_ids.data(), tokens, x.data());
-  } else {
-    std::copy(hidden_in.begin(), hidden_in.end(), x.begin());
   }
   for (int layer = 0; layer < options_.layers.size(); ++layer) RunLayer(layer, batch, positions, x);
-  if (!is_last()) return x;
+  if (!is_last()) return absl::OkStatus();
 
   // Gather the rows each chunk asks logits for, then norm and project only those.
   std::vector<int64_t> rows;
@@ -263,10 +281,51 @@ absl::StatusOr<std::vector<float>> CpuModelSlice::Forward(const MicroBatch& batc
     cpu::RmsNorm(x.data() + rows[r] * hidden, final_norm_.data(), 1, hidden, config_.rms_norm_eps,
                  selected.data() + r * hidden);
   }
-  std::vector<float> logits(num_rows * config_.vocab_size);
+  logits_.resize(num_rows * config_.vocab_size);
   cpu::MatMul(selected.data(), lm_head_.data(), nullptr, num_rows, hidden, config_.vocab_size,
-              logits.data());
-  return logits;
+              logits_.data());
+  has_logits_ = true;
+  return absl::OkStatus();
 }
+
+absl::StatusOr<std::vector<float>> CpuModelSlice::LogitsToHost() {
+  if (!is_last() || !has_logits_) {
+    return absl::FailedPreconditionError("LogitsToHost: needs the last slice after a Run");
+  }
+  return logits_;
+}
+
+absl::StatusOr<SampledRows> CpuModelSlice::Sample(const MicroBatch& batch,
+                                                  std::span<const RowSampling> rows) {
+  if (!is_last() || !has_logits_) {
+    return absl::FailedPreconditionError("Sample: needs the last slice after Run(batch)");
+  }
+  const int vocab = config_.vocab_size;
+  size_t last_token_chunks = 0;
+  for (const SequenceChunk& chunk : batch.chunks) {
+    if (chunk.logits == LogitsMode::kLastToken) ++last_token_chunks;
+  }
+  if (rows.size() != last_token_chunks ||
+      logits_.size() != rows.size() * static_cast<size_t>(vocab)) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} sampling rows for {} LAST_TOKEN chunks and {} logits rows", rows.size(),
+                    last_token_chunks, logits_.size() / vocab));
+  }
+  SampledRows sampled;
+  RS_ASSIGN_OR_RETURN(sampled.tokens, SampleTokens(logits_, vocab, rows));
+  for (size_t row = 0; row < sampled.tokens.size(); ++row) {
+    sampled.logprobs.push_back(TokenLogprob(
+        std::span<const float>(logits_).subspan(row * vocab, vocab), sampled.tokens[row]));
+  }
+  return sampled;
+}
+
+void CpuModelSlice::BeginStepTiming() { step_start_ = absl::Now(); }
+
+void CpuModelSlice::EndStepTiming() {
+  step_us_ += absl::ToInt64Microseconds(absl::Now() - step_start_);
+}
+
+int64_t CpuModelSlice::TakeStepMicros() { return std::exchange(step_us_, 0); }
 
 }  // namespace ringserve

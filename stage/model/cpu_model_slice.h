@@ -1,7 +1,7 @@
 // The CPU reference implementation of ModelSlice (model_slice.h): fp32 weights and activations
-// in host memory, the ops of kernels/cpu, and a PagedKvCache (a LatentKvCache and
-// cpu_mla_attention for DeepSeek's multi-head latent attention). Created by ModelSlice::LoadCpu;
-// this header is for code that needs the concrete type (tests, tools).
+// in host memory, the ops of kernels/cpu, a PagedKvCache (a LatentKvCache and
+// cpu_mla_attention for DeepSeek's multi-head latent attention), and the host sampler. Created
+// by ModelSlice::LoadCpu; this header is for code that needs the concrete type (tests, tools).
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "ring/model_config.h"
 #include "stage/model/cpu_mla_attention.h"
 #include "stage/model/cpu_mtp_layer.h"
@@ -26,8 +27,19 @@ class CpuModelSlice : public ModelSlice {
 
   const ModelConfig& config() const override { return config_; }
   const SliceOptions& options() const override { return options_; }
-  absl::StatusOr<std::vector<float>> Forward(const MicroBatch& batch,
-                                             std::span<const float> hidden_in) override;
+  // A host buffer (HostActivationBuffer) that grows to the batch.
+  ActivationBuffer& activations() override { return *activations_; }
+  const ActivationBuffer& activations() const override { return *activations_; }
+  absl::Status Prepare(const MicroBatch& batch) override;
+  absl::Status Run(const MicroBatch& batch) override;
+  // Through stage/sampling (SampleTokens, TokenLogprob).
+  absl::StatusOr<SampledRows> Sample(const MicroBatch& batch,
+                                     std::span<const RowSampling> rows) override;
+  absl::StatusOr<std::vector<float>> LogitsToHost() override;
+  // Wall time between the two calls.
+  void BeginStepTiming() override;
+  void EndStepTiming() override;
+  int64_t TakeStepMicros() override;
 
   // The cache of models with ordinary heads (config().mla unset).
   const PagedKvCache& kv_cache() const { return *kv_; }
@@ -44,7 +56,7 @@ class CpuModelSlice : public ModelSlice {
   };
 
   CpuModelSlice() = default;
-  // Checks everything Forward relies on before anything is written.
+  // Checks everything Run relies on before anything is written.
   absl::Status Validate(const MicroBatch& batch, std::span<const float> hidden_in) const;
   // One decoder layer on the residual stream x [tokens, hidden].
   void RunLayer(int local_layer, const MicroBatch& batch, const std::vector<int32_t>& positions,
@@ -65,6 +77,11 @@ class CpuModelSlice : public ModelSlice {
   std::unique_ptr<PagedKvCache> kv_;
   std::unique_ptr<LatentKvCache> latent_kv_;
   std::unique_ptr<CpuMtpLayer> mtp_;
+  std::unique_ptr<HostActivationBuffer> activations_;
+  std::vector<float> logits_;  // [rows, vocab] of the last Run, last slice only
+  bool has_logits_ = false;
+  absl::Time step_start_;
+  int64_t step_us_ = 0;  // timed steps not yet taken
 };
 
 }  // namespace ringserve

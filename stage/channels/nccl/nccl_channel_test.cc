@@ -1,4 +1,4 @@
-#include "stage/nccl/nccl_channel.h"
+#include "stage/channels/nccl/nccl_channel.h"
 
 #include <cuda_runtime_api.h>
 #include <spawn.h>

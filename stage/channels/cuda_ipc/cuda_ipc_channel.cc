@@ -1,4 +1,4 @@
-#include "stage/cuda_ipc/cuda_ipc_channel.h"
+#include "stage/channels/cuda_ipc/cuda_ipc_channel.h"
 
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-#include "stage/tcp_channel.h"
+#include "stage/channels/tcp_channel.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "stage/activation_channel.h"
+#include "stage/channels/activation_channel.h"
 
 namespace ringserve {
 
@@ -29,7 +29,7 @@ absl::Status SplitHostPort(const std::string& endpoint, const std::string& what,
 
 // A connected socket carrying checked frames (the framing above; `tag` is the micro_batch_id
 // field) in both directions. The tcp channel sends activations over one; the GPU channels
-// (stage/device_channel.h) carry their small control messages over one per hop.
+// (stage/channels/device_channel.h) carry their small control messages over one per hop.
 // Not thread-safe: one reader and one writer, which may be the same thread.
 class TcpLink {
  public:

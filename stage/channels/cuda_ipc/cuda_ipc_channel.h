@@ -1,4 +1,4 @@
-// The `cuda_ipc` activation channel (stage/device_channel.h) for stages on one host: the
+// The `cuda_ipc` activation channel (stage/channels/device_channel.h) for stages on one host: the
 // receiving stage exports a small ring of device buffers ("slots") through a CUDA IPC memory
 // handle; the sending stage maps them and copies its activations straight into the next free
 // slot, GPU to GPU (or within one GPU: several stage processes may share a device, which NCCL
@@ -42,8 +42,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "stage/device_channel.h"
-#include "stage/tcp_channel.h"
+#include "stage/channels/device_channel.h"
+#include "stage/channels/tcp_channel.h"
 
 namespace ringserve {
 

@@ -1,8 +1,8 @@
 // The data plane between neighbouring GPU stages: like activation_channel.h, but the bytes live
 // in device memory on both ends, so activations go GPU to GPU without touching the host.
 // Implementations: cuda_ipc (stages on one host, any GPUs, including several stage processes on
-// ONE GPU; stage/cuda_ipc/cuda_ipc_channel.h) and nccl (one GPU per stage, same host or
-// across hosts; stage/nccl/nccl_channel.h).
+// ONE GPU; stage/channels/cuda_ipc/cuda_ipc_channel.h) and nccl (one GPU per stage, same host or
+// across hosts; stage/channels/nccl/nccl_channel.h).
 //
 // Both ends are bound to one CUDA device (the stage's). A transfer is ordered after everything
 // already enqueued on the caller's `stream` (the model's compute stream): Send waits for the

@@ -1,8 +1,8 @@
 // The data plane between neighbouring stages: one stage's output activations become the next
 // stage's input. A channel moves opaque byte buffers tagged with the micro-batch id; the
 // receiver always knows from the plan how many bytes to expect, so no metadata travels with the
-// data beyond a checked frame header. Implementations: tcp (stage/tcp_channel.h); cuda_ipc and
-// nccl plug in behind the same interfaces.
+// data beyond a checked frame header. Implementations: tcp (stage/channels/tcp_channel.h); cuda_ipc
+// and nccl plug in behind the same interfaces.
 //
 // Failure model: every error (wrong micro-batch id, wrong byte count, checksum mismatch, peer
 // gone, timeout) is returned as a status, never a hang; after an error the channel is broken

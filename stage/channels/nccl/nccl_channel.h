@@ -1,6 +1,6 @@
-// The `nccl` activation channel: stage/device_channel.h over NCCL point-to-point, one GPU per
-// stage, same host or across hosts. Each hop (stage i -> stage i + 1) is a 2-rank communicator
-// (sender rank 0, receiver rank 1) plus a TcpLink (stage/tcp_channel.h) that carries the
+// The `nccl` activation channel: stage/channels/device_channel.h over NCCL point-to-point, one GPU
+// per stage, same host or across hosts. Each hop (stage i -> stage i + 1) is a 2-rank communicator
+// (sender rank 0, receiver rank 1) plus a TcpLink (stage/channels/tcp_channel.h) that carries the
 // NCCL unique id at set-up and one small frame per message:
 //
 //   frame: tag = micro_batch_id, payload = u64 byte count (little endian)
@@ -41,8 +41,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "stage/device_channel.h"
-#include "stage/tcp_channel.h"
+#include "stage/channels/device_channel.h"
+#include "stage/channels/tcp_channel.h"
 
 namespace ringserve {
 
