@@ -22,7 +22,7 @@ absl::StatusOr<std::string> FindStageBinary(const std::string& self_path) {
   }
   return absl::NotFoundError(
       fmt::format("no `stage` executable at {} or {}; build it or pass "
-                  "--stage-binary",
+                  "--stage_binary",
                   candidates[0].string(), candidates[1].string()));
 }
 
@@ -31,7 +31,7 @@ absl::StatusOr<LocalStages> LocalStages::Launch(const std::string& stage_binary,
   LocalStages stages;
   for (const StageConfig& stage : ring.stages) {
     SubprocessOptions options;
-    options.argv = {stage_binary, "--listen", stage.endpoint(), "--ready-fd", "3"};
+    options.argv = {stage_binary, "--listen", stage.endpoint(), "--ready_fd", "3"};
     options.ready_fd = true;
     RS_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(options));
     stages.processes_.push_back(std::move(process));

@@ -22,7 +22,7 @@ TEST(CoordinatorTest, ExitsNonZeroWhenAStageDies) {
   absl::StatusOr<std::string> model_dir = MakeTestModel(dir.path());
   ASSERT_TRUE(model_dir.ok()) << model_dir.status();
   absl::StatusOr<Subprocess> stage = Subprocess::Spawn(
-      {.argv = {BinaryDir() + "/stage/stage", "--listen", "127.0.0.1:0", "--ready-fd", "3"},
+      {.argv = {BinaryDir() + "/stage/stage", "--listen", "127.0.0.1:0", "--ready_fd", "3"},
        .ready_fd = true,
        .stdout_path = "",
        .stderr_path = ""});
@@ -38,7 +38,7 @@ TEST(CoordinatorTest, ExitsNonZeroWhenAStageDies) {
       *model_dir, port);
   absl::StatusOr<Subprocess> coordinator =
       Subprocess::Spawn({.argv = {BinaryDir() + "/coordinator/coordinator", "--stages", hosts,
-                                  "--connect-timeout", "30", "--ready-fd", "3"},
+                                  "--connect_timeout", "30", "--ready_fd", "3"},
                          .ready_fd = true,
                          .stdout_path = "",
                          .stderr_path = ""});
@@ -66,8 +66,8 @@ TEST(CoordinatorTest, MetricsCountGrpcRequests) {
   ASSERT_TRUE(http_port.ok()) << http_port.status();
   absl::StatusOr<Subprocess> coordinator =
       Subprocess::Spawn({.argv = {BinaryDir() + "/coordinator/coordinator", "--model", *model_dir,
-                                  "--num-stages", "2", "--listen", "127.0.0.1:0", "--http-listen",
-                                  fmt::format("127.0.0.1:{}", *http_port), "--ready-fd", "3"},
+                                  "--num_stages", "2", "--listen", "127.0.0.1:0", "--http_listen",
+                                  fmt::format("127.0.0.1:{}", *http_port), "--ready_fd", "3"},
                          .ready_fd = true,
                          .stdout_path = "",
                          .stderr_path = ""});
@@ -77,8 +77,8 @@ TEST(CoordinatorTest, MetricsCountGrpcRequests) {
 
   for (int i = 0; i < 2; ++i) {
     absl::StatusOr<ProgramResult> client =
-        RunProgram({BinaryDir() + "/coordinator/ringserve_client", "--server", *grpc_address,
-                    "--prompt-ids", "5,6,7", "--max-tokens", "3"},
+        RunProgram({BinaryDir() + "/coordinator/ringserve_client", "--target", *grpc_address,
+                    "--prompt_ids", "5,6,7", "--max_tokens", "3"},
                    absl::Seconds(30));
     ASSERT_TRUE(client.ok()) << client.status();
     ASSERT_EQ(client->exit_code, 0) << client->output;
