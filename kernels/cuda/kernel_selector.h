@@ -75,6 +75,7 @@ struct GemmPlan {
   size_t skinny_workspace_bytes = 0;  // 0 when skinny_max_rows is 0
   bool tune = true;
   bool tune_cold_cache = true;
+  bool operator==(const GemmPlan&) const = default;
 };
 
 struct KernelPlan {
@@ -110,7 +111,7 @@ absl::StatusOr<KernelPlan> SelectKernels(const DeviceInfo& device, const Compile
 
 // Whether the normalized input rows of a GEMV (m rows of k bf16 values) fit the 48 KiB of shared
 // memory each GEMV block normalizes them into (gemv.h's RmsNormedInput).
-inline bool GemvNormedInputFits(int m, int k) {
+constexpr bool GemvNormedInputFits(int m, int k) {
   return static_cast<int64_t>(m) * k * 2 <= 48 * 1024;
 }
 
