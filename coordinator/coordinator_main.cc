@@ -33,15 +33,17 @@
 #include "absl/flags/flag.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "coordinator/generate_service.h"
 #include "coordinator/hosts/ring_config.h"
 #include "coordinator/http/http_api.h"
 #include "coordinator/http/starting_engine.h"
 #include "coordinator/local_stages.h"
-#include "coordinator/ring_engine.h"
+#include "coordinator/grpc_ring_engine.h"
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
+#include "ring/defaults.h"
 
 #ifndef RINGSERVE_DEFAULT_MODEL_DIR
 #define RINGSERVE_DEFAULT_MODEL_DIR "tests/fixtures/models/llama"
@@ -65,7 +67,10 @@ ABSL_FLAG(std::string, channel, "tcp",
           "activation channel between local stages: tcp, cuda_ipc, nccl");
 ABSL_FLAG(int, max_batch_tokens, 0, "scheduler tokens per micro-batch (0: the default)");
 ABSL_FLAG(int, micro_batches, 0, "scheduler micro-batches in flight (0: the default)");
-ABSL_FLAG(double, connect_timeout, 10, "seconds to wait for each stage at start-up");
+ABSL_FLAG(double, connect_timeout, ringserve::kDefaultConnectTimeoutSeconds,
+          "seconds to wait for each stage at start-up");
+ABSL_FLAG(double, ring_down_timeout, ringserve::kDefaultRingDownTimeoutSeconds,
+          "seconds a failed ring may take to form again before the coordinator gives up");
 ABSL_FLAG(std::string, stage_binary, "",
           "stage binary for local stages (default: `stage` next to this binary)");
 ABSL_FLAG(std::string, packing, "spread", "scheduler packing: spread or packed");
@@ -78,6 +83,7 @@ namespace {
 constexpr char kUsage[] =
     "The ring's coordinator: connects and configures the stages, serves the Generate API.\n"
     "usage: coordinator --stages=hosts.yaml [--listen=HOST:PORT] [--connect_timeout=S]\n"
+    "                   [--ring_down_timeout=S]\n"
     "       coordinator [--model=DIR] [--num_stages=N | --partition=SPEC] [--device=cpu|cuda:N]\n"
     "                   [--channel=tcp|cuda_ipc|nccl] [--max_batch_tokens=N] "
     "[--micro_batches=M] [--listen=HOST:PORT]";
@@ -94,7 +100,8 @@ struct Flags {
   ChannelKind channel = ChannelKind::kTcp;
   int max_batch_tokens = 0;  // --max_batch_tokens: scheduler max_tokens_per_micro_batch
   int micro_batches = 0;     // --micro_batches: scheduler micro_batches_in_flight
-  double connect_timeout_s = 10;
+  double connect_timeout_s = kDefaultConnectTimeoutSeconds;
+  double ring_down_timeout_s = kDefaultRingDownTimeoutSeconds;
   std::string stage_binary;
   std::string packing = "spread";
   int ready_fd = -1;
@@ -135,6 +142,7 @@ absl::StatusOr<Flags> ReadFlags() {
   flags.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   flags.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   flags.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
+  flags.ring_down_timeout_s = absl::GetFlag(FLAGS_ring_down_timeout);
   flags.stage_binary = absl::GetFlag(FLAGS_stage_binary);
   flags.packing = absl::GetFlag(FLAGS_packing);
   if (flags.packing != "spread" && flags.packing != "packed") {
@@ -246,16 +254,23 @@ int Run(int argc, char** argv) {
     if (http_server) http_server->Stop();
   };
 
-  RingEngineOptions engine_options;
-  engine_options.ring = *ring;
-  engine_options.connect_timeout = absl::Seconds(flags->connect_timeout_s);
-  engine_options.decode_packing =
-      flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread;
-  engine_options.on_progress = [&front](const std::string& line) {
-    std::fprintf(stderr, "coordinator: %s\n", line.c_str());
-    front.OnProgressLine(line);
+  BringUpOptions bring_up{.ring = *ring, .connect_timeout = absl::Seconds(flags->connect_timeout_s)};
+  bring_up.on_progress = [&front](const StageProgress& p) {
+    if (p.stage < 0) {
+      std::fprintf(stderr, "coordinator: %s\n", p.message.c_str());
+      return;
+    }
+    std::fprintf(stderr, "coordinator: stage %d (%s): %s\n", p.stage, p.endpoint.c_str(),
+                 p.message.c_str());
+    front.SetStageStatus(p.stage, p.ready ? "ready" : p.message);
   };
-  auto engine = RingEngine::Start(engine_options);
+  // A failed ring is formed again: local stages that died are started again first; stages of
+  // a hosts file come back under their supervisor (systemd Restart=on-failure).
+  auto engine = StartGrpcRingEngine(
+      {.bring_up = bring_up,
+       .packing = flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread,
+       .local_stages = local ? &*local : nullptr,
+       .ring_down_timeout = absl::Seconds(flags->ring_down_timeout_s)});
   if (!engine.ok()) {
     front.Fail(engine.status());
     stop_http();
@@ -289,9 +304,8 @@ int Run(int argc, char** argv) {
     close(flags->ready_fd);
   }
 
-  // Serve until signalled, checking the engine's health every second: once a stage has failed
-  // the ring cannot serve again, so exit non-zero and let the supervisor (systemd
-  // Restart=on-failure) restart the coordinator, which configures the whole ring again.
+  // Serve until signalled. A failed ring re-forms by itself (the engine keeps the APIs up);
+  // only an engine that can never serve again ends the process, non-zero, for the supervisor.
   int exit_code = 0;
   while (true) {
     const timespec poll = {.tv_sec = 1, .tv_nsec = 0};
@@ -300,8 +314,8 @@ int Run(int argc, char** argv) {
       std::fprintf(stderr, "coordinator: signal %d, shutting down\n", sig);
       break;
     }
-    if (!e->healthy()) {
-      std::fprintf(stderr, "coordinator: the ring is unhealthy (%s), exiting\n",
+    if (e->stopped()) {
+      std::fprintf(stderr, "coordinator: the engine stopped (%s), exiting\n",
                    e->health_message().c_str());
       exit_code = 3;
       break;

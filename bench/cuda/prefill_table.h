@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernels/cuda/kernel_selector.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 
 namespace ringserve::cuda {
 
