@@ -17,7 +17,7 @@ model=""
 client_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --num_stages) num_stages="$2"; shift 2 ;;
+    --num_stages|--num-stages) num_stages="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     *) client_args+=("$1"); shift ;;
   esac
@@ -60,7 +60,7 @@ if [ -z "$model" ]; then
 fi
 has_prompt=0
 for a in "${client_args[@]+"${client_args[@]}"}"; do
-  case "$a" in --prompt|--prompt_ids) has_prompt=1 ;; esac
+  case "$a" in --prompt|--prompt_ids|--prompt-ids|--prompt=*|--prompt_ids=*) has_prompt=1 ;; esac
 done
 if [ "$has_prompt" = 0 ]; then client_args+=("${default_prompt[@]}"); fi
 

@@ -75,7 +75,12 @@ struct GemmPlan {
   size_t skinny_workspace_bytes = 0;  // 0 when skinny_max_rows is 0
   bool tune = true;
   bool tune_cold_cache = true;
-  bool operator==(const GemmPlan&) const = default;
+  // (Spelled out: the .cu files that include this header are C++17.)
+  bool operator==(const GemmPlan& o) const {
+    return gemv_max_rows == o.gemv_max_rows && skinny_max_rows == o.skinny_max_rows &&
+           skinny_workspace_bytes == o.skinny_workspace_bytes && tune == o.tune &&
+           tune_cold_cache == o.tune_cold_cache;
+  }
 };
 
 struct KernelPlan {
