@@ -140,27 +140,6 @@ absl::Status Ring::RestartStage(int i) {
   return last;
 }
 
-absl::Status Ring::RestartStage(int i) {
-  if (i < 0 || i >= num_stages()) return absl::InvalidArgumentError("no such stage");
-  RS_RETURN_IF_ERROR(stages_[i].Wait(absl::Seconds(10)).status());
-  SubprocessOptions spawn = stage_spawns_[i];
-  spawn.argv[2] = stage_endpoints_[i];  // --listen: the same port again
-  // The killed process's port may linger for a moment; retry briefly.
-  absl::Status last;
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    RS_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(spawn));
-    absl::StatusOr<std::string> ready = process.ReadReadyLine(absl::Seconds(20));
-    if (ready.ok()) {
-      stages_[i] = std::move(process);
-      return absl::OkStatus();
-    }
-    last = ready.status();
-    (void)process.Wait(absl::Seconds(5));
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return last;
-}
-
 std::string Ring::CoordinatorLog() const { return ReadFile(dir_.path() + "/coordinator.log"); }
 
 Generation Ring::Generate(const ringserve::v1::GenerateRequest& request) {

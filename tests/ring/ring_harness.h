@@ -29,7 +29,7 @@ struct RingOptions {
   int stage_step_delay_ms = 0;         // stage --debug_step_delay_ms (a slow ring)
   std::string device = "cpu";          // every stage's device ("cpu", "cuda:0")
   std::string channel = "tcp";         // hosts.yaml channel
-  std::vector<std::string> coordinator_args;  // extra coordinator flags
+  std::vector<std::string> coordinator_args{};  // extra coordinator flags
 };
 
 struct Generation {
