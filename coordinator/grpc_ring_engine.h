@@ -13,7 +13,7 @@
 namespace ringserve {
 
 struct GrpcRingEngineOptions {
-  BringUpOptions bring_up;  // bring_up.ring: the validated RingConfig
+  BringUpOptions bring_up{};  // bring_up.ring: the validated RingConfig
   DecodePacking packing = DecodePacking::kSpread;
   // Local stage processes of an embedded ring, started again when they exited; not owned,
   // must outlive the engine. Null for stages under a supervisor (hosts.yaml).

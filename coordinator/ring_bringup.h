@@ -21,14 +21,14 @@ namespace ringserve {
 // One start-up event of one stage, or of the whole ring (stage == -1).
 struct StageProgress {
   int stage = -1;
-  std::string endpoint;  // the stage's control endpoint; empty for the ring
-  std::string message;   // "loading layers [2, 4) ...", "ready", "connecting to 3 stage(s)"
-  bool ready = false;    // the stage has loaded its slice
+  std::string endpoint{};  // the stage's control endpoint; empty for the ring
+  std::string message{};   // "loading layers [2, 4) ...", "ready", "connecting to 3 stage(s)"
+  bool ready = false;      // the stage has loaded its slice
 };
 using ProgressCallback = std::function<void(const StageProgress&)>;
 
 struct BringUpOptions {
-  RingConfig ring;  // validated (hosts.yaml or the embedded default)
+  RingConfig ring{};  // validated (hosts.yaml or the embedded default)
   // Bounded wait for each stage's control endpoint to accept a connection.
   absl::Duration connect_timeout = absl::Seconds(kDefaultConnectTimeoutSeconds);
   // Bound on configuring (loading) one stage.
@@ -40,7 +40,7 @@ struct BringUpOptions {
   int default_kv_blocks = kDefaultCpuKvBlocks;
   // Share of each GPU's memory the CUDA stages on it may take together (split evenly).
   double gpu_memory_utilization = kDefaultGpuMemoryFraction;
-  ProgressCallback on_progress;  // any thread, serialized; may be empty
+  ProgressCallback on_progress{};  // any thread, serialized; may be empty
 };
 
 // The KV blocks to ask each stage for: scheduler.kv_blocks when set; scheduler.kv_budget

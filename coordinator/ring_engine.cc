@@ -89,7 +89,7 @@ absl::Status RingEngine::InstallRingLocked(FormedRing formed, uint64_t generatio
   sched.kv_num_blocks = formed.kv_num_blocks;
   RS_RETURN_IF_ERROR(Scheduler::Validate(sched));
   const bool reformed = scheduler_ != nullptr;
-  if (reformed) telemetry_.CarryPreemptions(scheduler_->Stats().preemptions);
+  if (reformed) telemetry_.CarrySchedulerCounters(scheduler_->Stats());
   scheduler_ = std::make_unique<Scheduler>(sched);
   kv_num_blocks_ = formed.kv_num_blocks;
   link_ = std::move(formed.link);
@@ -205,9 +205,8 @@ absl::Status RingEngine::Submit(GenerateRequest request, EventCallback on_event)
       return absl::InvalidArgumentError(fmt::format("request {}: stop: empty string", id));
   }
   if (!s.stop.empty() && options_.tokenizer == nullptr) {
-    return absl::InvalidArgumentError(
-        fmt::format("request {}: stop strings need a tokenizer, and {} has none", id,
-                    options_.model_id));
+    return absl::InvalidArgumentError(fmt::format(
+        "request {}: stop strings need a tokenizer, and {} has none", id, options_.model_id));
   }
   const int max_context = options_.scheduler.max_context;
   if (max_context > 0 && static_cast<int64_t>(request.prompt_ids.size()) >= max_context) {
@@ -227,9 +226,9 @@ absl::Status RingEngine::Submit(GenerateRequest request, EventCallback on_event)
     }
     if (!ring_up_ && static_cast<int>(requests_.size()) >= options_.max_waiting_while_down) {
       telemetry_.OnRejected();
-      return absl::UnavailableError(fmt::format(
-          "request {}: the ring is down ({}) and {} requests already wait for it", id, health_,
-          requests_.size()));
+      return absl::UnavailableError(
+          fmt::format("request {}: the ring is down ({}) and {} requests already wait for it", id,
+                      health_, requests_.size()));
     }
     auto r = std::make_unique<Request>();
     r->id = id;
@@ -337,13 +336,13 @@ void RingEngine::TryReform() {
   if (status.ok()) return;
   RS_LOG_WARN("re-forming the ring (attempt {}) failed: {}", attempt,
               std::string(status.message()));
-  health_ = fmt::format("recovering: attempt {} failed: {}", attempt,
-                        std::string(status.message()));
+  health_ =
+      fmt::format("recovering: attempt {} failed: {}", attempt, std::string(status.message()));
   if (!requests_.empty() && absl::Now() - down_since_ >= options_.ring_down_timeout) {
     std::vector<Delivery> out;
-    FailAll(absl::UnavailableError(fmt::format(
-                "the ring has been down for {} ({})",
-                absl::FormatDuration(absl::Now() - down_since_), std::string(status.message()))),
+    FailAll(absl::UnavailableError(fmt::format("the ring has been down for {} ({})",
+                                               absl::FormatDuration(absl::Now() - down_since_),
+                                               std::string(status.message()))),
             &out);
     lock.unlock();
     for (auto& [callback, event] : out) callback(event);
@@ -404,8 +403,8 @@ absl::Status RingEngine::HandleResult(const v1::StepResult& result, std::vector<
   const int num_stages = link_->num_stages();
   const int index = result.stage_index();
   if (index < 0 || index >= num_stages) {
-    return absl::InternalError(fmt::format("a step result names stage {} of {}", index,
-                                           num_stages));
+    return absl::InternalError(
+        fmt::format("a step result names stage {} of {}", index, num_stages));
   }
   if (!result.error().empty()) {
     return absl::InternalError(fmt::format("stage {}: micro-batch {}: {}", index,

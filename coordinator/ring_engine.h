@@ -13,7 +13,8 @@
 // neither loses nor repeats a token and greedy (or seeded) output equals an undisturbed run.
 // While the ring is down, new requests wait, up to `max_waiting_while_down`; beyond that they
 // get Unavailable; once it has been down for `ring_down_timeout`, the waiting requests fail
-// (Unavailable) while re-forming goes on. With `recover` false a failure fails every request and ends serving.
+// (Unavailable) while re-forming goes on. With `recover` false a failure fails every request and
+// ends serving.
 //
 // Thread-safe (see Engine). Callbacks run on the engine thread.
 #pragma once
@@ -43,13 +44,13 @@
 namespace ringserve {
 
 struct RingEngineOptions {
-  std::string model_id;  // shown by ModelInfo
-  ModelConfig model;
-  std::shared_ptr<const Tokenizer> tokenizer;  // null: token-id prompts only, no text
+  std::string model_id{};  // shown by ModelInfo
+  ModelConfig model{};
+  std::shared_ptr<const Tokenizer> tokenizer{};  // null: token-id prompts only, no text
   // The scheduler's policy; kv_num_blocks is taken from each formed ring.
-  SchedulerOptions scheduler;
-  RingFormer form_ring;
-  std::vector<StageLayout> stages;  // for statistics
+  SchedulerOptions scheduler{};
+  RingFormer form_ring{};
+  std::vector<StageLayout> stages{};  // for statistics
   bool recover = true;
   int max_waiting_while_down = 1024;
   // Requests fail (Unavailable) once the ring has been down this long; re-forming goes on.
@@ -88,8 +89,8 @@ class RingEngine final : public Engine {
   // A queued link event, tagged with the ring generation that produced it.
   struct LinkEvent {
     uint64_t generation = 0;
-    std::optional<v1::StepResult> result;
-    absl::Status failure;
+    std::optional<v1::StepResult> result{};
+    absl::Status failure{};
   };
 
   explicit RingEngine(RingEngineOptions options);

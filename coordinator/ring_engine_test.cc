@@ -78,10 +78,10 @@ std::vector<int32_t> Prompt(int i) {
 }
 
 struct Harness {
-  // Rings formed so far (the engine owns them; a test reads their counters).
-  std::vector<FakeRingLink*> links;
+  std::atomic<int> formed{0};  // rings formed so far
+  std::atomic<int> closed{0};  // rings the engine has closed
   std::atomic<int> attempts{0};
-  std::atomic<int> failing_attempts{0};  // re-form attempts (>= 1) that fail first
+  std::atomic<int> failing_attempts{0};       // re-form attempts (>= 1) that fail first
   std::vector<FakeRingOptions> ring_options;  // per formed ring; the last repeats
 
   RingEngineOptions Options(int kv_blocks = 64, bool recover = true) {
@@ -101,14 +101,22 @@ struct Harness {
       if (attempt > 0 && attempt <= failing_attempts) {
         return absl::UnavailableError("stage 1 is still down");
       }
-      size_t index = std::min(links.size(), ring_options.size() - 1);
-      auto link = std::make_unique<FakeRingLink>(ring_options[index]);
-      links.push_back(link.get());
-      return FormedRing{.link = std::move(link), .kv_num_blocks = kv_blocks};
+      FakeRingOptions ring = ring_options[std::min<size_t>(formed++, ring_options.size() - 1)];
+      ring.on_close = [this] { closed++; };
+      return FormedRing{.link = std::make_unique<FakeRingLink>(ring), .kv_num_blocks = kv_blocks};
     };
     return options;
   }
 };
+
+// Polls `done` until it holds (bounded: 10 s).
+bool WaitFor(const std::function<bool()>& done) {
+  for (int i = 0; i < 2000; ++i) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return done();
+}
 
 GenerateRequest Request(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
   GenerateRequest request;
@@ -168,14 +176,16 @@ TEST(RingEngineTest, StageErrorWithoutRecoveryFailsEveryRequestAndStops) {
   EXPECT_FALSE((*engine)->healthy());
   EXPECT_EQ((*engine)->Submit(Request("late", Prompt(1), 4), c.For("late")).code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(h.links[0]->closed());
+  EXPECT_TRUE(WaitFor([&] { return h.closed == 1; }));
 }
 
 TEST(RingEngineTest, RingFailureResumesEveryRequestWithTheUndisturbedTokens) {
   for (bool stage_error : {false, true}) {
     Harness h;
     // The first ring fails after 7 micro-batches, the second after 5 more; the third holds.
-    h.ring_options = {{.num_stages = 2, .vocab_size = kVocab, .fail_after_micro_batches = 7,
+    h.ring_options = {{.num_stages = 2,
+                       .vocab_size = kVocab,
+                       .fail_after_micro_batches = 7,
                        .fail_as_stage_error = stage_error},
                       {.num_stages = 2, .vocab_size = kVocab, .fail_after_micro_batches = 5},
                       {.num_stages = 2, .vocab_size = kVocab}};
@@ -198,10 +208,9 @@ TEST(RingEngineTest, RingFailureResumesEveryRequestWithTheUndisturbedTokens) {
     EXPECT_EQ(stats.requests.ring_restarts, 2);
     EXPECT_GT(stats.requests.resumed_requests, 0);
     EXPECT_EQ(stats.requests.requests_failed, 0);
-    EXPECT_EQ(h.links.size(), 3u);
+    EXPECT_EQ(h.formed.load(), 3);
     EXPECT_EQ(h.attempts.load(), 5);  // start, fail, fail, ok (ring 2), then ring 3 at once
-    EXPECT_TRUE(h.links[0]->closed());
-    EXPECT_TRUE(h.links[1]->closed());
+    EXPECT_TRUE(WaitFor([&] { return h.closed == 2; }));  // the two failed rings
     EXPECT_TRUE((*engine)->healthy());
   }
 }
@@ -232,11 +241,11 @@ TEST(RingEngineTest, RequestsWaitWhileTheRingIsDownUpToABound) {
 
 TEST(RingEngineTest, CancelFinishesOnlyThatRequest) {
   Harness h;
-  h.ring_options = {{.num_stages = 2, .vocab_size = kVocab}};
+  h.ring_options = {{.num_stages = 2, .vocab_size = kVocab, .step_time = absl::Milliseconds(2)}};
   auto engine = RingEngine::Start(h.Options());
   ASSERT_TRUE(engine.ok()) << engine.status();
   Collector c;
-  // "long" cannot finish before it is cancelled: it would need the whole context.
+  // "long" would need ~250 steps of 2 ms; "short" is done after a few.
   ASSERT_TRUE((*engine)->Submit(Request("long", Prompt(0), 4000), c.For("long")).ok());
   ASSERT_TRUE((*engine)->Submit(Request("short", Prompt(1), 6), c.For("short")).ok());
   ASSERT_TRUE(c.WaitAll({"short"}));

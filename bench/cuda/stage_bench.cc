@@ -29,8 +29,8 @@
 #include "kernels/cuda/kernel_options.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
-#include "stage/cuda/cuda_model_slice.h"
 #include "ring/model_config.h"
+#include "stage/cuda/cuda_model_slice.h"
 
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json + safetensors); empty: random weights of --shape");

@@ -26,7 +26,7 @@ void FakeRingLink::Send(int stage, v1::StepPlan plan) {
   for (const v1::StepPlan& p : plans) {
     if (p.micro_batch_id() != id) return;  // a stage's plan has not arrived yet
   }
-  const v1::StepPlan& first = plans.front();
+  const v1::StepPlan first = std::move(plans.front());
   pending_.erase(id);
   if (options_.fail_after_micro_batches >= 0 && done_ >= options_.fail_after_micro_batches) {
     failed_ = true;
@@ -37,12 +37,13 @@ void FakeRingLink::Send(int stage, v1::StepPlan plan) {
       result.set_error("injected stage error");
       handlers_.on_result(std::move(result));
     } else {
-      handlers_.on_failure(absl::UnavailableError(
-          fmt::format("injected failure at micro-batch {}", id)));
+      handlers_.on_failure(
+          absl::UnavailableError(fmt::format("injected failure at micro-batch {}", id)));
     }
     return;
   }
   ++done_;
+  if (options_.step_time > absl::ZeroDuration()) absl::SleepFor(options_.step_time);
   for (int s = 0; s < options_.num_stages; ++s) {
     v1::StepResult result;
     result.set_micro_batch_id(id);
@@ -63,18 +64,12 @@ void FakeRingLink::Send(int stage, v1::StepPlan plan) {
 }
 
 void FakeRingLink::Close(bool) {
-  std::lock_guard<std::mutex> lock(mu_);
-  closed_ = true;
-}
-
-bool FakeRingLink::closed() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return closed_;
-}
-
-int FakeRingLink::micro_batches_done() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  if (options_.on_close) options_.on_close();
 }
 
 }  // namespace ringserve

@@ -9,10 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "coordinator/ring_link.h"
 
 namespace ringserve {
@@ -27,6 +30,10 @@ struct FakeRingOptions {
   int fail_after_micro_batches = -1;
   // With fail_after_micro_batches: report a stage error result instead of a link failure.
   bool fail_as_stage_error = false;
+  // Time each micro-batch takes (on the sending thread), as a slower ring would.
+  absl::Duration step_time = absl::ZeroDuration();
+  // Called when the link is closed (the link may be destroyed right after).
+  std::function<void()> on_close{};
 };
 
 class FakeRingLink final : public RingLink {
@@ -37,9 +44,6 @@ class FakeRingLink final : public RingLink {
   absl::Status Open(Handlers handlers) override;
   void Send(int stage, v1::StepPlan plan) override;
   void Close(bool stop_stages) override;
-
-  bool closed();
-  int micro_batches_done();
 
  private:
   const FakeRingOptions options_;
