@@ -40,6 +40,7 @@ struct CudaModelSlice::Plan {
   // keys are all in the cache before the step, so the attention kernel may store each entry's
   // newest key itself.
   bool all_decode = false;
+  StepKernels kernels;  // where the decode fusions put each stage of a layer
   std::pair<int, int> graph_key;
   std::vector<int> output_rows;  // logits rows returned, in chunk order
 };
@@ -118,8 +119,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->tokens = bucket;
     chunk_cap = bucket;
     p->table_stride = (ctx + bs - 1) / bs;
-    const DecodeSplitPlan split =
-        PlanDecodeSplits(bucket, config_.num_kv_heads, config_.head_dim, ctx, num_sms_);
+    const DecodeSplitPlan split = PlanDecodeSplits(kernels_, bucket, config_.num_kv_heads, ctx);
     p->partition = split.partition;
     p->splits = split.splits;
     p->graph_key = {bucket, ctx};
@@ -128,8 +128,13 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->table_stride = (max_end + bs - 1) / bs;
   }
 
+  p->kernels = SelectStepKernels(kernels_, {.tokens = p->tokens,
+                                            .hidden_size = config_.hidden_size,
+                                            .all_decode = p->all_decode,
+                                            .qk_norm = config_.qk_norm});
   // Per-token and per-entry vectors.
-  const bool tensor_core_prefill = config_.head_dim == 128;
+  const bool tensor_core_prefill =
+      kernels_.prefill_attention != PrefillAttentionKernel::kDecodeKernel;
   std::vector<int32_t> ids(p->tokens, 0), positions(p->tokens, 0), slots(p->tokens, -1);
   std::vector<int32_t> dec_rows, dec_ctx, dec_tables;
   std::vector<int32_t> q_starts(chunk_cap, 0), pre_tokens(chunk_cap, 0), pre_starts(chunk_cap, 0);
@@ -177,9 +182,8 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->gather_identity = true;
     p->logit_rows = p->tokens;
   } else {
-    const DecodeSplitPlan split =
-        PlanDecodeSplits(static_cast<int>(dec_rows.size()), config_.num_kv_heads, config_.head_dim,
-                         max_decode_ctx, num_sms_);
+    const DecodeSplitPlan split = PlanDecodeSplits(kernels_, static_cast<int>(dec_rows.size()),
+                                                   config_.num_kv_heads, max_decode_ctx);
     p->partition = split.partition;
     p->splits = split.splits;
     p->gather_identity = static_cast<int>(gather.size()) == total;
@@ -190,7 +194,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     for (int r = 0; r < p->logit_rows; ++r) p->output_rows.push_back(r);
   }
   std::vector<int32_t> tiles;
-  if (!p->graph) MakePrefillTiles(pre_tokens, pre_starts, &tiles, prefill_tile_rows_);
+  if (!p->graph) MakePrefillTiles(pre_tokens, pre_starts, &tiles, kernels_.prefill_tile_rows);
   p->num_decode = static_cast<int>(dec_rows.size());
   p->num_tiles = static_cast<int>(tiles.size() / 2);
 
@@ -228,20 +232,6 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
   return absl::OkStatus();
 }
 
-bool CudaModelSlice::FusesNorms(const Plan& p) const {
-  return cuda_.fuse_decode_kernels && p.tokens <= gemm_->gemv_max_rows() &&
-         GemvNormedInputFits(p.tokens, config_.hidden_size);
-}
-
-bool CudaModelSlice::GemvTakesQkvPrepare(int l, const Plan& p) const {
-  return FusesNorms(p) && layers_[l].q_norm == nullptr && config_.head_dim % 8 == 0;
-}
-
-bool CudaModelSlice::AttentionTakesQkv(int l, const Plan& p) const {
-  return cuda_.fuse_decode_kernels && p.all_decode && !GemvTakesQkvPrepare(l, p) &&
-         layers_[l].q_norm == nullptr && DecodeAttentionTakesQkv(config_.head_dim);
-}
-
 absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& cache) {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
@@ -251,8 +241,8 @@ absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& ca
   const int32_t* m = meta_.as<int32_t>();
   const float eps = c.rms_norm_eps;
   float* residual = residual_.as<float>();
-  const bool fused = FusesNorms(p);
-  if (GemvTakesQkvPrepare(l, p)) {
+  const bool fused = p.kernels.fused_norms;
+  if (p.kernels.qkv_in_gemv) {
     // The projection rotates q and k and stores K/V itself (no qkv buffer, no prepare kernel).
     return LaunchGemvNormedQkvRope({residual, w.input_norm, eps}, w.qkv,
                                    {.bias = w.qkv_bias,
@@ -274,7 +264,7 @@ absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& ca
     RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.qkv, qkv_.get(), OutType::kBF16, t,
                                      qkv_width, h, stream_));
   }
-  if (AttentionTakesQkv(l, p)) return absl::OkStatus();  // RunAttention rotates and stores
+  if (p.kernels.qkv_in_attention) return absl::OkStatus();  // RunAttention rotates and stores
   return LaunchQkvPrepare({.qkv = qkv_.as<bf16>(),
                            .bias = w.qkv_bias,
                            .q_norm = w.q_norm,
@@ -297,7 +287,7 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const float eps = c.rms_norm_eps;
   float* residual = residual_.as<float>();
-  const bool fused = FusesNorms(p);
+  const bool fused = p.kernels.fused_norms;
   const KvCacheLayer cache{.k = kv_buffer_.as<bf16>() + 2 * l * kv_layer_elems_,
                            .v = kv_buffer_.as<bf16>() + (2 * l + 1) * kv_layer_elems_,
                            .num_kv_heads = c.num_kv_heads,
@@ -316,7 +306,7 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
                                    c.num_heads * d, stream_));
   RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual, proj_.as<bf16>(), w.o_bias, w.post_norm,
                                       normed_.as<bf16>(), t, h, eps, stream_));
-  if (t <= gemm_->gemv_max_rows()) {
+  if (p.kernels.gate_up_gemv) {
     // Decode at GEMV sizes: gate/up and SiLU-and-multiply in one kernel.
     RS_RETURN_IF_ERROR(
         LaunchGemvGateUpSilu(normed_.as<bf16>(), w.gate_up, act_.as<bf16>(), t, inter, h, stream_));
@@ -350,8 +340,9 @@ absl::Status CudaModelSlice::RunAttention(int l, const Plan& p, const KvCacheLay
                               .num_entries = std::min(per_launch, p.num_decode - e0),
                               .num_splits = p.splits,
                               .workspace = decode_ws_.as<float>(),
-                              .partition = p.partition};
-      if (AttentionTakesQkv(l, p)) {
+                              .partition = p.partition,
+                              .kernel = kernels_.decode_attention};
+      if (p.kernels.qkv_in_attention) {
         RS_RETURN_IF_ERROR(LaunchDecodeAttentionFromQkv(shape,
                                                         {.qkv = qkv_.as<bf16>(),
                                                          .bias = layers_[l].qkv_bias,
@@ -373,7 +364,8 @@ absl::Status CudaModelSlice::RunAttention(int l, const Plan& p, const KvCacheLay
                            .max_blocks = p.table_stride,
                            .tiles = m + p.tiles,
                            .num_tiles = p.num_tiles,
-                           .tile_rows = prefill_tile_rows_};
+                           .tile_rows = kernels_.prefill_tile_rows,
+                           .key_tile = kernels_.prefill_key_tile};
   return LaunchPrefillAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_);
 }
 
@@ -381,14 +373,14 @@ absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
   const ModelConfig& c = config_;
   const int t = p.tokens;
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
-  if (!layers_.empty() && !FusesNorms(p)) {  // else RunLayer runs only our fused GEMVs
+  if (!layers_.empty() && !p.kernels.fused_norms) {  // else RunLayer runs only fused GEMVs
     const LayerWeights& w = layers_[0];
     const bf16* normed = normed_.as<bf16>();
     RS_RETURN_IF_ERROR(gemm_->Tune(normed, w.qkv, qkv_.get(), OutType::kBF16, t,
                                    (c.num_heads + 2 * c.num_kv_heads) * d, h, stream_));
     RS_RETURN_IF_ERROR(gemm_->Tune(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
                                    c.num_heads * d, stream_));
-    if (t > gemm_->gemv_max_rows()) {  // else RunLayer runs the fused gate/up GEMV
+    if (!p.kernels.gate_up_gemv) {  // else RunLayer runs the gate/up GEMV with its SiLU
       RS_RETURN_IF_ERROR(
           gemm_->Tune(normed, w.gate_up, gate_up_.get(), OutType::kBF16, t, 2 * inter, h, stream_));
     }
@@ -409,7 +401,7 @@ absl::Status CudaModelSlice::Enqueue(const Plan& p) {
   }
   for (int l = 0; l < options_.layers.size(); ++l) RS_RETURN_IF_ERROR(RunLayer(l, p));
   // The last layer's MLP output: already in the residual stream when the norms are fused.
-  const bf16* pending = FusesNorms(p) || layers_.empty() ? nullptr : proj_.as<bf16>();
+  const bf16* pending = p.kernels.fused_norms || layers_.empty() ? nullptr : proj_.as<bf16>();
   if (!is_last()) {
     if (pending == nullptr) return absl::OkStatus();
     return LaunchAddRmsNorm(residual_.as<float>(), pending, nullptr, nullptr, nullptr, p.tokens,
@@ -462,7 +454,7 @@ absl::Status CudaModelSlice::Launch(const Plan& plan) {
       return status;
     }
     RS_CUDA_RETURN_IF_ERROR(end);
-    if (EarlyGraphLaunchEnabled()) {
+    if (kernels_.early_graph_launch) {
       const absl::Status early = LaunchDependentsAtPredecessorStart(graph);
       if (!early.ok()) {
         cudaGraphDestroy(graph);

@@ -30,6 +30,8 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernel_options.h"
+#include "kernels/cuda/kernel_selector.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "ring/model_config.h"
@@ -56,15 +58,13 @@ struct CudaSliceOptions {
   int max_logit_rows = 256;     // logits rows per lm_head pass (more rows run in several passes)
   bool use_cuda_graphs = true;
   int max_graph_batch = 128;  // decode batches above this run eagerly
-  // GemmOptions::gemv_max_rows. Measured on H200: our GEMV wins only at m = 1 (cuBLASLt is
-  // about 2x faster from m = 4 on).
-  int gemv_max_rows = 1;
-  // Decode fusions. At GEMV sizes (tokens <= gemv_max_rows), fold each RMSNorm into the GEMV
-  // that reads it and each residual add into the GEMV that produces it, and (no q/k norms) the
-  // attention input stage into the q/k/v GEMV (gemv.h): three kernels fewer per layer. In other
-  // all-decode steps, fold the attention input stage into the decode attention kernel
-  // (LaunchDecodeAttentionFromQkv, head dim 128, no q/k norms): one kernel fewer per layer.
-  bool fuse_decode_kernels = true;
+  // Which kernels may run (kernels/cuda/kernel_options.h): the selector turns them, the device
+  // and the build into the slice's KernelPlan at load time. Among them the decode fusions: at
+  // GEMV sizes (tokens <= gemv_max_rows) each RMSNorm folds into the GEMV that reads it, each
+  // residual add into the GEMV that produces it, and (no q/k norms) the attention input stage
+  // into the q/k/v GEMV: three kernels fewer per layer; in other all-decode steps the attention
+  // input stage folds into the decode attention kernel: one kernel fewer per layer.
+  KernelOptions kernels{};
   // Sample the logits rows on the GPU (kernels/cuda/sampling.h; the CPU sampler's contract) in
   // Sample; when false they are copied back and sampled on the host.
   bool gpu_sampling = true;
@@ -121,10 +121,16 @@ class CudaModelSlice : public ModelSlice {
   // Number of decode graphs captured so far.
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   GemmRunner& gemm() { return *gemm_; }
-  // Drops the captured graphs (e.g. after changing gemm() settings), and turns graphs on/off.
+  // The kernels this slice runs (chosen at load time from cuda_options().kernels).
+  const KernelPlan& kernel_plan() const { return kernels_; }
+  // Chooses the kernels again for new options (an A/B inside one process: stage_bench): drops
+  // the captured graphs and, when the GEMM options change, the GEMM plans (allocating or freeing
+  // the skinny GEMM's workspace).
+  // InvalidArgument for bad options (the slice keeps its kernels).
+  absl::Status ReselectKernels(const KernelOptions& options);
+  // Drops the captured graphs, and turns graphs on/off.
   void ResetGraphs();
   void set_use_cuda_graphs(bool use) { cuda_.use_cuda_graphs = use; }
-  void set_fuse_decode_kernels(bool fuse) { cuda_.fuse_decode_kernels = fuse; }
 
  private:
   struct LayerWeights {
@@ -173,19 +179,12 @@ class CudaModelSlice : public ModelSlice {
   // Tunes the GEMM shapes of a decode step of plan.tokens rows (GemmRunner::Tune, on layer 0's
   // weights; writes only buffers the step itself writes before reading). Before a capture.
   absl::Status TuneGemms(const Plan& plan);
-  // Whether RunLayer folds the norms and residual adds into its GEMVs (CudaSliceOptions::
-  // fuse_decode_kernels); then no MLP output is left in proj_ after a layer.
-  bool FusesNorms(const Plan& plan) const;
-  // One decoder layer; without fused norms it leaves its MLP output in proj_ for the next
-  // layer's (or the slice's final) add.
+  // One decoder layer, with the plan's StepKernels (kernel_selector.h); without fused norms it
+  // leaves its MLP output in proj_ for the next layer's (or the slice's final) add.
   absl::Status RunLayer(int layer, const Plan& plan);
-  // The layer's input norm, q/k/v projection, q/k rotation and K/V store (into q_ and `cache`).
+  // The layer's input norm, q/k/v projection, q/k rotation and K/V store (into q_ and `cache`;
+  // the store in the GEMV or left to the attention kernel as the StepKernels say).
   absl::Status RunQkv(int layer, const Plan& plan, const KvCacheLayer& cache);
-  // Where the attention input stage (bias, q/k rotation, K/V store) of layer `layer` runs when
-  // it has no q/k norms: in the q/k/v GEMV (GEMV sizes with fused norms), in the decode
-  // attention kernel (other all-decode steps, head dim 128 on tensor cores), else QKV prepare.
-  bool GemvTakesQkvPrepare(int layer, const Plan& plan) const;
-  bool AttentionTakesQkv(int layer, const Plan& plan) const;
   absl::Status RunAttention(int layer, const Plan& plan, const KvCacheLayer& cache);
   // Logits rows one sampling call handles, and the pinned staging for them.
   int64_t SampleRowsCapacity() const {
@@ -198,11 +197,11 @@ class CudaModelSlice : public ModelSlice {
   ModelConfig config_;
   SliceOptions options_;
   CudaSliceOptions cuda_;
-  cudaStream_t stream_ = nullptr;
+  // Carries the plan's dependent_launch to the launchers.
+  LaunchStream stream_;
   std::unique_ptr<GemmRunner> gemm_;
+  KernelPlan kernels_;
   int max_blocks_per_seq_ = 0;
-  int num_sms_ = 132;           // of cuda_.device; sizes the decode attention split-K
-  int prefill_tile_rows_ = 64;  // PrefillTileRows() of cuda_.device: the prefill kernel
 
   DeviceBuffer weight_buffer_;
   std::vector<LayerWeights> layers_;

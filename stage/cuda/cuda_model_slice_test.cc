@@ -52,8 +52,10 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
                              .kv_num_blocks = 4 * kBlocksPerSeq};
   auto cpu = CpuModelSlice::Load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  auto gpu = CudaModelSlice::Load(
-      options, {.max_batch_tokens = 64, .max_seqs = 8, .fuse_decode_kernels = fuse_decode_kernels});
+  auto gpu =
+      CudaModelSlice::Load(options, {.max_batch_tokens = 64,
+                                     .max_seqs = 8,
+                                     .kernels = {.fuse_decode_kernels = fuse_decode_kernels}});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
 
   const uint32_t seed = std::random_device{}();

@@ -29,7 +29,7 @@ TEST(CoordinatorTest, StaysUpAndFormsTheRingAgainWhenItsStageReturns) {
   ASSERT_TRUE(model_dir.ok()) << model_dir.status();
   auto spawn_stage = [](const std::string& listen) {
     return Subprocess::Spawn(
-        {.argv = {BinaryDir() + "/stage/stage", "--listen", listen, "--ready-fd", "3"},
+        {.argv = {BinaryDir() + "/stage/stage", "--listen", listen, "--ready_fd", "3"},
          .ready_fd = true,
          .stdout_path = "",
          .stderr_path = ""});
@@ -47,7 +47,7 @@ TEST(CoordinatorTest, StaysUpAndFormsTheRingAgainWhenItsStageReturns) {
       *model_dir, port);
   absl::StatusOr<Subprocess> coordinator =
       Subprocess::Spawn({.argv = {BinaryDir() + "/coordinator/coordinator", "--stages", hosts,
-                                  "--connect-timeout", "5", "--ready-fd", "3"},
+                                  "--connect_timeout", "5", "--ready_fd", "3"},
                          .ready_fd = true,
                          .stdout_path = "",
                          .stderr_path = ""});
@@ -94,8 +94,8 @@ TEST(CoordinatorTest, MetricsCountGrpcRequests) {
   ASSERT_TRUE(http_port.ok()) << http_port.status();
   absl::StatusOr<Subprocess> coordinator =
       Subprocess::Spawn({.argv = {BinaryDir() + "/coordinator/coordinator", "--model", *model_dir,
-                                  "--num-stages", "2", "--listen", "127.0.0.1:0", "--http-listen",
-                                  fmt::format("127.0.0.1:{}", *http_port), "--ready-fd", "3"},
+                                  "--num_stages", "2", "--listen", "127.0.0.1:0", "--http_listen",
+                                  fmt::format("127.0.0.1:{}", *http_port), "--ready_fd", "3"},
                          .ready_fd = true,
                          .stdout_path = "",
                          .stderr_path = ""});
@@ -105,8 +105,8 @@ TEST(CoordinatorTest, MetricsCountGrpcRequests) {
 
   for (int i = 0; i < 2; ++i) {
     absl::StatusOr<ProgramResult> client =
-        RunProgram({BinaryDir() + "/coordinator/ringserve_client", "--server", *grpc_address,
-                    "--prompt-ids", "5,6,7", "--max-tokens", "3"},
+        RunProgram({BinaryDir() + "/coordinator/ringserve_client", "--target", *grpc_address,
+                    "--prompt_ids", "5,6,7", "--max_tokens", "3"},
                    absl::Seconds(30));
     ASSERT_TRUE(client.ok()) << client.status();
     ASSERT_EQ(client->exit_code, 0) << client->output;

@@ -364,7 +364,7 @@ TEST(RingE2ETest, UnreachableStageFailsWithinTheBoundedWait) {
                       << "stages:\n"
                       << "  - {host: 127.0.0.1, port: 9, layers: 4}\n";
   auto result =
-      RunCoordinatorToExit({"--stages", path, "--connect-timeout", "1"}, absl::Seconds(20));
+      RunCoordinatorToExit({"--stages", path, "--connect_timeout", "1"}, absl::Seconds(20));
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_NE(result->exit_code, 0);
   EXPECT_THAT(result->stderr_text, HasSubstr("127.0.0.1:9"));
