@@ -96,7 +96,7 @@ run_ring() {
     echo "  - {host: 127.0.0.1, port: $port, device: $([ "$device" = cuda ] && echo "cuda:$i" || echo cpu)}" >>"$yaml"
   done
   "$bin/coordinator" --stages "$yaml" --listen 127.0.0.1:$api --packing "$packing" \
-    --connect-timeout 120 >"$log" 2>&1 &
+    --connect_timeout 120 >"$log" 2>&1 &
   local pid=$!
   local ok=0
   for _ in $(seq 1 400); do

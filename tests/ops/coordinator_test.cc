@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "grpcpp/grpcpp.h"
 #include "proto/generate.grpc.pb.h"
 #include "tests/ops/ops_util.h"
 
