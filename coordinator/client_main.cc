@@ -1,8 +1,8 @@
 // `ringserve_client`: a command-line client for the gRPC Generate API.
 //
-//   ringserve_client [--server HOST:PORT] --prompt "Once upon a time" [--max-tokens N]
-//       [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos]
-//   ringserve_client --prompt-ids 1,2,3 ...      token ids instead of text
+//   ringserve_client [--target HOST:PORT] --prompt "Once upon a time" [--max_tokens N]
+//       [--temperature T] [--top_k K] [--top_p P] [--seed S] [--stop A,B] [--ignore_eos]
+//   ringserve_client --prompt_ids 1,2,3 ...      token ids instead of text
 //   ringserve_client --info | --stats | --health | --tokenize "text"
 //
 // Streams the generated text to stdout (token ids, when the model has no tokenizer); the
@@ -12,20 +12,42 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/generate.grpc.pb.h"
 
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "HOST:PORT of the coordinator's gRPC API");
+ABSL_FLAG(std::string, server, "", "old spelling of --target (overrides it when set)");
+ABSL_FLAG(std::string, prompt, "", "prompt text");
+ABSL_FLAG(std::string, prompt_ids, "", "prompt as token ids, e.g. 1,2,3 (instead of --prompt)");
+ABSL_FLAG(int, max_tokens, 0, "output tokens (0: the server's default)");
+ABSL_FLAG(double, temperature, 0, "sampling temperature (0: greedy)");
+ABSL_FLAG(int, top_k, 0, "top-k (0: off)");
+ABSL_FLAG(double, top_p, 0, "top-p (0 or 1: off)");
+ABSL_FLAG(std::string, seed, "", "sampling seed (empty: the server picks)");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
+ABSL_FLAG(std::vector<std::string>, stop_token_id, {}, "stop token ids, comma-separated");
+ABSL_FLAG(bool, ignore_eos, false, "generate max_tokens whatever comes");
+ABSL_FLAG(bool, special_tokens, true,
+          "add the tokenizer's special tokens (BOS) to a text prompt; --nospecial_tokens: not");
+ABSL_FLAG(std::string, request_id, "", "request id (empty: the server makes one up)");
+ABSL_FLAG(bool, print_ids, false, "print token ids instead of text");
+ABSL_FLAG(bool, info, false, "print the model info and exit");
+ABSL_FLAG(bool, stats, false, "print the server's stats and exit");
+ABSL_FLAG(bool, health, false, "check the server's health and exit");
+ABSL_FLAG(std::string, tokenize, "", "tokenize this text and exit");
+
 namespace {
 
 constexpr char kUsage[] =
-    "usage: ringserve_client [--server HOST:PORT] (--prompt TEXT | --prompt-ids 1,2,3)\n"
-    "         [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-    "         [--stop STR]... [--stop-token-id ID]... [--ignore-eos] [--no-special-tokens]\n"
-    "         [--request-id ID] [--print-ids]\n"
-    "       ringserve_client [--server HOST:PORT] --info | --stats | --health | --tokenize TEXT\n";
+    "A command-line client for the gRPC Generate API.\n"
+    "usage: ringserve_client [--target=HOST:PORT] (--prompt=TEXT | --prompt_ids=1,2,3)\n"
+    "         [--max_tokens=N] [--temperature=T] [--top_k=K] [--top_p=P] [--seed=S] ...\n"
+    "       ringserve_client [--target=HOST:PORT] --info | --stats | --health | --tokenize=TEXT";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ringserve_client: %s\n", message.c_str());
@@ -51,82 +73,50 @@ const char* FinishName(ringserve::v1::FinishReason reason) {
 
 int main(int argc, char** argv) {
   namespace v1 = ringserve::v1;
-  std::string server = "127.0.0.1:50051";
+  std::string server;
   std::string mode = "generate";
   std::string tokenize_text;
   bool print_ids = false;
   v1::GenerateRequest request;
   request.set_add_special_tokens(true);
   v1::SamplingParams* sampling = request.mutable_sampling();
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ringserve_client: %s needs a value\n%s", arg.c_str(), kUsage);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    auto number = [&](double* out) {
-      std::string v = value();
-      if (!absl::SimpleAtod(v, out)) {
-        std::fprintf(stderr, "ringserve_client: %s: '%s' is not a number\n", arg.c_str(),
-                     v.c_str());
-        std::exit(2);
-      }
-    };
-    double n = 0;
-    if (arg == "--server") {
-      server = value();
-    } else if (arg == "--prompt") {
-      request.set_text(value());
-    } else if (arg == "--prompt-ids") {
-      v1::TokenIds* ids = request.mutable_token_ids();
-      for (absl::string_view part : absl::StrSplit(value(), ',', absl::SkipWhitespace())) {
-        int id = 0;
-        if (!absl::SimpleAtoi(part, &id)) return Fail("--prompt-ids: not a list of integers");
-        ids->add_ids(id);
-      }
-    } else if (arg == "--max-tokens") {
-      number(&n);
-      sampling->set_max_tokens(static_cast<int>(n));
-    } else if (arg == "--temperature") {
-      number(&n);
-      sampling->set_temperature(static_cast<float>(n));
-    } else if (arg == "--top-k") {
-      number(&n);
-      sampling->set_top_k(static_cast<int>(n));
-    } else if (arg == "--top-p") {
-      number(&n);
-      sampling->set_top_p(static_cast<float>(n));
-    } else if (arg == "--seed") {
-      number(&n);
-      sampling->set_seed(static_cast<uint64_t>(n));
-    } else if (arg == "--stop") {
-      sampling->add_stop(value());
-    } else if (arg == "--stop-token-id") {
-      number(&n);
-      sampling->add_stop_token_ids(static_cast<int>(n));
-    } else if (arg == "--ignore-eos") {
-      sampling->set_ignore_eos(true);
-    } else if (arg == "--no-special-tokens") {
-      request.set_add_special_tokens(false);
-    } else if (arg == "--request-id") {
-      request.set_request_id(value());
-    } else if (arg == "--print-ids") {
-      print_ids = true;
-    } else if (arg == "--info" || arg == "--stats" || arg == "--health") {
-      mode = arg.substr(2);
-    } else if (arg == "--tokenize") {
-      mode = "tokenize";
-      tokenize_text = value();
-    } else if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else {
-      std::fprintf(stderr, "ringserve_client: unknown argument '%s'\n%s", arg.c_str(), kUsage);
-      return 2;
+  ringserve::ParseCommandLineFlags(argc, argv, kUsage);
+  server = absl::GetFlag(FLAGS_target);
+  if (!absl::GetFlag(FLAGS_server).empty()) server = absl::GetFlag(FLAGS_server);
+  if (!absl::GetFlag(FLAGS_prompt).empty()) request.set_text(absl::GetFlag(FLAGS_prompt));
+  if (const std::string ids_text = absl::GetFlag(FLAGS_prompt_ids); !ids_text.empty()) {
+    v1::TokenIds* ids = request.mutable_token_ids();
+    for (absl::string_view part : absl::StrSplit(ids_text, ',', absl::SkipWhitespace())) {
+      int id = 0;
+      if (!absl::SimpleAtoi(part, &id)) return Fail("--prompt_ids: not a list of integers");
+      ids->add_ids(id);
     }
+  }
+  sampling->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+  sampling->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
+  sampling->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
+  if (const std::string seed = absl::GetFlag(FLAGS_seed); !seed.empty()) {
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(seed, &value)) return Fail("--seed: not a non-negative integer");
+    sampling->set_seed(value);
+  }
+  for (const std::string& stop : absl::GetFlag(FLAGS_stop)) sampling->add_stop(stop);
+  for (const std::string& id_text : absl::GetFlag(FLAGS_stop_token_id)) {
+    int id = 0;
+    if (!absl::SimpleAtoi(id_text, &id)) return Fail("--stop_token_id: not a list of integers");
+    sampling->add_stop_token_ids(id);
+  }
+  sampling->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  request.set_add_special_tokens(absl::GetFlag(FLAGS_special_tokens));
+  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+  print_ids = absl::GetFlag(FLAGS_print_ids);
+  if (absl::GetFlag(FLAGS_info)) mode = "info";
+  if (absl::GetFlag(FLAGS_stats)) mode = "stats";
+  if (absl::GetFlag(FLAGS_health)) mode = "health";
+  if (!absl::GetFlag(FLAGS_tokenize).empty()) {
+    mode = "tokenize";
+    tokenize_text = absl::GetFlag(FLAGS_tokenize);
   }
 
   auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());

@@ -3,20 +3,21 @@
 //   coordinator --stages hosts.yaml [--listen HOST:PORT]
 //       Reads and validates hosts.yaml (coordinator/hosts/ring_config.h), connects to every
 //       stage (bounded wait), configures them, and serves the gRPC Generate API.
-//   coordinator [--model DIR] [--num-stages N | --partition 8x4] [--device cpu|cuda:N]
+//   coordinator [--model DIR] [--num_stages N | --partition 8x4|auto] [--device cpu|cuda:N]
 //               [--channel tcp|cuda_ipc] [--listen HOST:PORT]
 //       The embedded default: starts local `stage` processes (the binary next to this one),
 //       all on one device (several CUDA stages may share one GPU over cuda_ipc), and serves;
 //       the stages exit with the coordinator. `--partition auto` splits the layers over
-//       --num-stages stages balancing their weight parameters (MoE layers count every expert)
+//       --num_stages stages balancing their weight parameters (MoE layers count every expert)
 //       and prints the split and why.
 //
-// Other flags: --http-listen HOST:PORT (the OpenAI HTTP API, /metrics and the dashboard;
-// overrides hosts.yaml's api.http), --connect-timeout SECONDS (default 10), --stage-binary PATH,
-// --packing spread|packed, --ready-fd N (writes the bound API address and a newline once
-// serving). The HTTP front starts before the ring and shows each stage's load progress on
-// /dashboard (503 until the ring is up). Exits 0 on SIGINT/SIGTERM; exits 3 when the ring
-// becomes unhealthy (a stage failed), so that a supervisor restarts it; 1 when start-up fails.
+// Other flags (--help lists them all with their defaults): --http_listen HOST:PORT (the OpenAI
+// HTTP API, /metrics and the dashboard; overrides hosts.yaml's api.http), --connect_timeout
+// SECONDS (default 10), --stage_binary PATH, --packing spread|packed, --ready_fd N (writes the
+// bound API address and a newline once serving). The HTTP front starts before the ring and shows
+// each stage's load progress on /dashboard (503 until the ring is up). Exits 0 on SIGINT/SIGTERM;
+// exits 3 when the ring becomes unhealthy (a stage failed), so that a supervisor restarts it; 1
+// when start-up fails.
 #include <signal.h>
 #include <unistd.h>
 
@@ -32,8 +33,9 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
+#include "common/flags.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/generate_service.h"
@@ -51,6 +53,35 @@
 #ifndef RINGSERVE_DEFAULT_MODEL_DIR
 #define RINGSERVE_DEFAULT_MODEL_DIR "tests/fixtures/models/llama"
 #endif
+
+ABSL_FLAG(std::string, stages, "",
+          "hosts.yaml describing the ring (coordinator/hosts/ring_config.h); empty: start local "
+          "stages (the embedded default)");
+ABSL_FLAG(std::string, listen, "", "gRPC Generate API address HOST:PORT (default: hosts.yaml's)");
+ABSL_FLAG(std::string, http_listen, "",
+          "OpenAI HTTP API, /metrics and dashboard address HOST:PORT (overrides hosts.yaml's "
+          "api.http; empty: none)");
+ABSL_FLAG(std::string, api_key_file, "", "file holding the Bearer key for /v1/* (empty: no key)");
+ABSL_FLAG(std::string, model, RINGSERVE_DEFAULT_MODEL_DIR,
+          "model directory for the embedded default ring");
+ABSL_FLAG(int, num_stages, 2, "local stages, layers split evenly (embedded default)");
+ABSL_FLAG(std::string, partition, "",
+          "layers per local stage, e.g. 8x4 or 10,10,12 (instead of --num_stages), or auto: "
+          "--num_stages stages balancing layer weight parameters (MoE layers count every expert)");
+ABSL_FLAG(std::string, device, "cpu", "device of the local stages: cpu or cuda:N");
+ABSL_FLAG(std::string, channel, "tcp",
+          "activation channel between local stages: tcp, cuda_ipc, nccl");
+ABSL_FLAG(int, max_batch_tokens, 0, "scheduler tokens per micro-batch (0: the default)");
+ABSL_FLAG(int, micro_batches, 0, "scheduler micro-batches in flight (0: the default)");
+ABSL_FLAG(double, connect_timeout, ringserve::kDefaultConnectTimeoutSeconds,
+          "seconds to wait for each stage at start-up");
+ABSL_FLAG(double, ring_down_timeout, ringserve::kDefaultRingDownTimeoutSeconds,
+          "seconds a failed ring may take to form again before the coordinator gives up");
+ABSL_FLAG(std::string, stage_binary, "",
+          "stage binary for local stages (default: `stage` next to this binary)");
+ABSL_FLAG(std::string, packing, "spread", "scheduler packing: spread or packed");
+ABSL_FLAG(int, ready_fd, -1,
+          "file descriptor to write the bound API address and a newline to once serving");
 
 namespace ringserve {
 namespace {
@@ -82,28 +113,27 @@ absl::StatusOr<std::vector<int>> AutoPartition(const std::string& model_dir, int
 }
 
 constexpr char kUsage[] =
-    "usage: coordinator --stages hosts.yaml [--listen HOST:PORT] [--connect-timeout S]\n"
-    "       [--ring-down-timeout S]\n"
-    "       coordinator [--model DIR] [--num-stages N | --partition SPEC|auto] [--device "
-    "cpu|cuda:N]\n"
-    "                   [--channel tcp|cuda_ipc|nccl] [--max-batch-tokens N] [--micro-batches M]\n"
-    "                   [--listen HOST:PORT]\n"
-    "other flags: --http-listen HOST:PORT, --api-key-file PATH (Bearer key for /v1/*),\n"
-    "             --stage-binary PATH, --packing spread|packed, --ready-fd N\n";
+    "The ring's coordinator: connects and configures the stages, serves the Generate API.\n"
+    "usage: coordinator --stages=hosts.yaml [--listen=HOST:PORT] [--connect_timeout=S]\n"
+    "                   [--ring_down_timeout=S]\n"
+    "       coordinator [--model=DIR] [--num_stages=N | --partition=SPEC|auto] "
+    "[--device=cpu|cuda:N]\n"
+    "                   [--channel=tcp|cuda_ipc|nccl] [--max_batch_tokens=N] "
+    "[--micro_batches=M] [--listen=HOST:PORT]";
 
 struct Flags {
   std::string stages_file;
   std::string listen;
   std::string http_listen;
   std::string api_key_file;  // empty: the HTTP API needs no key
-  std::string model_dir = RINGSERVE_DEFAULT_MODEL_DIR;
+  std::string model_dir;
   int num_stages = 2;
-  std::vector<int> partition;   // --partition; empty = --num-stages even split
-  bool partition_auto = false;  // --partition auto: balance layer parameters over --num-stages
+  std::vector<int> partition;   // --partition; empty = --num_stages even split
+  bool partition_auto = false;  // --partition auto: balance layer parameters over --num_stages
   Device device;
   ChannelKind channel = ChannelKind::kTcp;
-  int max_batch_tokens = 0;  // --max-batch-tokens: scheduler max_tokens_per_micro_batch
-  int micro_batches = 0;     // --micro-batches: scheduler micro_batches_in_flight
+  int max_batch_tokens = 0;  // --max_batch_tokens: scheduler max_tokens_per_micro_batch
+  int micro_batches = 0;     // --micro_batches: scheduler micro_batches_in_flight
   double connect_timeout_s = kDefaultConnectTimeoutSeconds;
   double ring_down_timeout_s = kDefaultRingDownTimeoutSeconds;
   std::string stage_binary;
@@ -111,92 +141,50 @@ struct Flags {
   int ready_fd = -1;
 };
 
-absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
+// The flags' values, checked (the flags themselves are parsed by ParseCommandLineFlags).
+absl::StatusOr<Flags> ReadFlags() {
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (arg != "--help" && arg != "-h") {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(fmt::format("{} needs a value", arg));
-      value = argv[++i];
+  flags.stages_file = absl::GetFlag(FLAGS_stages);
+  flags.listen = absl::GetFlag(FLAGS_listen);
+  flags.http_listen = absl::GetFlag(FLAGS_http_listen);
+  flags.api_key_file = absl::GetFlag(FLAGS_api_key_file);
+  flags.model_dir = absl::GetFlag(FLAGS_model);
+  flags.num_stages = absl::GetFlag(FLAGS_num_stages);
+  if (const std::string spec = absl::GetFlag(FLAGS_partition); spec == "auto") {
+    flags.partition_auto = true;
+  } else if (!spec.empty()) {
+    auto partition = ParsePartition(spec);
+    if (!partition.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("--partition: {}", std::string(partition.status().message())));
     }
-    auto number = [&](double* out) {
-      if (!absl::SimpleAtod(value, out)) {
-        return absl::InvalidArgumentError(fmt::format("{}: '{}' is not a number", arg, value));
-      }
-      return absl::OkStatus();
-    };
-    if (arg == "--stages") {
-      flags.stages_file = value;
-    } else if (arg == "--listen") {
-      flags.listen = value;
-    } else if (arg == "--http-listen") {
-      flags.http_listen = value;
-    } else if (arg == "--api-key-file") {
-      flags.api_key_file = value;
-    } else if (arg == "--model") {
-      flags.model_dir = value;
-    } else if (arg == "--num-stages") {
-      double n = 0;
-      if (absl::Status s = number(&n); !s.ok()) return s;
-      flags.num_stages = static_cast<int>(n);
-    } else if (arg == "--partition" && value == "auto") {
-      flags.partition_auto = true;
-    } else if (arg == "--partition") {
-      auto partition = ParsePartition(value);
-      if (!partition.ok()) {
-        return absl::InvalidArgumentError(
-            fmt::format("--partition: {}", std::string(partition.status().message())));
-      }
-      flags.partition = *partition;
-    } else if (arg == "--device") {
-      auto device = ParseDevice(value);
-      if (!device.ok()) {
-        return absl::InvalidArgumentError(
-            fmt::format("--device: {}", std::string(device.status().message())));
-      }
-      flags.device = *device;
-    } else if (arg == "--channel") {
-      std::optional<ChannelKind> channel = ParseChannelKind(value);
-      if (!channel) {
-        return absl::InvalidArgumentError(
-            fmt::format("--channel: '{}' is not one of tcp, cuda_ipc, nccl", value));
-      }
-      flags.channel = *channel;
-    } else if (arg == "--max-batch-tokens") {
-      double n = 0;
-      if (absl::Status s = number(&n); !s.ok()) return s;
-      flags.max_batch_tokens = static_cast<int>(n);
-    } else if (arg == "--micro-batches") {
-      double n = 0;
-      if (absl::Status s = number(&n); !s.ok()) return s;
-      flags.micro_batches = static_cast<int>(n);
-    } else if (arg == "--connect-timeout") {
-      if (absl::Status s = number(&flags.connect_timeout_s); !s.ok()) return s;
-    } else if (arg == "--ring-down-timeout") {
-      if (absl::Status s = number(&flags.ring_down_timeout_s); !s.ok()) return s;
-    } else if (arg == "--stage-binary") {
-      flags.stage_binary = value;
-    } else if (arg == "--packing") {
-      if (value != "spread" && value != "packed") {
-        return absl::InvalidArgumentError("--packing: expected spread or packed");
-      }
-      flags.packing = value;
-    } else if (arg == "--ready-fd") {
-      double n = 0;
-      if (absl::Status s = number(&n); !s.ok()) return s;
-      flags.ready_fd = static_cast<int>(n);
-    } else if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else {
-      return absl::InvalidArgumentError(fmt::format("unknown flag '{}'", arg));
-    }
+    flags.partition = *partition;
   }
+  if (const std::string spec = absl::GetFlag(FLAGS_device); !spec.empty()) {
+    auto device = ParseDevice(spec);
+    if (!device.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("--device: {}", std::string(device.status().message())));
+    }
+    flags.device = *device;
+  }
+  const std::string channel_name = absl::GetFlag(FLAGS_channel);
+  std::optional<ChannelKind> channel = ParseChannelKind(channel_name);
+  if (!channel) {
+    return absl::InvalidArgumentError(
+        fmt::format("--channel: '{}' is not one of tcp, cuda_ipc, nccl", channel_name));
+  }
+  flags.channel = *channel;
+  flags.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  flags.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  flags.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
+  flags.ring_down_timeout_s = absl::GetFlag(FLAGS_ring_down_timeout);
+  flags.stage_binary = absl::GetFlag(FLAGS_stage_binary);
+  flags.packing = absl::GetFlag(FLAGS_packing);
+  if (flags.packing != "spread" && flags.packing != "packed") {
+    return absl::InvalidArgumentError("--packing: expected spread or packed");
+  }
+  flags.ready_fd = absl::GetFlag(FLAGS_ready_fd);
   return flags;
 }
 
@@ -209,10 +197,11 @@ int Run(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   InitLogging("coordinator");
 
-  auto flags = ParseFlags(argc, argv);
+  ParseCommandLineFlags(argc, argv, kUsage);
+  auto flags = ReadFlags();
   if (!flags.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n%s", std::string(flags.status().message()).c_str(),
-                 kUsage);
+    std::fprintf(stderr, "coordinator: %s (see --help)\n",
+                 std::string(flags.status().message()).c_str());
     return 2;
   }
   auto fail = [](const absl::Status& status) {

@@ -22,7 +22,7 @@ absl::StatusOr<std::string> FindStageBinary(const std::string& self_path) {
   }
   return absl::NotFoundError(
       fmt::format("no `stage` executable at {} or {}; build it or pass "
-                  "--stage-binary",
+                  "--stage_binary",
                   candidates[0].string(), candidates[1].string()));
 }
 
@@ -43,7 +43,7 @@ absl::StatusOr<LocalStages> LocalStages::Launch(const std::string& stage_binary,
 
 absl::StatusOr<Subprocess> LocalStages::Spawn(int index) const {
   SubprocessOptions options;
-  options.argv = {stage_binary_, "--listen", endpoints_[index], "--ready-fd", "3"};
+  options.argv = {stage_binary_, "--listen", endpoints_[index], "--ready_fd", "3"};
   options.ready_fd = true;
   return Subprocess::Spawn(options);
 }

@@ -1,6 +1,6 @@
 // The embedded default: stage processes on this machine, one per stage of a RingConfig whose
 // stages are all on 127.0.0.1 (DefaultRingConfig). Each is `stage --listen 127.0.0.1:PORT
-// --ready-fd 3`, started with fork/exec and waited for until it listens.
+// --ready_fd 3`, started with fork/exec and waited for until it listens.
 //
 // Not thread-safe. The destructor terminates every stage still running.
 #pragma once

@@ -37,8 +37,9 @@ absl::StatusOr<std::vector<int>> RequestedKvBlocks(const RingConfig& ring, const
     if (ring.scheduler.kv_blocks > 0) n = ring.scheduler.kv_blocks;
     if (ring.scheduler.kv_budget_bytes > 0) {
       const int64_t element_bytes = stage.device.is_cuda() ? 2 : 4;
-      const int64_t block_bytes = static_cast<int64_t>(block_size) * 2 * model.kv_size() *
-                                  element_bytes * stage.num_layers();
+      const int64_t block_bytes = static_cast<int64_t>(block_size) *
+                                  model.kv_values_per_token_layer() * element_bytes *
+                                  stage.num_layers();
       n = static_cast<int>(std::min<int64_t>(
           ring.scheduler.kv_budget_bytes / std::max<int64_t>(block_bytes, 1), 1 << 24));
       if (n < 1) {

@@ -3,7 +3,7 @@
 //
 // The child dies with its parent (PR_SET_PDEATHSIG = SIGTERM), so a crashed parent leaves no
 // stray processes. With `ready_fd`, the child gets the write end of a pipe as fd 3 and the
-// argument list should name it (e.g. `--ready-fd 3`); ReadReadyLine waits for its first line.
+// argument list should name it (e.g. `--ready_fd 3`); ReadReadyLine waits for its first line.
 //
 // Move-only; the destructor terminates the child (SIGTERM, then SIGKILL after a grace period)
 // and reaps it. Not thread-safe.

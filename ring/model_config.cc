@@ -10,6 +10,7 @@
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
 #include "ring/config_json.h"
+#include "ring/deepseek_config.h"
 #include "ring/moe_config_parse.h"
 
 namespace ringserve {
@@ -23,9 +24,10 @@ using config_json::Invalid;
 using config_json::Json;
 
 constexpr Architecture kArchitectures[] = {
-    Architecture::kLlama,   Architecture::kMistral,  Architecture::kQwen2,
-    Architecture::kQwen3,   Architecture::kQwen2Moe, Architecture::kQwen3Moe,
-    Architecture::kMixtral, Architecture::kGlm4Moe,  Architecture::kGptOss,
+    Architecture::kLlama,      Architecture::kMistral,    Architecture::kQwen2,
+    Architecture::kQwen3,      Architecture::kQwen2Moe,   Architecture::kQwen3Moe,
+    Architecture::kMixtral,    Architecture::kGlm4Moe,    Architecture::kGptOss,
+    Architecture::kDeepseekV2, Architecture::kDeepseekV3,
 };
 
 absl::StatusOr<Architecture> ParseArchitecture(const Json& j, const std::string& source) {
@@ -112,8 +114,32 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
     rope.original_max_position_embeddings = static_cast<int>(*original);
     return rope;
   }
+  if (type == "yarn") {
+    rope.type = RopeType::kYarn;
+    RS_ASSIGN_OR_RETURN(std::optional<int64_t> original,
+                        GetInt(*params, "original_max_position_embeddings", source, false));
+    if (!original) {  // transformers' standardize_rope_params default
+      RS_ASSIGN_OR_RETURN(original, GetInt(j, "max_position_embeddings", source, true));
+    }
+    if (*original <= 0) return Invalid(source, "yarn original_max_position_embeddings must be > 0");
+    rope.original_max_position_embeddings = static_cast<int>(*original);
+    for (auto [key, field] :
+         {std::pair{"beta_fast", &rope.beta_fast}, std::pair{"beta_slow", &rope.beta_slow},
+          std::pair{"mscale", &rope.mscale}, std::pair{"mscale_all_dim", &rope.mscale_all_dim}}) {
+      RS_ASSIGN_OR_RETURN(std::optional<double> value, GetNumber(*params, key, source));
+      // transformers: `get("beta_fast") or 32`, so 0 means the default too.
+      if (value && *value != 0) *field = *value;
+    }
+    RS_ASSIGN_OR_RETURN(rope.attention_factor, GetNumber(*params, "attention_factor", source));
+    RS_ASSIGN_OR_RETURN(rope.truncate, GetBool(*params, "truncate", true, source));
+    if (!(rope.beta_fast > 0) || !(rope.beta_slow > 0)) {
+      return Invalid(source,
+                     fmt::format("{}: yarn beta_fast and beta_slow must be > 0", params_key));
+    }
+    return rope;
+  }
   return Invalid(source, fmt::format("unsupported {} rope type \"{}\" (supported: default, "
-                                     "linear, llama3)",
+                                     "linear, llama3, yarn)",
                                      params_key, type));
 }
 
@@ -182,20 +208,8 @@ absl::Status RefuseUnsupported(const Json& j, const ModelConfig& config,
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) {
-  if (!j.is_object()) return Invalid(source, "top level must be a JSON object");
-  ModelConfig config;
-  RS_ASSIGN_OR_RETURN(config.architecture, ParseArchitecture(j, source));
-  if (auto it = j.find("model_type"); it != j.end() && it->is_string()) {
-    config.model_type = it->get<std::string>();
-  }
-  RS_ASSIGN_OR_RETURN(config.hidden_size, GetPositive(j, "hidden_size", source));
-  RS_ASSIGN_OR_RETURN(config.intermediate_size, GetPositive(j, "intermediate_size", source));
-  RS_ASSIGN_OR_RETURN(config.num_layers, GetPositive(j, "num_hidden_layers", source));
-  RS_ASSIGN_OR_RETURN(config.num_heads, GetPositive(j, "num_attention_heads", source));
-  RS_ASSIGN_OR_RETURN(config.vocab_size, GetPositive(j, "vocab_size", source));
-  RS_ASSIGN_OR_RETURN(config.max_position_embeddings,
-                      GetPositive(j, "max_position_embeddings", source));
+// num_key_value_heads and head_dim of the models with ordinary heads.
+absl::Status ParseHeads(const Json& j, const std::string& source, ModelConfig& config) {
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads,
                       GetInt(j, "num_key_value_heads", source, false));
   config.num_kv_heads = kv_heads ? static_cast<int>(*kv_heads) : config.num_heads;
@@ -219,10 +233,37 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
     return Invalid(source,
                    fmt::format("head_dim must be positive and even, got {}", config.head_dim));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) {
+  if (!j.is_object()) return Invalid(source, "top level must be a JSON object");
+  ModelConfig config;
+  RS_ASSIGN_OR_RETURN(config.architecture, ParseArchitecture(j, source));
+  if (auto it = j.find("model_type"); it != j.end() && it->is_string()) {
+    config.model_type = it->get<std::string>();
+  }
+  RS_ASSIGN_OR_RETURN(config.hidden_size, GetPositive(j, "hidden_size", source));
+  RS_ASSIGN_OR_RETURN(config.intermediate_size, GetPositive(j, "intermediate_size", source));
+  RS_ASSIGN_OR_RETURN(config.num_layers, GetPositive(j, "num_hidden_layers", source));
+  RS_ASSIGN_OR_RETURN(config.num_heads, GetPositive(j, "num_attention_heads", source));
+  RS_ASSIGN_OR_RETURN(config.vocab_size, GetPositive(j, "vocab_size", source));
+  RS_ASSIGN_OR_RETURN(config.max_position_embeddings,
+                      GetPositive(j, "max_position_embeddings", source));
   RS_ASSIGN_OR_RETURN(std::optional<double> eps, GetNumber(j, "rms_norm_eps", source));
   if (eps) config.rms_norm_eps = static_cast<float>(*eps);
   if (!(config.rms_norm_eps > 0)) return Invalid(source, "rms_norm_eps must be positive");
   RS_ASSIGN_OR_RETURN(config.rope, ParseRope(j, source));
+  const bool mla = config.architecture == Architecture::kDeepseekV2 ||
+                   config.architecture == Architecture::kDeepseekV3;
+  if (mla) {
+    RS_RETURN_IF_ERROR(ParseDeepseekConfig(j, source, config));
+  } else {
+    RS_RETURN_IF_ERROR(ParseHeads(j, source, config));
+  }
+  if (config.rope.type == RopeType::kYarn && !mla) {
+    return Invalid(source, "unsupported rope type \"yarn\" (supported for DeepSeek models only)");
+  }
 
   RS_ASSIGN_OR_RETURN(bool attention_bias, GetBool(j, "attention_bias", false, source));
   switch (config.architecture) {
@@ -250,6 +291,9 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
     case Architecture::kMistral:
     case Architecture::kMixtral:
       break;
+    case Architecture::kDeepseekV2:
+    case Architecture::kDeepseekV3:
+      break;  // DeepSeek's attention_bias is config.mla->attention_bias
   }
   config.qk_norm =
       config.architecture == Architecture::kQwen3 || config.architecture == Architecture::kQwen3Moe;
@@ -311,6 +355,10 @@ std::string ArchitectureName(Architecture architecture) {
       return "Glm4MoeForCausalLM";
     case Architecture::kGptOss:
       return "GptOssForCausalLM";
+    case Architecture::kDeepseekV2:
+      return "DeepseekV2ForCausalLM";
+    case Architecture::kDeepseekV3:
+      return "DeepseekV3ForCausalLM";
   }
   return "?";
 }
@@ -351,6 +399,8 @@ std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim) 
       cpu::ApplyLlama3RopeScaling(inv_freq, rope.factor, rope.low_freq_factor,
                                   rope.high_freq_factor, rope.original_max_position_embeddings);
       break;
+    case RopeType::kYarn:
+      return YarnInverseFrequencies(rope, head_dim);
   }
   return inv_freq;
 }

@@ -1,9 +1,11 @@
 // A Hugging Face decoder-only model's config.json, parsed and validated once into an immutable
 // struct. Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 // (dense); Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Glm4MoeForCausalLM and
-// GptOssForCausalLM (mixtures of experts, ring/moe_config.h). Anything that would change results
-// and that the backends do not implement (unknown RoPE types, MLP bias, quantized checkpoints, ...)
-// is refused with a message naming the key, never silently ignored.
+// GptOssForCausalLM (mixtures of experts, ring/moe_config.h); DeepseekV2ForCausalLM and
+// DeepseekV3ForCausalLM (multi-head latent attention, dense layers; the DeepSeek fields are parsed
+// in deepseek_config.cc). Anything that would change results and that the backends do not
+// implement (unknown RoPE types, MLP bias, quantized MoE checkpoints, ...) is refused with a
+// message naming the key, never silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,8 @@ enum class Architecture {
   kMixtral,
   kGlm4Moe,
   kGptOss,
+  kDeepseekV2,
+  kDeepseekV3,
 };
 
 // "LlamaForCausalLM", ...
@@ -36,6 +40,7 @@ enum class RopeType {
   kDefault,  // plain RoPE: inv_freq[i] = theta^(-2i / head_dim)
   kLinear,   // positions divided by `factor` (equivalently inv_freq / factor)
   kLlama3,   // Llama 3.1 frequency-dependent scaling (factor, low/high_freq_factor, original max)
+  kYarn,     // YaRN (DeepSeek models only): frequencies blended by a ramp, cos/sin scaled
 };
 
 struct RopeConfig {
@@ -46,7 +51,42 @@ struct RopeConfig {
   // kLlama3 only.
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
+  // kLlama3 and kYarn.
   int original_max_position_embeddings = 8192;
+  // kYarn only (transformers' _compute_yarn_parameters; 0 = absent).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 0;
+  double mscale_all_dim = 0;
+  std::optional<double> attention_factor;  // explicit cos/sin factor, else derived from mscale
+  bool truncate = true;
+};
+
+// DeepSeek-V2/V3 multi-head latent attention (MLA). Per token and layer the KV cache holds the
+// normalized latent [kv_lora_rank] and the rotated rope key [qk_rope_head_dim], shared by all
+// heads; kv_b_proj up-projects the latent to each head's no-rope key and value.
+struct MlaConfig {
+  int q_lora_rank = 0;  // 0: a plain q_proj; else q_a_proj + q_a_layernorm + q_b_proj
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;  // even
+  int v_head_dim = 0;
+  // Rope pairs are (2i, 2i+1) (V3's rope_interleave, V2 always) instead of (i, i + d/2).
+  bool rope_interleave = true;
+  // attention_bias: biases of q_a_proj, kv_a_proj_with_mqa and o_proj.
+  bool attention_bias = false;
+  // Softmax scale: qk_head_dim^-0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 with YaRN.
+  double softmax_scale = 0;
+  // Factor on cos/sin of the rope rotation (YaRN's attention factor; 1 otherwise).
+  double rope_attention_factor = 1.0;
+  // Layers [0, first_k_dense_replace) have a dense MLP; later ones are MoE.
+  int first_k_dense_replace = 0;
+  // Multi-token-prediction layers after the last decoder layer (model.layers.{num_layers}.*).
+  int num_nextn_predict_layers = 0;
+
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // Values per token and layer in the compressed KV cache.
+  int latent_cache_dim() const { return kv_lora_rank + qk_rope_head_dim; }
 };
 
 struct ModelConfig {
@@ -58,7 +98,9 @@ struct ModelConfig {
   int num_layers = 0;    // num_hidden_layers
   int num_heads = 0;     // num_attention_heads
   int num_kv_heads = 0;  // num_key_value_heads (== num_heads without GQA); divides num_heads
-  int head_dim = 0;      // explicit head_dim, else hidden_size / num_heads
+  // Explicit head_dim, else hidden_size / num_heads; with MLA the rope key's width
+  // (qk_rope_head_dim), which RopeInverseFrequencies takes.
+  int head_dim = 0;
   int vocab_size = 0;
   int max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f;
@@ -89,6 +131,8 @@ struct ModelConfig {
   // denominator and contributes no value.
   bool attention_sinks = false;
   MoeConfig moe;
+  // DeepSeek-V2/V3 only.
+  std::optional<MlaConfig> mla;
 
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
@@ -97,6 +141,11 @@ struct ModelConfig {
     return layer >= 0 && layer < static_cast<int>(sliding_layers.size()) && sliding_layers[layer]
                ? sliding_window
                : 0;
+  }
+  // Values the KV cache holds per token and layer: K and V of every KV head, or with MLA the
+  // latent and the rope key.
+  int64_t kv_values_per_token_layer() const {
+    return mla ? mla->latent_cache_dim() : int64_t{2} * kv_size();
   }
 };
 
@@ -108,7 +157,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
 // Reads and parses `model_dir`/config.json. NotFound if the file is missing.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
-// The RoPE inverse frequencies [head_dim / 2] for `rope` (default, linear or llama3 scaling),
+// The RoPE inverse frequencies [head_dim / 2] for `rope` (default, linear, llama3 or yarn),
 // in fp32 as transformers computes them. Rotation angle of pair i at position p: p * inv_freq[i].
 std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim);
 

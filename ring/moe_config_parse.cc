@@ -160,6 +160,9 @@ absl::Status ParseMoeConfig(const Json& j, ModelConfig& c, const std::string& so
     case Architecture::kMistral:
     case Architecture::kQwen2:
     case Architecture::kQwen3:
+    // DeepSeek's MoE fields are read (and its MoE layers refused) by ParseDeepseekConfig.
+    case Architecture::kDeepseekV2:
+    case Architecture::kDeepseekV3:
       return absl::OkStatus();
     case Architecture::kQwen2Moe:
     case Architecture::kQwen3Moe:

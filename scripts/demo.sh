@@ -3,8 +3,8 @@
 # default: no hosts file) on a small model, generates text through the gRPC API with
 # ringserve_client, prints the ring's statistics, and shuts everything down.
 #
-# Usage: scripts/demo.sh [--num-stages N] [--model DIR] [ringserve_client flags...]
-#   e.g. scripts/demo.sh --num-stages 3 --prompt "The ring" --max-tokens 32 --temperature 0.8
+# Usage: scripts/demo.sh [--num_stages N] [--model DIR] [ringserve_client flags...]
+#   e.g. scripts/demo.sh --num_stages 3 --prompt "The ring" --max_tokens 32 --temperature 0.8
 # Without --model it uses a tiny random model with a real tokenizer when bench/model's
 # make_random_model is built (text in, text out), else the llama test fixture (token ids).
 # RINGSERVE_BUILD_DIR (default build) picks another build tree.
@@ -17,7 +17,7 @@ model=""
 client_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --num-stages) num_stages="$2"; shift 2 ;;
+    --num_stages|--num-stages) num_stages="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     *) client_args+=("$1"); shift ;;
   esac
@@ -55,18 +55,18 @@ if [ -z "$model" ]; then
     default_prompt=(--prompt "The ring of stages passes activations")
   else
     model="tests/fixtures/models/llama"
-    default_prompt=(--prompt-ids "303,211,294,53,204")
+    default_prompt=(--prompt_ids "303,211,294,53,204")
   fi
 fi
 has_prompt=0
 for a in "${client_args[@]+"${client_args[@]}"}"; do
-  case "$a" in --prompt|--prompt-ids) has_prompt=1 ;; esac
+  case "$a" in --prompt|--prompt_ids|--prompt-ids|--prompt=*|--prompt_ids=*) has_prompt=1 ;; esac
 done
 if [ "$has_prompt" = 0 ]; then client_args+=("${default_prompt[@]}"); fi
 
 echo "demo: coordinator with $num_stages local stage processes on $model"
-"$build"/coordinator/coordinator --model "$model" --num-stages "$num_stages" \
-  --listen 127.0.0.1:0 --ready-fd 3 3>"$work/address" &
+"$build"/coordinator/coordinator --model "$model" --num_stages "$num_stages" \
+  --listen 127.0.0.1:0 --ready_fd 3 3>"$work/address" &
 coordinator_pid=$!
 
 # Wait (bounded) for the coordinator to write its address once it serves.
@@ -83,9 +83,9 @@ if [ -z "$address" ]; then echo "demo: the coordinator did not start within 60 s
 
 echo "demo: generating through ringserve.v1.Generate on $address"
 echo "----"
-"$build"/coordinator/ringserve_client --server "$address" --max-tokens 24 "${client_args[@]}"
+"$build"/coordinator/ringserve_client --target "$address" --max_tokens 24 "${client_args[@]}"
 echo "----"
-"$build"/coordinator/ringserve_client --server "$address" --stats
+"$build"/coordinator/ringserve_client --target "$address" --stats
 
 kill -TERM "$coordinator_pid"
 wait "$coordinator_pid"

@@ -9,15 +9,14 @@
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "ring/defaults.h"
-#include "stage/model/resident_slice.h"
 #include "stage/model/slice_weights.h"
 
 #ifdef RINGSERVE_HAVE_CUDA
+#include "stage/channels/cuda_ipc/cuda_ipc_channel.h"
 #include "stage/cuda/cuda_model_slice.h"
-#include "stage/cuda_ipc/cuda_ipc_channel.h"
 #endif
 #ifdef RINGSERVE_HAVE_NCCL
-#include "stage/nccl/nccl_channel.h"
+#include "stage/channels/nccl/nccl_channel.h"
 #endif
 
 namespace ringserve {
@@ -108,11 +107,20 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
     for (int layer = options.layers.first; layer < options.layers.last; ++layer) {
       layer_bytes += LayerWeightBytes(slice->config(), layer, sizeof(float));
     }
-    *summary = fmt::format("cpu, layer weights {} MiB, {} KV blocks", layer_bytes >> 20,
-                           options.kv_num_blocks);
+    *summary = fmt::format(
+        "cpu, layer weights {} MiB, {} KV blocks, {} KV bytes per token and "
+        "layer",
+        layer_bytes >> 20, options.kv_num_blocks,
+        slice->config().kv_values_per_token_layer() * sizeof(float));
     return slice;
   }
 #ifdef RINGSERVE_HAVE_CUDA
+  RS_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(options.model_dir));
+  if (model.mla) {
+    return absl::UnimplementedError(fmt::format(
+        "device {}: {} (multi-head latent attention) has no CUDA backend yet; use device cpu",
+        request.device(), ArchitectureName(model.architecture)));
+  }
   cuda::CudaSliceOptions cuda;
   cuda.device = ordinal;
   cuda.max_batch_tokens =
@@ -177,12 +185,12 @@ absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& r
     return channels;
   }
 
-  const auto* resident = dynamic_cast<const ResidentSlice*>(&slice);
-  if (resident == nullptr) {
+  const ActivationBuffer& activations = slice.activations();
+  if (activations.memory() != MemorySpace::kDevice) {
     return absl::FailedPreconditionError(
         fmt::format("channel: '{}' needs a CUDA stage (device cuda:N)", kind));
   }
-  const int device = resident->gpu_device();
+  const int device = activations.device();
   (void)device;  // unused in a build without the GPU channels
   // Links first (both directions at once), then the GPU channel handshakes, also at once.
   absl::StatusOr<std::unique_ptr<TcpLink>> in_link = std::unique_ptr<TcpLink>();
@@ -206,8 +214,8 @@ absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& r
           absl::UnimplementedError(kind);
 #ifdef RINGSERVE_HAVE_CUDA
       if (kind == "cuda_ipc") {
-        const int64_t slot_bytes = int64_t{resident->max_batch_tokens()} *
-                                   slice.config().hidden_size * int64_t{sizeof(float)};
+        const int64_t slot_bytes =
+            activations.max_tokens() * activations.hidden_size() * int64_t{sizeof(float)};
         receiver = CudaIpcAccept(
             std::move(*in_link),
             CudaIpcOptions{.device = device, .num_slots = kIpcSlots, .slot_bytes = slot_bytes},

@@ -10,10 +10,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/stage.pb.h"
-#include "stage/activation_channel.h"
-#include "stage/device_channel.h"
+#include "stage/channels/stage_channels.h"
+#include "stage/channels/tcp_channel.h"
 #include "stage/model/model_slice.h"
-#include "stage/tcp_channel.h"
 
 namespace ringserve {
 
@@ -27,14 +26,6 @@ absl::Status CheckBackend(const v1::ConfigureRequest& request);
 // max_batch_tokens tokens. `summary` gets a human-readable line (device, memory).
 absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRequest& request,
                                                            std::string* summary);
-
-// One stage's channel ends; the unused ones are null. Host ends for tcp, device ends otherwise.
-struct StageChannels {
-  std::unique_ptr<ActivationReceiver> receiver;
-  std::unique_ptr<ActivationSender> sender;
-  std::unique_ptr<DeviceActivationReceiver> device_receiver;
-  std::unique_ptr<DeviceActivationSender> device_sender;
-};
 
 // Joins the ring: accepts the previous stage on `listener` (unless first) while connecting to
 // `next_endpoint` (unless last), with the channel kind of `request`. `slice` is the loaded slice

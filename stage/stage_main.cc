@@ -1,9 +1,9 @@
-// `stage --listen HOST:PORT [--ready-fd N]`: a stage process. Starts empty and waits for the
+// `stage --listen HOST:PORT [--ready_fd N]`: a stage process. Starts empty and waits for the
 // coordinator to configure it (stage/stage_service.h). Exits on SIGTERM/SIGINT or a Shutdown
 // RPC. Under systemd (Type=notify) it reports READY=1 once its weights are loaded.
 //
-// --debug-step-delay-ms N: testing aid, every step takes N ms longer (a slow stage).
-// --ready-fd N: once serving, writes the bound control address ("host:port\n") to file
+// --debug_step_delay_ms N: testing aid, every step takes N ms longer (a slow stage).
+// --ready_fd N: once serving, writes the bound control address ("host:port\n") to file
 // descriptor N and closes it; how a parent that asked for port 0 learns the port.
 #include <signal.h>
 #include <unistd.h>
@@ -15,17 +15,25 @@
 #include <string>
 #include <thread>
 
+#include "absl/flags/flag.h"
+#include "common/flags.h"
 #include "common/logging.h"
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
+#include "stage/channels/tcp_channel.h"
 #include "stage/notify/notify.h"
 #include "stage/stage_service.h"
-#include "stage/tcp_channel.h"
+
+ABSL_FLAG(std::string, listen, "", "control address HOST:PORT to serve on (port 0: any); required");
+ABSL_FLAG(int, ready_fd, -1,
+          "once serving, write the bound control address and a newline to this descriptor");
+ABSL_FLAG(int, debug_step_delay_ms, 0, "testing aid: every step takes this many ms longer");
 
 namespace {
 
 constexpr char kUsage[] =
-    "usage: stage --listen HOST:PORT [--ready-fd N] [--debug-step-delay-ms N]\n";
+    "A stage process: waits for the coordinator to configure it, then runs its layers.\n"
+    "usage: stage --listen=HOST:PORT [--ready_fd=N] [--debug_step_delay_ms=N]";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "stage: %s\n", message.c_str());
@@ -36,38 +44,11 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   using namespace ringserve;
-  std::string listen;
-  int ready_fd = -1;
-  int debug_step_delay_ms = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) return nullptr;
-      (void)name;
-      return argv[++i];
-    };
-    if (arg == "--listen") {
-      const char* v = value("--listen");
-      if (v == nullptr) return Fail("--listen needs HOST:PORT");
-      listen = v;
-    } else if (arg.rfind("--listen=", 0) == 0) {
-      listen = arg.substr(9);
-    } else if (arg == "--ready-fd") {
-      const char* v = value("--ready-fd");
-      if (v == nullptr) return Fail("--ready-fd needs a number");
-      ready_fd = std::atoi(v);
-    } else if (arg == "--debug-step-delay-ms") {
-      const char* v = value("--debug-step-delay-ms");
-      if (v == nullptr) return Fail("--debug-step-delay-ms needs a number");
-      debug_step_delay_ms = std::atoi(v);
-    } else if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else {
-      return Fail(fmt::format("unknown argument '{}'\n{}", arg, kUsage));
-    }
-  }
-  if (listen.empty()) return Fail(std::string("--listen is required\n") + kUsage);
+  ParseCommandLineFlags(argc, argv, kUsage);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const int ready_fd = absl::GetFlag(FLAGS_ready_fd);
+  const int debug_step_delay_ms = absl::GetFlag(FLAGS_debug_step_delay_ms);
+  if (listen.empty()) return Fail("--listen is required (see --help)");
   std::string host;
   int port = 0;
   if (absl::Status s = SplitHostPort(listen, "--listen", &host, &port); !s.ok()) {
@@ -120,7 +101,7 @@ int main(int argc, char** argv) {
   if (ready_fd >= 0) {
     std::string line = bound + "\n";
     if (write(ready_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      RS_LOG_WARN("could not write the address to --ready-fd {}", ready_fd);
+      RS_LOG_WARN("could not write the address to --ready_fd {}", ready_fd);
     }
     close(ready_fd);
   }

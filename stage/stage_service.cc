@@ -206,8 +206,10 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext*,
     executor_options.recv_timeout = absl::Milliseconds(config.recv_timeout_ms());
     executor_options.send_timeout = executor_options.recv_timeout;
   }
-  auto executor =
-      std::make_shared<StepExecutor>(executor_options, std::move(slice), std::move(*channels));
+  absl::StatusOr<std::unique_ptr<StepExecutor>> created =
+      StepExecutor::Create(executor_options, std::move(slice), std::move(*channels));
+  if (!created.ok()) return fail(created.status());
+  std::shared_ptr<StepExecutor> executor = *std::move(created);
   {
     std::lock_guard<std::mutex> lock(mu_);
     executor_ = std::move(executor);

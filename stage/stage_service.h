@@ -14,8 +14,8 @@
 #include <string>
 
 #include "proto/stage.grpc.pb.h"
+#include "stage/channels/tcp_channel.h"
 #include "stage/step_executor.h"
-#include "stage/tcp_channel.h"
 
 namespace ringserve {
 
@@ -28,7 +28,7 @@ struct StageServiceOptions {
   std::function<void(const std::string& status)> on_ready;
   // Called when a Shutdown RPC arrives; the owner stops the server (not from this call).
   std::function<void()> on_shutdown;
-  // Testing aid (stage --debug-step-delay-ms): extra time in every step.
+  // Testing aid (stage --debug_step_delay_ms): extra time in every step.
   absl::Duration debug_step_delay = absl::ZeroDuration();
 };
 

@@ -1,12 +1,10 @@
 #include "stage/step_executor.h"
 
-#include <cmath>
 #include <utility>
 
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
-#include "stage/sampling/sampler.h"
 
 namespace ringserve {
 namespace {
@@ -15,37 +13,58 @@ int64_t MicrosSince(absl::Time start) { return absl::ToInt64Microseconds(absl::N
 
 }  // namespace
 
-StepExecutor::StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice,
-                           StageChannels channels)
-    : options_(options),
-      slice_(std::move(slice)),
-      resident_(dynamic_cast<ResidentSlice*>(slice_.get())),
-      channels_(std::move(channels)) {}
+absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
+    StepExecutorOptions options, std::unique_ptr<ModelSlice> slice, StageChannels channels) {
+  if (slice == nullptr) return absl::InvalidArgumentError("no model slice");
+  const bool first = slice->is_first();
+  const bool last = slice->is_last();
+  std::unique_ptr<StepExecutor> executor(new StepExecutor(options, std::move(slice)));
+  // Over a GPU channel the input's wait comes before the upload (see RunChecked).
+  executor->prepare_after_input_ = channels.device_receiver != nullptr;
+  ActivationBuffer& buffer = executor->slice_->activations();
+  auto annotate = [&](const absl::Status& status) {
+    return absl::Status(status.code(), fmt::format("stage {}: {}", options.stage_index,
+                                                   std::string(status.message())));
+  };
+  absl::StatusOr<std::unique_ptr<InputPort>> input = MakeInputPort(channels, buffer);
+  if (!input.ok()) return annotate(input.status());
+  absl::StatusOr<std::unique_ptr<OutputPort>> output = MakeOutputPort(channels, buffer);
+  if (!output.ok()) return annotate(output.status());
+  executor->input_ = *std::move(input);
+  executor->output_ = *std::move(output);
+  if ((executor->input_ == nullptr) != first) {
+    return annotate(absl::FailedPreconditionError(first ? "the first stage has a previous stage"
+                                                        : "no previous stage connected"));
+  }
+  if ((executor->output_ == nullptr) != last) {
+    return annotate(absl::FailedPreconditionError(last ? "the last stage has a next stage"
+                                                       : "no next stage connected"));
+  }
+  return executor;
+}
+
+StepExecutor::StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice)
+    : options_(options), slice_(std::move(slice)) {}
 
 StepExecutor::~StepExecutor() {
   CloseChannels();
   if (timing_.steps > 0) {
     const double n = static_cast<double>(timing_.steps);
-    const std::string gpu =
-        resident_ == nullptr
-            ? std::string()
-            : fmt::format(
-                  ", GPU time {:.0f} us (the CPU only enqueues a GPU stage's work; the "
-                  "last stage waits for its tokens)",
-                  timing_.gpu_us / n);
+    const bool gpu = slice_->activations().memory() == MemorySpace::kDevice;
     RS_LOG_INFO(
         "stage {}: {} steps; per step: prepare {:.0f} us, waiting for input {:.0f} us, forward "
-        "(and sampling) {:.0f} us, sending {:.0f} us{}",
+        "(and sampling) {:.0f} us, sending {:.0f} us, busy {:.0f} us{}",
         options_.stage_index, timing_.steps, timing_.prepare_us / n, timing_.wait_us / n,
-        timing_.forward_us / n, timing_.send_us / n, gpu);
+        timing_.forward_us / n, timing_.send_us / n, timing_.busy_us / n,
+        gpu ? " of GPU time (the CPU only enqueues a GPU stage's work; the last stage waits for "
+              "its tokens)"
+            : "");
   }
 }
 
 void StepExecutor::CloseChannels() {
-  if (channels_.receiver) channels_.receiver->Close();
-  if (channels_.sender) channels_.sender->Close();
-  if (channels_.device_receiver) channels_.device_receiver->Close();
-  if (channels_.device_sender) channels_.device_sender->Close();
+  if (input_) input_->Close();
+  if (output_) output_->Close();
 }
 
 absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
@@ -60,142 +79,8 @@ absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
   return outcome;
 }
 
-absl::Status StepExecutor::ReceiveInput(uint64_t micro_batch_id, int64_t total_tokens) {
-  const size_t values = static_cast<size_t>(total_tokens) * slice_->config().hidden_size;
-  if (channels_.device_receiver != nullptr) {
-    if (resident_ == nullptr) {
-      return absl::FailedPreconditionError("a GPU channel needs a CUDA slice");
-    }
-    if (total_tokens > resident_->max_batch_tokens()) {
-      return absl::InvalidArgumentError(fmt::format("{} tokens exceed the stage's {}", total_tokens,
-                                                    resident_->max_batch_tokens()));
-    }
-    RS_RETURN_IF_ERROR(channels_.device_receiver->Recv(
-        micro_batch_id, resident_->device_hidden(), values * sizeof(float), resident_->gpu_stream(),
-        options_.recv_timeout));
-    bytes_received_.store(channels_.device_receiver->bytes_received());
-    return absl::OkStatus();
-  }
-  if (channels_.receiver == nullptr) {
-    return absl::FailedPreconditionError("no previous stage connected");
-  }
-  hidden_in_.resize(values);
-  RS_RETURN_IF_ERROR(channels_.receiver->Recv(
-      micro_batch_id, std::as_writable_bytes(std::span<float>(hidden_in_)), options_.recv_timeout));
-  bytes_received_.store(channels_.receiver->bytes_received());
-  if (resident_ != nullptr) RS_RETURN_IF_ERROR(resident_->CopyHiddenIn(hidden_in_));
-  return absl::OkStatus();
-}
-
-absl::Status StepExecutor::SendOutput(uint64_t micro_batch_id, std::span<const float> host_out,
-                                      int64_t total_tokens, StepOutcome* outcome) {
-  const size_t values = static_cast<size_t>(total_tokens) * slice_->config().hidden_size;
-  if (channels_.device_sender != nullptr) {
-    if (resident_ == nullptr) {
-      return absl::FailedPreconditionError("a GPU channel needs a CUDA slice");
-    }
-    const int64_t before = channels_.device_sender->bytes_sent();
-    RS_RETURN_IF_ERROR(channels_.device_sender->Send(
-        micro_batch_id, resident_->device_hidden(), values * sizeof(float), resident_->gpu_stream(),
-        options_.send_timeout));
-    outcome->bytes_sent = channels_.device_sender->bytes_sent() - before;
-    bytes_sent_.store(channels_.device_sender->bytes_sent());
-    return absl::OkStatus();
-  }
-  if (channels_.sender == nullptr) return absl::FailedPreconditionError("no next stage connected");
-  if (resident_ != nullptr) {
-    hidden_out_.resize(values);
-    RS_RETURN_IF_ERROR(resident_->CopyHiddenOut(hidden_out_));
-    host_out = hidden_out_;
-  }
-  if (host_out.size() != values) {
-    return absl::InternalError(fmt::format("slice returned {} values, expected {} x {}",
-                                           host_out.size(), total_tokens,
-                                           slice_->config().hidden_size));
-  }
-  const int64_t before = channels_.sender->bytes_sent();
-  RS_RETURN_IF_ERROR(
-      channels_.sender->Send(micro_batch_id, std::as_bytes(host_out), options_.send_timeout));
-  outcome->bytes_sent = channels_.sender->bytes_sent() - before;
-  bytes_sent_.store(channels_.sender->bytes_sent());
-  return absl::OkStatus();
-}
-
-int64_t StepExecutor::EndGpuStep() {
-  resident_->EndStepTiming();
-  const int64_t gpu_us = resident_->TakeStepGpuMicros();
-  timing_.gpu_us += gpu_us;
-  return gpu_us;
-}
-
-absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
-  const bool first = slice_->is_first();
-  const bool last = slice_->is_last();
-  RS_ASSIGN_OR_RETURN(DecodedPlan decoded,
-                      DecodeStepPlan(plan, first, last, slice_->options().kv_block_size));
-  StepOutcome outcome;
-  const int64_t total_tokens = decoded.batch.TotalTokens();
-  outcome.num_tokens = static_cast<int>(total_tokens);
-
-  // A GPU slice uploads the batch's metadata before its input arrives over a host channel (the
-  // upload overlaps the previous stage). Over a GPU channel the stage enqueues the upload after
-  // the input's wait instead, so its GPU work for the step runs as one burst: stages sharing a
-  // GPU then take turns once per step (measured on one H200, 4 stages at 32 streams: 89.3% of
-  // one stage against 86.0% with the upload first; bench/ring/NOTES.md).
-  const bool prepare_after_input = channels_.device_receiver != nullptr;
-  int64_t prepare_us = 0;
-  auto prepare = [&]() -> absl::Status {
-    if (resident_ == nullptr) return absl::OkStatus();
-    absl::Time start = absl::Now();
-    absl::Status status = resident_->PrepareResident(decoded.batch);
-    prepare_us = MicrosSince(start);
-    return status;
-  };
-  if (!prepare_after_input) RS_RETURN_IF_ERROR(prepare());
-
-  absl::Time wait_start = absl::Now();
-  if (!first) RS_RETURN_IF_ERROR(ReceiveInput(plan.micro_batch_id(), total_tokens));
-  outcome.wait_us = MicrosSince(wait_start);
-  if (prepare_after_input) RS_RETURN_IF_ERROR(prepare());
-  timing_.Add(prepare_us, outcome.wait_us);
-
-  absl::Time busy_start = absl::Now();
-  if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
-  if (resident_ != nullptr) resident_->BeginStepTiming();
-  if (!last) {
-    std::vector<float> out;
-    if (resident_ != nullptr) {
-      RS_RETURN_IF_ERROR(resident_->ForwardResident(decoded.batch));
-    } else {
-      RS_ASSIGN_OR_RETURN(
-          out, slice_->Forward(decoded.batch, first ? std::span<const float>() : hidden_in_));
-    }
-    const int64_t forward_us = MicrosSince(busy_start);
-    RS_RETURN_IF_ERROR(SendOutput(plan.micro_batch_id(), out, total_tokens, &outcome));
-    const int64_t cpu_us = MicrosSince(busy_start);
-    timing_.AddCompute(forward_us, cpu_us - forward_us);
-    outcome.busy_us = resident_ != nullptr ? EndGpuStep() : cpu_us;
-    return outcome;
-  }
-
-  SampledRows sampled;
-  if (resident_ != nullptr) {
-    RS_ASSIGN_OR_RETURN(sampled, resident_->SampleResident(decoded.batch, decoded.sampling));
-  } else {
-    const int vocab = slice_->config().vocab_size;
-    RS_ASSIGN_OR_RETURN(
-        std::vector<float> logits,
-        slice_->Forward(decoded.batch, first ? std::span<const float>() : hidden_in_));
-    if (logits.size() != decoded.sampling.size() * static_cast<size_t>(vocab)) {
-      return absl::InternalError(fmt::format("slice returned {} logits, expected {} rows x {}",
-                                             logits.size(), decoded.sampling.size(), vocab));
-    }
-    RS_ASSIGN_OR_RETURN(sampled.tokens, SampleTokens(logits, vocab, decoded.sampling));
-    for (size_t row = 0; row < sampled.tokens.size(); ++row) {
-      sampled.logprobs.push_back(TokenLogprob(
-          std::span<const float>(logits).subspan(row * vocab, vocab), sampled.tokens[row]));
-    }
-  }
+absl::Status StepExecutor::SampleInto(const DecodedPlan& decoded, StepOutcome* outcome) {
+  RS_ASSIGN_OR_RETURN(SampledRows sampled, slice_->Sample(decoded.batch, decoded.sampling));
   if (sampled.tokens.size() != decoded.sampling.size() ||
       sampled.logprobs.size() != sampled.tokens.size()) {
     return absl::InternalError(fmt::format("slice sampled {} tokens for {} rows",
@@ -208,12 +93,67 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
     token.set_seq_id(chunk.seq_id);
     token.set_token_id(sampled.tokens[row]);
     token.set_logprob(sampled.logprobs[row]);
-    outcome.tokens.push_back(token);
+    outcome->tokens.push_back(token);
     ++row;
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
+  RS_ASSIGN_OR_RETURN(
+      DecodedPlan decoded,
+      DecodeStepPlan(plan, slice_->is_first(), slice_->is_last(), slice_->options().kv_block_size));
+  const MicroBatch& batch = decoded.batch;
+  StepOutcome outcome;
+  outcome.num_tokens = static_cast<int>(batch.TotalTokens());
+
+  // The slice prepares the batch (a GPU slice: uploads its metadata) before the input arrives
+  // over a host channel (the upload overlaps the previous stage). Over a GPU channel it
+  // prepares after the input's wait instead, so its GPU work for the step runs as one burst:
+  // stages sharing a GPU then take turns once per step (measured on one H200, 4 stages at 32
+  // streams: 89.3% of one stage against 86.0% with the upload first; bench/ring/NOTES.md).
+  int64_t prepare_us = 0;
+  auto prepare = [&]() -> absl::Status {
+    const absl::Time start = absl::Now();
+    absl::Status status = slice_->Prepare(batch);
+    prepare_us = MicrosSince(start);
+    return status;
+  };
+  if (!prepare_after_input_) RS_RETURN_IF_ERROR(prepare());
+
+  const absl::Time wait_start = absl::Now();
+  if (input_ != nullptr) {
+    // Sized here too for a batch not yet prepared (InvalidArgument above the buffer's capacity).
+    RS_RETURN_IF_ERROR(slice_->activations().Resize(batch.TotalTokens()));
+    RS_RETURN_IF_ERROR(input_->Receive(plan.micro_batch_id(), options_.recv_timeout));
+    bytes_received_.store(input_->bytes_received());
+  }
+  outcome.wait_us = MicrosSince(wait_start);
+  if (prepare_after_input_) RS_RETURN_IF_ERROR(prepare());
+
+  slice_->BeginStepTiming();
+  const absl::Time busy_start = absl::Now();
+  if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
+  RS_RETURN_IF_ERROR(slice_->Run(batch));
+  const int64_t run_us = MicrosSince(busy_start);
+  if (output_ != nullptr) {
+    const int64_t before = output_->bytes_sent();
+    RS_RETURN_IF_ERROR(output_->Send(plan.micro_batch_id(), options_.send_timeout));
+    outcome.bytes_sent = output_->bytes_sent() - before;
+    bytes_sent_.store(output_->bytes_sent());
+  } else {
+    RS_RETURN_IF_ERROR(SampleInto(decoded, &outcome));
+  }
   const int64_t cpu_us = MicrosSince(busy_start);
-  timing_.AddCompute(cpu_us, 0);
-  outcome.busy_us = resident_ != nullptr ? EndGpuStep() : cpu_us;
+  slice_->EndStepTiming();
+  outcome.busy_us = slice_->TakeStepMicros();
+
+  ++timing_.steps;
+  timing_.prepare_us += prepare_us;
+  timing_.wait_us += outcome.wait_us;
+  timing_.forward_us += output_ != nullptr ? run_us : cpu_us;
+  timing_.send_us += output_ != nullptr ? cpu_us - run_us : 0;
+  timing_.busy_us += outcome.busy_us;
   return outcome;
 }
 

@@ -2,9 +2,9 @@
 // first), run the model slice, then send the activations on (unless last) or sample one token
 // per sampling chunk (last). Owns the slice and the stage's channel ends.
 //
-// A slice that is also a ResidentSlice (CUDA) keeps activations on its GPU: device channel ends
-// move them GPU to GPU, host (tcp) ends copy them through the host, and the last slice samples
-// its logits rows itself.
+// One path for every backend: the slice's activation buffer (host or device memory) is what the
+// channels move; how (directly, through the host, GPU to GPU) is fixed when the executor is
+// created (stage/activation_ports.h).
 //
 // Not thread-safe: one thread calls Run, plan after plan. Counters are atomics, readable from
 // any thread.
@@ -18,18 +18,18 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ring/plan_codec.h"
-#include "stage/activation_channel.h"
+#include "stage/activation_ports.h"
+#include "stage/channels/stage_channels.h"
 #include "stage/model/model_slice.h"
-#include "stage/model/resident_slice.h"
-#include "stage/stage_backend.h"
 
 namespace ringserve {
 
 struct StepOutcome {
   std::vector<v1::SampledToken> tokens;  // last stage: one per sampling chunk, in chunk order
-  // Slice forward + sampling. A GPU slice: the GPU time of the steps that finished on the GPU
-  // since the previous outcome (the CPU only enqueues; usually the previous step's time, this
-  // step's own on the last stage, which waits for its tokens).
+  // Slice forward + sending or sampling (ModelSlice::TakeStepMicros). A GPU slice: the GPU
+  // time of the steps that finished on the GPU since the previous outcome (the CPU only
+  // enqueues; usually the previous step's time, this step's own on the last stage, which waits
+  // for its tokens).
   int64_t busy_us = 0;
   int64_t wait_us = 0;  // waiting for the previous stage's activations
   int64_t bytes_sent = 0;
@@ -47,9 +47,11 @@ struct StepExecutorOptions {
 class StepExecutor {
  public:
   // The channels' receiving end (host or device) is null exactly on the first stage, the
-  // sending end exactly on the last. Device ends need a ResidentSlice.
-  StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice,
-               StageChannels channels);
+  // sending end exactly on the last. FailedPrecondition for a device end when the slice's
+  // activations live on the host.
+  static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(StepExecutorOptions options,
+                                                              std::unique_ptr<ModelSlice> slice,
+                                                              StageChannels channels);
   ~StepExecutor();
 
   // Runs one plan. Any error (bad plan, channel failure, model error) names the stage and the
@@ -65,33 +67,21 @@ class StepExecutor {
   int64_t bytes_received() const { return bytes_received_.load(); }
 
  private:
+  StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice);
   absl::StatusOr<StepOutcome> RunChecked(const v1::StepPlan& plan);
-  // The input of a stage that is not first, into hidden_in_ or the resident slice's buffer.
-  absl::Status ReceiveInput(uint64_t micro_batch_id, int64_t total_tokens);
-  absl::Status SendOutput(uint64_t micro_batch_id, std::span<const float> host_out,
-                          int64_t total_tokens, StepOutcome* outcome);
-  // A resident slice: ends the step's GPU timing; returns the GPU time of the steps finished
-  // since the previous call (this one, on the last stage, which waits for its tokens).
-  int64_t EndGpuStep();
+  // The last stage: samples the batch's rows into outcome->tokens.
+  absl::Status SampleInto(const DecodedPlan& decoded, StepOutcome* outcome);
 
   StepExecutorOptions options_;
   std::unique_ptr<ModelSlice> slice_;
-  ResidentSlice* resident_ = nullptr;  // slice_ as a ResidentSlice, or null
-  StageChannels channels_;
-  std::vector<float> hidden_in_;
-  std::vector<float> hidden_out_;
+  std::unique_ptr<InputPort> input_;    // null on the first stage
+  std::unique_ptr<OutputPort> output_;  // null on the last stage
+  // Over a device channel the slice prepares a batch after its input has arrived, otherwise
+  // before (step_executor.cc says why).
+  bool prepare_after_input_ = false;
   // Where a step's time goes (summed; logged when the executor goes away).
   struct Timing {
-    int64_t steps = 0, prepare_us = 0, wait_us = 0, forward_us = 0, send_us = 0, gpu_us = 0;
-    void Add(int64_t prepare, int64_t wait) {
-      ++steps;
-      prepare_us += prepare;
-      wait_us += wait;
-    }
-    void AddCompute(int64_t forward, int64_t send) {
-      forward_us += forward;
-      send_us += send;
-    }
+    int64_t steps = 0, prepare_us = 0, wait_us = 0, forward_us = 0, send_us = 0, busy_us = 0;
   } timing_;
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> bytes_received_{0};

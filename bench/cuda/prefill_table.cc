@@ -14,7 +14,9 @@
 #include "kernels/cuda/gemm.h"
 
 namespace ringserve::cuda {
-void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::string* out) {
+void PrefillTable(const ModelConfig& c, const KernelPlan& plan, const std::vector<int>& lengths,
+                  std::string* out) {
+  const LaunchStream stream(nullptr, plan.dependent_launch);
   absl::StatusOr<std::unique_ptr<GemmRunner>> runner = GemmRunner::Create();
   if (!runner.ok()) {
     *out += fmt::format("prefill table: {}\n", runner.status().ToString());
@@ -73,7 +75,7 @@ void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::st
                                .cache = {k.as<bf16>(), v.as<bf16>(), c.num_kv_heads, bs, d}};
     double best_attn_ms = 0;
     for (int tile_rows : {kPrefillTile, kPrefillTileSm90}) {
-      if (tile_rows != kPrefillTile && tile_rows != PrefillTileRows()) continue;
+      if (tile_rows != kPrefillTile && tile_rows != plan.prefill_tile_rows) continue;
       std::vector<int32_t> tiles;
       MakePrefillTiles({n}, {0}, &tiles, tile_rows);
       std::vector<int32_t> m = {0, n, 0};
@@ -89,14 +91,15 @@ void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::st
                                .max_blocks = blocks,
                                .tiles = md + tiles_at,
                                .num_tiles = static_cast<int>(tiles.size() / 2),
-                               .tile_rows = tile_rows};
+                               .tile_rows = tile_rows};  // key_tile set below
       // The wgmma kernel with each of its K/V tile sizes.
       for (int key_tile : {128, 64}) {
         if (tile_rows != kPrefillTileSm90 && key_tile != 128) continue;
-        const ScopedPrefillKeyTileSm90 scoped(key_tile);
+        PrefillBatch keyed = batch;
+        keyed.key_tile = key_tile;
         const double ms = TimeMs(
             [&] {
-              return LaunchPrefillAttention(shape, q.as<bf16>(), attn.as<bf16>(), batch, nullptr);
+              return LaunchPrefillAttention(shape, q.as<bf16>(), attn.as<bf16>(), keyed, stream);
             },
             2, 5);
         if (best_attn_ms == 0 || ms < best_attn_ms) best_attn_ms = ms;
@@ -116,11 +119,11 @@ void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::st
       const double norm_ms = TimeMs(
           [&] {
             return LaunchAddRmsNorm(residual.as<float>(), x.as<bf16>(), nullptr, w.as<bf16>(),
-                                    y.as<bf16>(), n, h, 1e-5f, nullptr);
+                                    y.as<bf16>(), n, h, 1e-5f, stream);
           },
           2, 10);
       const double silu_ms = TimeMs(
-          [&] { return LaunchSiluMul(y.as<bf16>(), x.as<bf16>(), n, inter, nullptr); }, 2, 10);
+          [&] { return LaunchSiluMul(y.as<bf16>(), x.as<bf16>(), n, inter, stream); }, 2, 10);
       *out += fmt::format("{:<24} {:>10.1f} {:>9.0f} GB/s\n", "add + rmsnorm", 1000 * norm_ms,
                           12.0 * n * h / norm_ms / 1e6);
       *out += fmt::format("{:<24} {:>10.1f} {:>9.0f} GB/s\n", "silu * up", 1000 * silu_ms,

@@ -6,12 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/kernel_selector.h"
 #include "ring/model_config.h"
 
 namespace ringserve::cuda {
 
 // Appends one block per length to `out`. Uses its own device buffers and its own GEMM runner
 // (freed on return), so its tuning does not change the plans a model slice uses.
-void PrefillTable(const ModelConfig& c, const std::vector<int>& lengths, std::string* out);
+// Times the attention with each kernel the plan's device runs (mma.sync; wgmma with both key
+// tiles where the plan picks it) and launches as the plan does (dependent launch).
+void PrefillTable(const ModelConfig& c, const KernelPlan& plan, const std::vector<int>& lengths,
+                  std::string* out);
 
 }  // namespace ringserve::cuda

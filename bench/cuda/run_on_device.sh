@@ -36,7 +36,7 @@ if [ -x "$bin/stage_bench" ]; then
   if [ $rc -ne 0 ]; then
     status=1
     echo "stage_bench rc=$rc; again without CUDA graphs" | tee -a "$out/tests.txt"
-    "$bin/stage_bench" --no_graphs --quick "$@" 2>&1 | tee "$out/bench_nographs.log" | tail -30
+    "$bin/stage_bench" --nographs --quick "$@" 2>&1 | tee "$out/bench_nographs.log" | tail -30
   fi
 fi
 cat "$out/tests.txt"

@@ -1,11 +1,12 @@
 // One stage on one GPU, whole model (Llama-3.1-8B or Qwen3-8B shape, bf16, random weights made
-// on the GPU, or a model directory): decode tok/s at several stream counts (128-token prompts),
+// on the GPU, or a model directory), each step run as the last stage serves it (Prepare, Run,
+// Sample with greedy rows): decode tok/s at several stream counts (128-token prompts),
 // decode at a long context, prefill tok/s, each against its physical bound, and a per-shape GEMM
 // table (our GEMV vs cuBLASLt). Prints a table last.
 //
-//   stage_bench [--model_dir DIR] [--shape llama8b|qwen3_8b] [--quick] [--kernels_only]
+//   stage_bench [--model DIR] [--shape llama8b|qwen3_8b] [--quick] [--kernels_only]
 //               [--prefill_only] [--decode_only] [--gemm_only] [--bandwidth_tbps 4.28]
-//               [--peak_tflops 785] [--prefill_key_tile 64|128]
+//               [--peak_tflops 785] [--prefill_key_tile 64|128]   (--help lists them all)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,21 +14,39 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "bench/cuda/event_timer.h"
 #include "bench/cuda/prefill_table.h"
+#include "common/flags.h"
 #include "common/logging.h"
 #include "fmt/format.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/graph_edges.h"
+#include "kernels/cuda/kernel_options.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "ring/model_config.h"
 #include "stage/cuda/cuda_model_slice.h"
+
+ABSL_FLAG(std::string, model, "",
+          "model directory (config.json + safetensors); empty: random weights of --shape");
+ABSL_FLAG(std::string, shape, "llama8b", "model shape with random weights: llama8b or qwen3_8b");
+ABSL_FLAG(bool, quick, false, "fewer steps and repetitions, 4k instead of 32k long context");
+ABSL_FLAG(bool, kernels_only, false, "just the small-kernel table at 32 tokens (for profilers)");
+ABSL_FLAG(bool, prefill_only, false, "just the prefill breakdown and the prefill rows");
+ABSL_FLAG(bool, decode_only, false, "just decode at 1 and 32 streams (for timeline profilers)");
+ABSL_FLAG(bool, gemm_only, false, "just the per-shape GEMM table (for kernel profilers)");
+ABSL_FLAG(bool, graphs, true, "decode steps replay CUDA graphs (--nographs: eager launches)");
+ABSL_FLAG(double, bandwidth_tbps, 4.28, "memory bandwidth bound, TB/s (H200: 4.28 measured)");
+ABSL_FLAG(double, peak_tflops, 785, "dense bf16 compute bound, TFLOP/s");
+ABSL_FLAG(int, prefill_key_tile, 64,
+          "keys per K/V tile of the sm_90 prefill attention (KernelOptions): 64 or 128");
 
 namespace ringserve::cuda {
 namespace {
@@ -72,12 +91,12 @@ ModelConfig ShapeConfig(const std::string& shape) {
   c.vocab_size = 128256;
   c.max_position_embeddings = 131072;
   c.rms_norm_eps = 1e-5f;
-  c.rope = {.type = RopeType::kLlama3,
-            .theta = 500000.0,
-            .factor = 8.0,
-            .low_freq_factor = 1.0,
-            .high_freq_factor = 4.0,
-            .original_max_position_embeddings = 8192};
+  c.rope.type = RopeType::kLlama3;
+  c.rope.theta = 500000.0;
+  c.rope.factor = 8.0;
+  c.rope.low_freq_factor = 1.0;
+  c.rope.high_freq_factor = 4.0;
+  c.rope.original_max_position_embeddings = 8192;
   return c;
 }
 
@@ -123,6 +142,18 @@ class Bench {
   }
   void ResetBlocks() { next_block_ = 0; }
 
+  // One step the way the last stage serves it (StepExecutor): Prepare, Run and Sample through
+  // the production sampler (greedy rows: SamplingConfig's temperature 0).
+  absl::StatusOr<std::vector<int32_t>> Step(const MicroBatch& batch, int rows) {
+    const std::vector<RowSampling> sampling(rows, RowSampling{.config = {.temperature = 0.0f}});
+    absl::Status status = slice_.Prepare(batch);
+    if (status.ok()) status = slice_.Run(batch);
+    if (!status.ok()) return status;
+    absl::StatusOr<SampledRows> sampled = slice_.Sample(batch, sampling);
+    if (!sampled.ok()) return sampled.status();
+    return std::move(sampled->tokens);
+  }
+
   // Prefill `streams` prompts of `prompt` tokens (in micro-batches of <= max_batch_tokens),
   // then time `steps` decode steps. Returns tok/s and the mean context.
   absl::StatusOr<std::pair<double, double>> Decode(int streams, int prompt, int steps, int warmup) {
@@ -157,8 +188,7 @@ class Bench {
           ++s;
         }
       }
-      std::vector<RowSampling> rows(members.size());
-      auto tokens = slice_.ForwardSample(batch, {}, rows);
+      auto tokens = Step(batch, static_cast<int>(members.size()));
       if (!tokens.ok()) return tokens.status();
       for (size_t i = 0; i < members.size(); ++i) next[members[i]] = (*tokens)[i];
     }
@@ -175,9 +205,8 @@ class Bench {
                                 .logits = LogitsMode::kLastToken});
         batch.token_ids.push_back(next[q]);
       }
-      std::vector<RowSampling> rows(streams);
       const auto t0 = Clock::now();
-      auto tokens = slice_.ForwardSample(batch, {}, rows);
+      auto tokens = Step(batch, streams);
       const auto t1 = Clock::now();
       if (!tokens.ok()) return tokens.status();
       if (step >= warmup) seconds += std::chrono::duration<double>(t1 - t0).count();
@@ -207,8 +236,7 @@ class Bench {
              .block_table = table,
              .logits = start + take == length ? LogitsMode::kLastToken : LogitsMode::kNone});
         for (int i = 0; i < take; ++i) batch.token_ids.push_back((start + i) * 31 % 50000);
-        std::vector<RowSampling> rows(start + take == length ? 1 : 0);
-        auto tokens = slice_.ForwardSample(batch, {}, rows);
+        auto tokens = Step(batch, start + take == length ? 1 : 0);
         if (!tokens.ok()) return tokens.status();
       }
       const auto t1 = Clock::now();
@@ -226,7 +254,10 @@ class Bench {
 
 // Times y = x W^T for the model's shapes at m = 1 to 64, each call with the weights evicted from
 // L2 first: our GEMV, cuBLASLt's heuristic choice, the skinny GEMM's best grid, the tuned plan.
-void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::string* out) {
+// Launched as the slice's plan launches (dependent launch where it has it).
+void GemmTable(const ModelConfig& c, const KernelPlan& plan, GemmRunner& gemm, double bandwidth,
+               std::string* out) {
+  const LaunchStream stream(nullptr, plan.dependent_launch);
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   struct Shape {
     const char* name;
@@ -244,8 +275,8 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
     *out += "gemm table: allocation failed\n";
     return;
   }
-  (void)LaunchFillRandom(w.as<bf16>(), max_w, 7, 0, 0.03f, nullptr);
-  (void)LaunchFillRandom(x.as<bf16>(), int64_t{64} * inter, 8, 0, 1, nullptr);
+  (void)LaunchFillRandom(w.as<bf16>(), max_w, 7, 0, 0.03f, stream);
+  (void)LaunchFillRandom(x.as<bf16>(), int64_t{64} * inter, 8, 0, 1, stream);
   // The skinny GEMM's best grid, timed here over 1 to kSkinnyBlocksPerSm blocks per
   // multiprocessor (the tuned column shows it only where it wins).
   DeviceBuffer skinny_buffer;
@@ -269,9 +300,9 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
       const double us = (*timer)->MedianUs(
           [&] {
             return LaunchSkinnyGemm(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, n, k,
-                                    blocks, skinny_ws, nullptr);
+                                    blocks, skinny_ws, stream);
           },
-          nullptr);
+          stream);
       if (us > 0 && (best == 0 || us < best)) {
         best = us;
         *best_per_sm = per_sm;
@@ -290,23 +321,22 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
       for (int path = 0; path < 3; ++path) {
         if (path == 0 && m > kGemvMaxRows) continue;
         if (path == 2) {
-          (void)gemm.Tune(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n, s.k,
-                          nullptr);
+          (void)gemm.Tune(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n, s.k, stream);
         }
         auto run = [&] {
           switch (path) {
             case 0:
               return LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n, s.k,
-                                nullptr);
+                                stream);
             case 1:
               return gemm.LinearCublas(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n,
-                                       s.k, nullptr);
+                                       s.k, stream);
             default:
               return gemm.Linear(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, m, s.n, s.k,
-                                 nullptr);
+                                 stream);
           }
         };
-        us[path] = (*timer)->MedianUs(run, nullptr);
+        us[path] = (*timer)->MedianUs(run, stream);
       }
       int per_sm = 0;
       const double skinny_us = best_skinny(m, s.n, s.k, &per_sm);
@@ -324,7 +354,9 @@ void GemmTable(const ModelConfig& c, GemmRunner& gemm, double bandwidth, std::st
 // One decode row (m = 1): each projection with its neighbouring norm or residual add as separate
 // kernels, against the fused GEMV that replaces them (gemv.h). Back-to-back launches, so a
 // kernel's launch gap is in its time as it is in a graph without early launch.
-void FusedGemvTable(const ModelConfig& c, double bandwidth, std::string* out) {
+void FusedGemvTable(const ModelConfig& c, const KernelPlan& plan, double bandwidth,
+                    std::string* out) {
+  const LaunchStream stream(nullptr, plan.dependent_launch);
   const int h = c.hidden_size, inter = c.intermediate_size;
   const int qkv_w = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim,
             attn_w = c.num_heads * c.head_dim;
@@ -336,14 +368,14 @@ void FusedGemvTable(const ModelConfig& c, double bandwidth, std::string* out) {
     *out += "fused gemv table: allocation failed\n";
     return;
   }
-  (void)LaunchFillRandom(w.as<bf16>(), w.bytes() / 2, 7, 0, 0.03f, nullptr);
-  (void)LaunchFillRandom(wnorm.as<bf16>(), h, 8, 1, 0.1f, nullptr);
-  (void)LaunchFillRandom(x.as<bf16>(), inter, 9, 0, 1, nullptr);
+  (void)LaunchFillRandom(w.as<bf16>(), w.bytes() / 2, 7, 0, 0.03f, stream);
+  (void)LaunchFillRandom(wnorm.as<bf16>(), h, 8, 1, 0.1f, stream);
+  (void)LaunchFillRandom(x.as<bf16>(), inter, 9, 0, 1, stream);
   cudaMemset(res.get(), 0, res.bytes());
   const RmsNormedInput normed{res.as<float>(), wnorm.as<bf16>(), eps};
   const auto norm = [&] {
     return LaunchAddRmsNorm(res.as<float>(), nullptr, nullptr, wnorm.as<bf16>(), x.as<bf16>(), 1, h,
-                            eps, nullptr);
+                            eps, stream);
   };
   // Runs `first`, then `second` if the first launch succeeded.
   const auto both = [](auto&& first, auto&& second) {
@@ -363,20 +395,20 @@ void FusedGemvTable(const ModelConfig& c, double bandwidth, std::string* out) {
       [&] {
         return both(norm, [&] {
           return LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, 1, qkv_w, h,
-                            nullptr);
+                            stream);
         });
       },
-      [&] { return LaunchGemvNormed(normed, w.as<bf16>(), y.as<bf16>(), 1, qkv_w, h, nullptr); });
+      [&] { return LaunchGemvNormed(normed, w.as<bf16>(), y.as<bf16>(), 1, qkv_w, h, stream); });
   row(
       "gate_up: rmsnorm + gemv silu", 4.0 * inter * h,
       [&] {
         return both(norm, [&] {
           return LaunchGemvGateUpSilu(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), 1, inter, h,
-                                      nullptr);
+                                      stream);
         });
       },
       [&] {
-        return LaunchGemvGateUpSiluNormed(normed, w.as<bf16>(), y.as<bf16>(), 1, inter, h, nullptr);
+        return LaunchGemvGateUpSiluNormed(normed, w.as<bf16>(), y.as<bf16>(), 1, inter, h, stream);
       });
   for (const auto& [name, k] : {std::pair{"o: gemv + residual add", attn_w},
                                 std::pair{"down: gemv + residual add", inter}}) {
@@ -386,16 +418,16 @@ void FusedGemvTable(const ModelConfig& c, double bandwidth, std::string* out) {
           return both(
               [&] {
                 return LaunchGemv(x.as<bf16>(), w.as<bf16>(), y.get(), OutType::kBF16, 1, h, k,
-                                  nullptr);
+                                  stream);
               },
               [&] {
                 return LaunchAddRmsNorm(res.as<float>(), y.as<bf16>(), nullptr, nullptr, nullptr, 1,
-                                        h, eps, nullptr);
+                                        h, eps, stream);
               });
         },
         [&] {
           return LaunchGemvAddResidual(x.as<bf16>(), w.as<bf16>(), nullptr, res.as<float>(), 1, h,
-                                       k, nullptr);
+                                       k, stream);
         });
   }
 }
@@ -403,7 +435,9 @@ void FusedGemvTable(const ModelConfig& c, double bandwidth, std::string* out) {
 // Times the decode step's small kernels alone (what the graph spends besides GEMMs) at `rows`
 // tokens = sequences of context `ctx` each, with events over 50 back-to-back launches each;
 // one sequence also at 2k and 32k context.
-void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
+void KernelTable(const ModelConfig& c, const KernelPlan& plan, int rows, int ctx,
+                 std::string* out) {
+  const LaunchStream stream(nullptr, plan.dependent_launch);
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const int qkv_w = (c.num_heads + 2 * c.num_kv_heads) * d;
   const int blocks = 4096, bs = 16;
@@ -425,7 +459,7 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
     return;
   }
   for (DeviceBuffer* b : {&normed, &wnorm, &qkv, &q, &gu, &k, &v}) {
-    (void)LaunchFillRandom(b->as<bf16>(), b->bytes() / 2, 99, 0, 0.5f, nullptr);
+    (void)LaunchFillRandom(b->as<bf16>(), b->bytes() / 2, 99, 0, 0.5f, stream);
   }
   cudaMemset(res.get(), 0, res.bytes());
   cudaMemset(inv.get(), 0, d * 2);
@@ -453,7 +487,7 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
   const int32_t* md = meta.as<int32_t>();
   time(fmt::format("add_rmsnorm {}x{}", rows, h), [&] {
     return LaunchAddRmsNorm(res.as<float>(), normed.as<bf16>(), nullptr, wnorm.as<bf16>(),
-                            normed.as<bf16>() + 0, rows, h, 1e-5f, nullptr);
+                            normed.as<bf16>() + 0, rows, h, 1e-5f, stream);
   });
   fill(rows, ctx);
   const KvCacheLayer cache{k.as<bf16>(), v.as<bf16>(), c.num_kv_heads, bs, d};
@@ -466,17 +500,14 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
                              .cache = cache,
                              .num_tokens = rows,
                              .num_heads = c.num_heads},
-                            nullptr);
+                            stream);
   });
-  int num_sms = 132;
-  cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0);
   auto attention = [&](int seqs, int context) {
     const int stride = fill(seqs, context);
     // As the slice plans a graph step: the context rounded up to a power of two.
     int planned = 32;
     while (planned < context) planned *= 2;
-    const DecodeSplitPlan split =
-        PlanDecodeSplits(seqs, c.num_kv_heads, c.head_dim, planned, num_sms);
+    const DecodeSplitPlan split = PlanDecodeSplits(plan, seqs, c.num_kv_heads, planned);
     const AttentionShape shape{.num_heads = c.num_heads, .scale = 0.088f, .cache = cache};
     const DecodeBatch batch{.q_rows = md + kQ,
                             .context_lens = md + kCtx,
@@ -486,11 +517,11 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
                             .num_entries = seqs,
                             .num_splits = split.splits,
                             .workspace = ws.as<float>(),
-                            .partition = split.partition};
-    time(fmt::format("decode_attention {} seq ctx {} ({} splits)", seqs, context, split.splits),
-         [&] {
-           return LaunchDecodeAttention(shape, q.as<bf16>(), attn.as<bf16>(), batch, nullptr);
-         });
+                            .partition = split.partition,
+                            .kernel = plan.decode_attention};
+    time(
+        fmt::format("decode_attention {} seq ctx {} ({} splits)", seqs, context, split.splits),
+        [&] { return LaunchDecodeAttention(shape, q.as<bf16>(), attn.as<bf16>(), batch, stream); });
   };
   attention(rows, ctx);
   if (rows == 1) {
@@ -498,16 +529,18 @@ void KernelTable(const ModelConfig& c, int rows, int ctx, std::string* out) {
     attention(1, 32768);
   }
   time(fmt::format("silu_mul {}x{}", rows, inter),
-       [&] { return LaunchSiluMul(gu.as<bf16>(), act.as<bf16>(), rows, inter, nullptr); });
+       [&] { return LaunchSiluMul(gu.as<bf16>(), act.as<bf16>(), rows, inter, stream); });
   time(fmt::format("argmax {} x vocab", rows), [&] {
-    return LaunchArgmax(logits.as<float>(), rows, c.vocab_size, tok.as<int32_t>(), nullptr);
+    return LaunchArgmax(logits.as<float>(), rows, c.vocab_size, tok.as<int32_t>(), stream);
   });
 }
 
 // The decode rows: 1/8/32/64 streams with 128-token prompts, one stream at a long context, and
-// the same with untuned GEMMs, without CUDA graphs and without programmatic dependent launch.
-void DecodeRows(const ModelConfig& config, const Flags& flags, int long_ctx, CudaModelSlice& slice,
-                Bench& bench, std::vector<Row>* rows_out) {
+// A/B rows whose kernels differ from `base` (the slice's options) in one KernelOptions field
+// each: chosen again for the row (ReselectKernels: graphs recaptured; GEMM plans retuned when
+// the GEMM options differ), then back to `base`.
+void DecodeRows(const ModelConfig& config, const Flags& flags, const KernelOptions& base,
+                int long_ctx, CudaModelSlice& slice, Bench& bench, std::vector<Row>* rows_out) {
   std::vector<Row>& rows = *rows_out;
   const int steps = flags.quick ? 16 : 64;
   auto decode_row = [&](const std::string& name, int streams, int prompt, int n_steps,
@@ -523,115 +556,132 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, int long_ctx, Cud
     std::printf("%s: %.1f tok/s\n", name.c_str(), r->first);
     std::fflush(stdout);
   };
+  // Runs `rows_fn` with the slice's kernels chosen for `options`; an error row if refused.
+  const auto with_kernels = [&](const KernelOptions& options, const std::string& what,
+                                auto&& rows_fn) {
+    const absl::Status status = slice.ReselectKernels(options);
+    if (!status.ok()) {
+      rows.push_back({what, 0, 0, "error", std::string(status.message())});
+      return;
+    }
+    rows_fn();
+  };
+  const auto variant = [&](auto&& change) {
+    KernelOptions options = base;
+    change(options);
+    return options;
+  };
   for (int streams : {1, 8, 32, 64}) {
     if (flags.decode_only && streams != 1 && streams != 32) continue;
     decode_row(fmt::format("decode {} streams", streams), streams, 128, steps,
                "graphs, tuned GEMMs");
   }
   // Without moving the edges out of cuBLASLt kernels to launch completion (graph_edges.h).
-  SetEarlyGraphLaunch(false);
-  slice.ResetGraphs();
-  for (int streams : {1, 32}) {
-    decode_row(fmt::format("decode {} late", streams), streams, 128, steps,
-               "graphs, dependents after GEMMs launch at their end");
-  }
-  SetEarlyGraphLaunch(true);
-  // Without the decode fusions (CudaSliceOptions::fuse_decode_kernels: at 1 stream the norms,
+  with_kernels(variant([](KernelOptions& o) { o.early_graph_launch = false; }), "decode late", [&] {
+    for (int streams : {1, 32}) {
+      decode_row(fmt::format("decode {} late", streams), streams, 128, steps,
+                 "graphs, dependents after GEMMs launch at their end");
+    }
+  });
+  // Without the decode fusions (KernelOptions::fuse_decode_kernels: at 1 stream the norms,
   // residual adds and QKV prepare folded into the GEMVs, at 32 the QKV prepare into the decode
   // attention), then with them again: an A/B inside one process.
   for (const bool fuse : {false, true}) {
-    slice.set_fuse_decode_kernels(fuse);
-    slice.ResetGraphs();
-    for (int streams : {1, 32}) {
-      decode_row(fmt::format("decode {} {}", streams, fuse ? "again" : "unfused"), streams, 128,
-                 steps, fuse ? "graphs, tuned GEMMs" : "graphs, no decode fusions");
-    }
+    with_kernels(
+        variant([&](KernelOptions& o) { o.fuse_decode_kernels = fuse; }), "decode fuse", [&] {
+          for (int streams : {1, 32}) {
+            decode_row(fmt::format("decode {} {}", streams, fuse ? "again" : "unfused"), streams,
+                       128, steps, fuse ? "graphs, tuned GEMMs" : "graphs, no decode fusions");
+          }
+        });
   }
   // cuBLASLt against the skinny tensor-core GEMM at batch sizes above the GEMV's (tuning picks
-  // per shape; skinny_max_rows 0 leaves it out), then with it again.
+  // per shape; off by default, skinny_max_rows 0 leaves it out), then with it asked for.
   for (const int skinny_rows : {0, kSkinnyMaxRows}) {
-    slice.gemm().set_skinny_max_rows(skinny_rows);
-    slice.ResetGraphs();
-    for (int streams : {8, 32, 64}) {
-      if (flags.decode_only && streams != 32) continue;
-      decode_row(fmt::format("decode {} {}", streams, skinny_rows > 0 ? "skinny" : "no-skinny"),
-                 streams, 128, steps,
-                 skinny_rows > 0 ? "graphs, tuned with skinny GEMM" : "graphs, tuned without");
-    }
+    with_kernels(
+        variant([&](KernelOptions& o) { o.skinny_max_rows = skinny_rows; }), "decode skinny", [&] {
+          for (int streams : {8, 32, 64}) {
+            if (flags.decode_only && streams != 32) continue;
+            decode_row(
+                fmt::format("decode {} {}", streams, skinny_rows > 0 ? "skinny" : "no-skinny"),
+                streams, 128, steps,
+                skinny_rows > 0 ? "graphs, tuned with skinny GEMM" : "graphs, tuned without");
+          }
+        });
   }
   // GEMM tuning that times with the weights left in L2 by the call before (as back-to-back timing
   // does) against cold-cache tuning, alternating twice.
   for (const bool cold : {false, true, false, true}) {
-    slice.gemm().set_tune_cold_cache(cold);
-    slice.ResetGraphs();
-    decode_row(fmt::format("decode 32 {}-tuned", cold ? "cold" : "warm"), 32, 128, steps,
-               cold ? "graphs, tuned with L2 evicted" : "graphs, tuned with L2 warm");
+    with_kernels(
+        variant([&](KernelOptions& o) { o.tune_cold_cache = cold; }), "decode tuning", [&] {
+          decode_row(fmt::format("decode 32 {}-tuned", cold ? "cold" : "warm"), 32, 128, steps,
+                     cold ? "graphs, tuned with L2 evicted" : "graphs, tuned with L2 warm");
+        });
   }
+  if (!slice.ReselectKernels(base).ok()) return;
   if (flags.decode_only) return;
   decode_row("decode 1 @ 32k ctx", 1, long_ctx, flags.quick ? 8 : 32, "graphs, split-K");
   // Variants for the report: untuned GEMMs (cuBLASLt's heuristic choice, GEMV at m = 1), and
   // no graphs.
-  slice.gemm().set_tune(false);
-  slice.ResetGraphs();
-  for (int streams : {1, 8, 32}) {
-    decode_row(fmt::format("decode {} untuned", streams), streams, 128, steps / 2,
-               "graphs, heuristic GEMMs");
-  }
-  slice.gemm().set_tune(true);
-  slice.ResetGraphs();
+  with_kernels(variant([](KernelOptions& o) { o.tune_gemms = false; }), "decode untuned", [&] {
+    for (int streams : {1, 8, 32}) {
+      decode_row(fmt::format("decode {} untuned", streams), streams, 128, steps / 2,
+                 "graphs, heuristic GEMMs");
+    }
+  });
+  if (!slice.ReselectKernels(base).ok()) return;
   slice.set_use_cuda_graphs(false);
   decode_row("decode 1 eager", 1, 128, steps / 2, "no graphs");
   decode_row("decode 32 eager", 32, 128, steps / 2, "no graphs");
   slice.set_use_cuda_graphs(flags.graphs);
   // Without programmatic dependent launch (graphs captured again without it).
-  SetDependentLaunch(false);
-  slice.ResetGraphs();
-  for (int streams : {1, 8, 32, 64}) {
-    decode_row(fmt::format("decode {} no-pdl", streams), streams, 128, steps / 2,
-               "graphs, no dependent launch");
-  }
-  SetDependentLaunch(true);
-  slice.ResetGraphs();
+  with_kernels(variant([](KernelOptions& o) { o.dependent_launch = false; }), "decode no-pdl", [&] {
+    for (int streams : {1, 8, 32, 64}) {
+      decode_row(fmt::format("decode {} no-pdl", streams), streams, 128, steps / 2,
+                 "graphs, no dependent launch");
+    }
+  });
+  (void)slice.ReselectKernels(base);
 }
 
 int Main(int argc, char** argv) {
+  ParseCommandLineFlags(
+      argc, argv,
+      "One stage on one GPU: decode and prefill throughput against the bandwidth and "
+      "compute bounds, per-shape GEMM and kernel tables.\nUsage: stage_bench [flags]");
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--model_dir")
-      flags.model_dir = value();
-    else if (a == "--shape")
-      flags.shape = value();
-    else if (a == "--quick")
-      flags.quick = true;
-    else if (a == "--kernels_only")
-      flags.kernels_only = true;
-    else if (a == "--prefill_only")
-      flags.prefill_only = true;
-    else if (a == "--decode_only")
-      flags.decode_only = true;
-    else if (a == "--gemm_only")
-      flags.gemm_only = true;
-    else if (a == "--prefill_key_tile") {
-      if (!SetPrefillKeyTileSm90(std::atoi(value().c_str()))) {  // refuses all but 64 and 128
-        std::fprintf(stderr, "--prefill_key_tile: 64 or 128\n");
-        return 2;
-      }
-    } else if (a == "--bandwidth_tbps")
-      flags.bandwidth = std::stod(value()) * 1e12;
-    else if (a == "--peak_tflops")
-      flags.peak = std::stod(value()) * 1e12;
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
-      return 2;
-    }
+  flags.model_dir = absl::GetFlag(FLAGS_model);
+  flags.shape = absl::GetFlag(FLAGS_shape);
+  flags.quick = absl::GetFlag(FLAGS_quick);
+  flags.kernels_only = absl::GetFlag(FLAGS_kernels_only);
+  flags.prefill_only = absl::GetFlag(FLAGS_prefill_only);
+  flags.decode_only = absl::GetFlag(FLAGS_decode_only);
+  flags.gemm_only = absl::GetFlag(FLAGS_gemm_only);
+  flags.graphs = absl::GetFlag(FLAGS_graphs);
+  flags.bandwidth = absl::GetFlag(FLAGS_bandwidth_tbps) * 1e12;
+  flags.peak = absl::GetFlag(FLAGS_peak_tflops) * 1e12;
+  // The slice's kernels: the defaults but for the flags' overrides.
+  KernelOptions kernels;
+  kernels.prefill_key_tile_sm90 = absl::GetFlag(FLAGS_prefill_key_tile);
+  if (const absl::Status valid = ValidateKernelOptions(kernels); !valid.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(valid.message()).c_str());
+    return 2;
   }
   InitLogging("bench");
   ModelConfig config = ShapeConfig(flags.shape);
   if (flags.kernels_only) {
+    const absl::StatusOr<KernelPlan> plan =
+        SelectKernelsForDevice(0,
+                               {.head_dim = config.head_dim,
+                                .num_heads = config.num_heads,
+                                .num_kv_heads = config.num_kv_heads},
+                               kernels);
+    if (!plan.ok()) {
+      std::fprintf(stderr, "%s\n", plan.status().ToString().c_str());
+      return 1;
+    }
     std::string table;
-    KernelTable(config, 32, 160, &table);
+    KernelTable(config, *plan, 32, 160, &table);
     std::fputs(table.c_str(), stdout);
     return 0;
   }
@@ -641,7 +691,8 @@ int Main(int argc, char** argv) {
                         .max_batch_tokens = 8192,
                         .max_seqs = 256,
                         .max_model_len = std::max(long_ctx, 8192) + 1024,
-                        .use_cuda_graphs = flags.graphs};
+                        .use_cuda_graphs = flags.graphs,
+                        .kernels = kernels};
   SliceOptions options{
       .model_dir = flags.model_dir, .layers = {0, config.num_layers}, .kv_block_size = 16};
   const auto t_load = Clock::now();
@@ -670,32 +721,33 @@ int Main(int argc, char** argv) {
   std::vector<Row> rows;
   std::string gemm_table, kernel_table;
   std::string fused_table;
-  FusedGemvTable(config, flags.bandwidth, &fused_table);
+  std::printf("kernels: %s\n", slice.kernel_plan().Summary().c_str());
+  FusedGemvTable(config, slice.kernel_plan(), flags.bandwidth, &fused_table);
   std::fputs(fused_table.c_str(), stdout);
   std::fflush(stdout);
   if (flags.decode_only) {
-    DecodeRows(config, flags, long_ctx, slice, bench, &rows);
+    DecodeRows(config, flags, kernels, long_ctx, slice, bench, &rows);
     for (const Row& r : rows) std::printf("%-24s %12.1f\n", r.name.c_str(), r.value);
     return 0;
   }
   if (!flags.prefill_only) {
-    GemmTable(config, slice.gemm(), flags.bandwidth, &gemm_table);
+    GemmTable(config, slice.kernel_plan(), slice.gemm(), flags.bandwidth, &gemm_table);
     std::fputs(gemm_table.c_str(), stdout);
     std::fflush(stdout);
     if (flags.gemm_only) return 0;
 
-    KernelTable(config, 1, 256, &kernel_table);
-    KernelTable(config, 32, 160, &kernel_table);
+    KernelTable(config, slice.kernel_plan(), 1, 256, &kernel_table);
+    KernelTable(config, slice.kernel_plan(), 32, 160, &kernel_table);
     std::fputs(kernel_table.c_str(), stdout);
     std::fflush(stdout);
 
-    DecodeRows(config, flags, long_ctx, slice, bench, &rows);
+    DecodeRows(config, flags, kernels, long_ctx, slice, bench, &rows);
   }
 
   // The prefill breakdown (its own GEMM runner: the rows below keep the slice's untuned
   // prefill plans, as a serving stage runs them).
   std::string prefill_table;
-  PrefillTable(config, {2048, 8192}, &prefill_table);
+  PrefillTable(config, slice.kernel_plan(), {2048, 8192}, &prefill_table);
   std::fputs(prefill_table.c_str(), stdout);
   std::fflush(stdout);
   // Whole prompts in one chunk, and an 8k prompt in 4k and 2k chunks (a coordinator token
@@ -705,7 +757,7 @@ int Main(int argc, char** argv) {
     auto r = bench.Prefill(length, flags.quick ? 1 : 3, chunk);
     std::string name = chunk > 0 ? fmt::format("prefill {} in {}s", length, chunk)
                                  : fmt::format("prefill {}", length);
-    if (name_key_tile) name += fmt::format(" k{}", PrefillKeyTileSm90());
+    if (name_key_tile) name += fmt::format(" k{}", slice.kernel_plan().prefill_key_tile);
     if (!r.ok()) {
       rows.push_back({name, 0, 0, "error", std::string(r.status().message())});
       return;
@@ -720,9 +772,13 @@ int Main(int argc, char** argv) {
        {std::pair{2048, 0}, std::pair{8192, 0}, std::pair{8192, 4096}, std::pair{8192, 2048}}) {
     prefill_row(length, chunk, chunk > 0 ? "chunked prefill" : "one chunk", false);
   }
-  if (PrefillTileRows() == kPrefillTileSm90) {
-    const ScopedPrefillKeyTileSm90 other(PrefillKeyTileSm90() == 128 ? 64 : 128);
-    for (int length : {2048, 8192}) prefill_row(length, 0, "one chunk, other key tile", true);
+  if (slice.kernel_plan().prefill_attention == PrefillAttentionKernel::kWgmmaSm90) {
+    KernelOptions other = kernels;
+    other.prefill_key_tile_sm90 = kernels.prefill_key_tile_sm90 == 128 ? 64 : 128;
+    if (slice.ReselectKernels(other).ok()) {
+      for (int length : {2048, 8192}) prefill_row(length, 0, "one chunk, other key tile", true);
+      (void)slice.ReselectKernels(kernels);
+    }
   }
 
   std::string table = header + gemm_table + kernel_table + prefill_table;

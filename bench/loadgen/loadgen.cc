@@ -364,20 +364,20 @@ absl::Status ValidateOptions(const LoadgenOptions& o) {
   }
   if (o.prompt_text.empty() && o.prompt_tokens < 1) {
     return absl::InvalidArgumentError(
-        fmt::format("--prompt-tokens {}: expected at least 1", o.prompt_tokens));
+        fmt::format("--prompt_tokens {}: expected at least 1", o.prompt_tokens));
   }
   if (o.max_tokens < 1) {
     return absl::InvalidArgumentError(
-        fmt::format("--max-tokens {}: expected at least 1", o.max_tokens));
+        fmt::format("--max_tokens {}: expected at least 1", o.max_tokens));
   }
   if (o.requests < 0) return absl::InvalidArgumentError("--requests: expected >= 0");
   if (o.requests == 0 && !(o.duration_s > 0)) {
-    return absl::InvalidArgumentError("give --requests N or --duration-s S");
+    return absl::InvalidArgumentError("give --requests N or --duration_s S");
   }
   if (o.requests > 0 && o.duration_s > 0) {
-    return absl::InvalidArgumentError("--requests and --duration-s exclude each other");
+    return absl::InvalidArgumentError("--requests and --duration_s exclude each other");
   }
-  if (o.max_errors < 1) return absl::InvalidArgumentError("--max-errors: expected >= 1");
+  if (o.max_errors < 1) return absl::InvalidArgumentError("--max_errors: expected >= 1");
   if (!(o.temperature >= 0)) return absl::InvalidArgumentError("--temperature: expected >= 0");
   if (!(o.connect_timeout_s > 0) || !(o.request_timeout_s > 0) || !(o.stats_interval_s > 0)) {
     return absl::InvalidArgumentError("timeouts and the stats interval must be positive");
@@ -431,12 +431,12 @@ absl::StatusOr<LoadgenReport> RunLoad(const LoadgenOptions& options) {
     request.set_add_special_tokens(true);
     v1::TokenizeResponse tokens;
     grpc::Status status = stub->Tokenize(&context, request, &tokens);
-    if (!status.ok()) return FromGrpc("Tokenize --prompt-text", options.target, status);
+    if (!status.ok()) return FromGrpc("Tokenize --prompt_text", options.target, status);
     report.prompt_tokens = tokens.token_ids_size();
   }
   if (info.max_context() > 0 && report.prompt_tokens + options.max_tokens > info.max_context()) {
     return absl::InvalidArgumentError(
-        fmt::format("prompt ({} tokens) + --max-tokens {} exceed the model's context of {}",
+        fmt::format("prompt ({} tokens) + --max_tokens {} exceed the model's context of {}",
                     report.prompt_tokens, options.max_tokens, info.max_context()));
   }
 

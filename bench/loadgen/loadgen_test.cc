@@ -52,13 +52,13 @@ class LoadgenTest : public ::testing::Test {
     spawn.argv = {RINGSERVE_COORDINATOR_BINARY,
                   "--model",
                   SourceDir() + "/tests/fixtures/models/qwen2",
-                  "--num-stages",
+                  "--num_stages",
                   "2",
-                  "--stage-binary",
+                  "--stage_binary",
                   RINGSERVE_STAGE_BINARY,
                   "--listen",
                   "127.0.0.1:0",
-                  "--ready-fd",
+                  "--ready_fd",
                   "3"};
     spawn.ready_fd = true;
     spawn.stderr_path = dir_ + "/coordinator.log";
@@ -113,8 +113,8 @@ TEST_F(LoadgenTest, FixedRequestCountCompletesWithExactLengthsAndStageFigures) {
   constexpr int kMaxTokens = 8;
   LoadgenRun run =
       RunLoadgen({"--target", address_, "--streams", "3", "--requests", std::to_string(kRequests),
-                  "--prompt-tokens", std::to_string(kPromptTokens), "--max-tokens",
-                  std::to_string(kMaxTokens), "--seed", "7", "--stats-interval-s", "0.05"});
+                  "--prompt_tokens", std::to_string(kPromptTokens), "--max_tokens",
+                  std::to_string(kMaxTokens), "--seed", "7", "--stats_interval_s", "0.05"});
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text << run.stdout_text;
   const nlohmann::json& r = run.report;
   ASSERT_TRUE(r.is_object()) << "no JSON report; stdout:\n" << run.stdout_text;
@@ -180,8 +180,8 @@ TEST_F(LoadgenTest, FixedRequestCountCompletesWithExactLengthsAndStageFigures) {
 TEST_F(LoadgenTest, FixedDurationStopsOnTimeAndCutsRunningRequests) {
   StartCoordinator();
   // Outputs long enough that requests are still running when the duration ends.
-  LoadgenRun run = RunLoadgen({"--target", address_, "--streams", "2", "--duration-s", "1.5",
-                               "--prompt-tokens", "4", "--max-tokens", "200"});
+  LoadgenRun run = RunLoadgen({"--target", address_, "--streams", "2", "--duration_s", "1.5",
+                               "--prompt_tokens", "4", "--max_tokens", "200"});
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text << run.stdout_text;
   const nlohmann::json& r = run.report;
   ASSERT_TRUE(r.is_object()) << run.stdout_text;
@@ -198,7 +198,7 @@ TEST_F(LoadgenTest, FixedDurationStopsOnTimeAndCutsRunningRequests) {
 TEST_F(LoadgenTest, NoServerIsABoundedCleanFailure) {
   // Nothing listens on port 1 of loopback.
   LoadgenRun run =
-      RunLoadgen({"--target", "127.0.0.1:1", "--requests", "1", "--connect-timeout-s", "1"});
+      RunLoadgen({"--target", "127.0.0.1:1", "--requests", "1", "--connect_timeout_s", "1"});
   EXPECT_EQ(run.exit_code, 1) << run.stderr_text;
   EXPECT_NE(run.stderr_text.find("cannot connect"), std::string::npos) << run.stderr_text;
 }
@@ -213,15 +213,15 @@ TEST_F(LoadgenTest, ServerDyingMidRunIsCountedNotFatal) {
                 address_,
                 "--streams",
                 "2",
-                "--duration-s",
+                "--duration_s",
                 "30",
-                "--prompt-tokens",
+                "--prompt_tokens",
                 "4",
-                "--max-tokens",
+                "--max_tokens",
                 "200",
-                "--max-errors",
+                "--max_errors",
                 "3",
-                "--connect-timeout-s",
+                "--connect_timeout_s",
                 "2",
                 "--quiet"};
   spawn.stderr_path = dir_ + "/loadgen.err";

@@ -137,7 +137,7 @@ std::string FormatReport(const LoadgenReport& r) {
     out += fmt::format("  stage statistics unavailable: {}\n", r.stats_error);
   }
   if (r.stopped_early) {
-    out += fmt::format("  stopped early: {} failed requests (--max-errors)\n", r.requests_failed);
+    out += fmt::format("  stopped early: {} failed requests (--max_errors)\n", r.requests_failed);
   }
   for (const auto& [code, count] : r.errors_by_code) {
     out += fmt::format("  errors {}: {}\n", code, count);

@@ -59,7 +59,7 @@ fi
 
 model=/tmp/rs_bench_$shape
 start=$(date +%s)
-[ -f "$model/config.json" ] || "$bin/make_random_model" --shape "$shape" --out "$model" --dtype bf16 --no-tokenizer \
+[ -f "$model/config.json" ] || "$bin/make_random_model" --shape "$shape" --out "$model" --dtype bf16 --notokenizer \
   >"$out/model.log" 2>&1 || { cat "$out/model.log"; exit 1; }
 echo "model written in $(( $(date +%s) - start )) s" | tee -a "$out/tests.txt"
 
@@ -81,11 +81,11 @@ run_ring() {  # name partition "coordinator flags" streams...
   grep -E "ring of|ready, layers" "$log" | head -5
   for w in 1 8 64; do  # warm-up: decode graphs of the common batch sizes, cuBLAS heuristics
     timeout 60 "$bin/ringserve_loadgen" --target 127.0.0.1:$port --streams $w --requests $w \
-      --prompt-tokens 128 --max-tokens 8 --seed 2 --quiet >/dev/null 2>&1
+      --prompt_tokens 128 --max_tokens 8 --seed 2 --quiet >/dev/null 2>&1
   done
   for n in "$@"; do
     timeout $((duration + 60)) "$bin/ringserve_loadgen" --target 127.0.0.1:$port --streams "$n" \
-      --prompt-tokens 128 --max-tokens 96 --duration-s "$duration" --seed 1 --quiet \
+      --prompt_tokens 128 --max_tokens 96 --duration_s "$duration" --seed 1 --quiet \
       --json "$out/runs/${name}_n$n.json" >/tmp/loadgen.txt 2>&1 || { echo "$name n=$n: loadgen rc=$?"; tail -5 /tmp/loadgen.txt; }
     python3 bench/ring/summarize.py "$out/runs" "$name" "$n" | tee -a "$out/table.md"
   done
@@ -101,8 +101,8 @@ for ring in ${RINGS:-s1 s4 s4_m4_spread s4_m4_packed s2}; do
     s1) run_ring s1 "$p1" "" $streams ;;
     s4) run_ring s4 "$p4" "" $streams ;;
     # Four micro-batches in flight on the one GPU, decodes spread over them or packed into one.
-    s4_m4_spread) run_ring s4_m4_spread "$p4" "--micro-batches 4 --packing spread" 8 32 ;;
-    s4_m4_packed) run_ring s4_m4_packed "$p4" "--micro-batches 4 --packing packed" 8 32 ;;
+    s4_m4_spread) run_ring s4_m4_spread "$p4" "--micro_batches 4 --packing spread" 8 32 ;;
+    s4_m4_packed) run_ring s4_m4_packed "$p4" "--micro_batches 4 --packing packed" 8 32 ;;
     s2) run_ring s2 "$p2" "" $streams ;;
     # 4 stages with the last one (final norm, lm_head, sampling) a layer lighter.
     s4_bal) run_ring s4_bal "${P4BAL:-9,8,8,7}" "" $streams ;;

@@ -16,6 +16,10 @@ for b in $bins; do
   [ -f "$b" ] || { echo "missing $b" >&2; exit 1; }
   strip -o ".carry/ring/bin/$(basename "$b")" "$b"
 done
+# Only in builds that found NCCL (bench/ring/multigpu_run.sh runs it).
+if [ -f "$build/stage/nccl/nccl_channel_test" ]; then
+  strip -o .carry/ring/bin/nccl_channel_test "$build/stage/nccl/nccl_channel_test"
+fi
 skip='linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libcuda\.so|libnccl|libcudart|libcublas|libpthread|libdl\.so|librt\.so'
 for b in .carry/ring/bin/*; do
   ldd "$b" | awk '/=> \//{print $3}' | grep -Ev "$skip" || true

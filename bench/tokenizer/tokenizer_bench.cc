@@ -10,28 +10,35 @@
 #include <string>
 #include <vector>
 
+#include "common/flags.h"
 #include "coordinator/tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
+  std::vector<std::string> args;
+  ringserve::ParseCommandLineFlags(
+      argc, argv,
+      "Encodes the tokenizer benchmark corpus and prints MB/s and tokens/s.\n"
+      "usage: tokenizer_bench CORPUS.json TOKENIZER_DIR [TOKENIZER_DIR...]",
+      &args);
+  if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s CORPUS.json TOKENIZER_DIR [TOKENIZER_DIR...]\n", argv[0]);
     return 2;
   }
-  std::ifstream in(argv[1], std::ios::binary);
+  std::ifstream in(args[0], std::ios::binary);
   std::stringstream buffer;
   buffer << in.rdbuf();
   std::vector<std::string> docs;
   try {
     docs = nlohmann::json::parse(buffer.str()).get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
-    std::fprintf(stderr, "cannot read corpus %s: %s\n", argv[1], e.what());
+    std::fprintf(stderr, "cannot read corpus %s: %s\n", args[0].c_str(), e.what());
     return 1;
   }
   size_t total_bytes = 0;
   for (const std::string& d : docs) total_bytes += d.size();
-  for (int t = 2; t < argc; ++t) {
+  for (size_t t = 1; t < args.size(); ++t) {
     const auto load_start = std::chrono::steady_clock::now();
-    auto tokenizer = ringserve::Tokenizer::FromDirectory(argv[t]);
+    auto tokenizer = ringserve::Tokenizer::FromDirectory(args[t]);
     if (!tokenizer.ok()) {
       std::fprintf(stderr, "%s\n", tokenizer.status().ToString().c_str());
       return 1;
@@ -57,8 +64,8 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "ringserve %s: %.2f MB in %.3f s: %.2f MB/s, %.0f tokens/s (%zu tokens; load %.2f s)\n",
-        argv[t], total_bytes / 1e6, best_s, total_bytes / 1e6 / best_s, tokens / best_s, tokens,
-        load_s);
+        args[t].c_str(), total_bytes / 1e6, best_s, total_bytes / 1e6 / best_s, tokens / best_s,
+        tokens, load_s);
   }
   return 0;
 }

@@ -4,12 +4,20 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
+#include "common/flags.h"
 #include "common/logging.h"
 #include "coordinator/http/fake_engine.h"
 #include "coordinator/http/http_server.h"
 
 int main(int argc, char** argv) {
+  std::vector<std::string> args;
+  ringserve::ParseCommandLineFlags(
+      argc, argv,
+      "Serves the HTTP API over a scripted fake engine (a test tool) until stdin closes.\n"
+      "usage: http_fake_serve [PORT]",
+      &args);
   ringserve::InitLogging("coordinator");
   ringserve::http::FakeEngine engine({.step = std::chrono::milliseconds(20)});
   ringserve::http::HttpServer server(
@@ -21,7 +29,7 @@ int main(int argc, char** argv) {
         if (add_generation_prompt) prompt += "assistant: ";
         return prompt;
       },
-      {.port = argc > 1 ? std::atoi(argv[1]) : 0});
+      {.port = args.empty() ? 0 : std::atoi(args[0].c_str())});
   if (absl::Status status = server.Start(); !status.ok()) {
     std::cerr << status << "\n";
     return 1;

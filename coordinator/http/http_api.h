@@ -1,6 +1,6 @@
 // Wires the HTTP front (http_server.h) into a coordinator: reads the model's chat template,
 // parses the listen address, starts the server. coordinator_main calls StartHttpApi once the
-// engine is up, when hosts.yaml sets `api.http` (or --http-listen is given):
+// engine is up, when hosts.yaml sets `api.http` (or --http_listen is given):
 //
 //   std::unique_ptr<http::HttpServer> http;
 //   if (!ring->http_listen.empty()) {

@@ -1,5 +1,6 @@
 // The scheduler on a simulated ring (ring_simulator.h states the cost model).
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -329,6 +330,89 @@ TEST(RingSimTest, RandomStressKeepsInvariantsAndFinishesEveryRequest) {
     }
   }
   EXPECT_GT(prefix_hits, 0);  // the shared prefixes were found in the cache
+}
+
+// Cost callbacks replace the linear model per stage and per hop (bench/ring's multi-GPU
+// prediction feeds them costs measured on a GPU).
+TEST(RingSimTest, StageAndHopCostCallbacksSetTheTimeline) {
+  RingSimOptions sim = Costs(2, /*batch_cost=*/1000, /*token_cost=*/1000, /*hop=*/1000);
+  sim.stage_cost = [](int stage, const MicroBatchPlan& plan) {
+    return 10.0 * (stage + 1) + static_cast<double>(plan.num_tokens());
+  };
+  sim.hop_cost = [](int stage, const MicroBatchPlan&) { return stage == 0 ? 5.0 : 7.0; };
+  Scheduler scheduler(Options(2));
+  SimResult result = SimulateRing(scheduler, sim, Requests(1, /*prompt_len=*/4, /*max_tokens=*/2));
+  ExpectClean(result);
+  // Prefill of 4 tokens: stage 0 [0, 14), hop 5, stage 1 [19, 43), back at 50; then the decode
+  // of 1 token: stage 0 [50, 61), hop 5, stage 1 [66, 87), back at 94.
+  ASSERT_EQ(result.stage_spans[0].size(), 2u);
+  ASSERT_EQ(result.stage_spans[1].size(), 2u);
+  EXPECT_DOUBLE_EQ(result.stage_spans[0][0].end, 14);
+  EXPECT_DOUBLE_EQ(result.stage_spans[1][0].start, 19);
+  EXPECT_DOUBLE_EQ(result.stage_spans[1][0].end, 43);
+  EXPECT_DOUBLE_EQ(result.stage_spans[0][1].start, 50);
+  EXPECT_DOUBLE_EQ(result.stage_spans[0][1].end, 61);
+  EXPECT_DOUBLE_EQ(result.stage_spans[1][1].end, 87);
+  EXPECT_THAT(result.requests.at(1).token_times, ::testing::ElementsAre(50, 94));
+  EXPECT_DOUBLE_EQ(result.BusyTime(1, 0, 94), 24 + 21);
+}
+
+TEST(RingSimTest, NegativeCostIsAViolation) {
+  RingSimOptions sim = Costs(1, 1, 0);
+  sim.stage_cost = [](int, const MicroBatchPlan&) { return -1.0; };
+  Scheduler scheduler(Options(1));
+  SimResult result = SimulateRing(scheduler, sim, Requests(1, 4, 1));
+  EXPECT_THAT(result.violations, ::testing::Contains(::testing::HasSubstr("< 0")));
+}
+
+// on_finish keeps `streams` requests in the ring: each finished request is replaced at once.
+TEST(RingSimTest, OnFinishRunsAClosedLoop) {
+  constexpr int kStreams = 3;
+  constexpr int kTotal = 12;
+  RingSimOptions sim = Costs(2, 1.0, 0.1, 0.5);
+  uint64_t next_id = kStreams + 1;
+  std::vector<double> finish_times;
+  std::map<uint64_t, double> arrivals = {{1, 0.0}, {2, 0.0}, {3, 0.0}};
+  sim.on_finish = [&](uint64_t, double time) {
+    finish_times.push_back(time);
+    std::vector<SimRequest> more;
+    if (next_id <= kTotal) {
+      arrivals[next_id] = time;
+      more = Requests(1, 6, 4, next_id, time);
+      more[0].prompt[0] = static_cast<int32_t>(next_id);  // distinct prompts
+      ++next_id;
+    }
+    return more;
+  };
+  Scheduler scheduler(Options(2));
+  SimResult result = SimulateRing(scheduler, sim, Requests(kStreams, 6, 4));
+  ExpectClean(result);
+  ASSERT_EQ(result.requests.size(), static_cast<size_t>(kTotal));
+  EXPECT_EQ(finish_times.size(), static_cast<size_t>(kTotal));
+  for (const auto& [id, request] : result.requests) {
+    EXPECT_EQ(request.tokens.size(), 4u) << id;
+    EXPECT_EQ(request.finish_reason, FinishReason::kLength) << id;
+  }
+  // Never more than kStreams requests unfinished at once: each later one arrived when one
+  // finished.
+  int most = 0;
+  for (double t : finish_times) {
+    int live = 0;
+    for (const auto& [id, request] : result.requests) {
+      live += (arrivals.at(id) <= t && request.finish_time > t) ? 1 : 0;
+    }
+    EXPECT_LE(live, kStreams) << t;
+    most = std::max(most, live);
+  }
+  EXPECT_EQ(most, kStreams);  // replacements kept the loop full
+}
+
+TEST(RingSimTest, OnFinishReturningAKnownIdIsAViolation) {
+  RingSimOptions sim = Costs(1, 1, 0);
+  sim.on_finish = [](uint64_t seq_id, double time) { return Requests(1, 4, 1, seq_id, time); };
+  Scheduler scheduler(Options(1));
+  SimResult result = SimulateRing(scheduler, sim, Requests(1, 4, 1));
+  EXPECT_THAT(result.violations, ::testing::Contains(::testing::HasSubstr("again")));
 }
 
 }  // namespace

@@ -144,11 +144,14 @@ class Simulation {
         StageState& state = stages_[stage];
         uint64_t plan_id = state.current;
         state.busy = false;
+        const double hop =
+            options_.hop_cost ? options_.hop_cost(stage, plans_.at(plan_id)) : options_.hop_latency;
+        if (hop < 0) Violation(fmt::format("hop_cost({}, plan {}) = {} < 0", stage, plan_id, hop));
         if (stage + 1 < options_.num_stages) {
-          Push(now_ + options_.hop_latency, EventKind::kStageArrive,
+          Push(now_ + std::max(0.0, hop), EventKind::kStageArrive,
                (static_cast<uint64_t>(stage + 1) << 48) | plan_id);
         } else {
-          Push(now_ + options_.hop_latency, EventKind::kReturn, plan_id);
+          Push(now_ + std::max(0.0, hop), EventKind::kReturn, plan_id);
         }
         StartNext(stage);
         break;
@@ -168,7 +171,10 @@ class Simulation {
     state.current = plan_id;
     const MicroBatchPlan& plan = plans_.at(plan_id);
     const int tokens = static_cast<int>(plan.num_tokens());
-    const double end = now_ + options_.batch_cost + options_.token_cost * tokens;
+    const double cost = options_.stage_cost ? options_.stage_cost(stage, plan)
+                                            : options_.batch_cost + options_.token_cost * tokens;
+    if (cost < 0) Violation(fmt::format("stage_cost({}, plan {}) = {} < 0", stage, plan_id, cost));
+    const double end = now_ + std::max(0.0, cost);
     result_.stage_spans[stage].push_back(SimStageSpan{plan_id, now_, end, tokens});
     RunOnStage(stage, plan);
     Push(end, EventKind::kStageDone, static_cast<uint64_t>(stage));
@@ -263,9 +269,30 @@ class Simulation {
       if (update.finish_reason != FinishReason::kNone) {
         out.finish_reason = update.finish_reason;
         out.finish_time = now_;
+        if (options_.on_finish) AddRequests(options_.on_finish(update.seq_id, now_));
       }
     }
     plans_.erase(plan_id);
+  }
+
+  // Requests that join during the run (RingSimOptions::on_finish).
+  void AddRequests(std::vector<SimRequest> more) {
+    for (SimRequest& request : more) {
+      if (by_id_.count(request.seq_id) > 0) {
+        Violation(fmt::format("on_finish returned seq {} again", request.seq_id));
+        continue;
+      }
+      if (request.arrival_time < now_) {
+        Violation(fmt::format("on_finish returned seq {} arriving at {}, in the past",
+                              request.seq_id, request.arrival_time));
+        request.arrival_time = now_;
+      }
+      const size_t index = requests_.size();
+      by_id_[request.seq_id] = index;
+      Push(request.arrival_time, EventKind::kArrival, index);
+      if (request.cancel_time >= 0) Push(request.cancel_time, EventKind::kCancel, index);
+      requests_.push_back(std::move(request));
+    }
   }
 
   void Pump() {

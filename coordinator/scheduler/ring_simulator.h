@@ -2,9 +2,11 @@
 // for scheduler tests and what-if runs. Single-threaded and deterministic.
 //
 // Cost model (state it when quoting numbers):
-//   - a stage works on one micro-batch at a time, FIFO, for batch_cost + token_cost * tokens;
+//   - a stage works on one micro-batch at a time, FIFO, for batch_cost + token_cost * tokens
+//     (or stage_cost(stage, plan) when set);
 //   - a micro-batch then travels to the next stage (or, from the last, back to the
-//     coordinator) in hop_latency, during which no stage is busy;
+//     coordinator) in hop_latency (or hop_cost(stage, plan) when set), during which no stage
+//     is busy (a transfer on its own stream, overlapping the sender's next micro-batch);
 //   - the coordinator plans instantly: whenever fewer than M plans are in flight it calls
 //     NextMicroBatch() and the plan enters stage 0's queue at once.
 // The "model" is a function of (seq id, token index) that returns the sampled token, so every
@@ -31,25 +33,35 @@
 
 namespace ringserve {
 
-struct RingSimOptions {
-  int num_stages = 1;
-  double batch_cost = 1.0;   // per micro-batch per stage
-  double token_cost = 0.0;   // per token per stage
-  double hop_latency = 0.0;  // between stages and back to the coordinator
-  bool check_invariants = true;
-  // The sampled token of sequence `seq_id` at generated index `token_index`.
-  std::function<int32_t(uint64_t seq_id, int32_t token_index)> sample = [](uint64_t seq_id,
-                                                                           int32_t token_index) {
-    return static_cast<int32_t>(100 + (seq_id * 7919 + token_index * 104729) % 1000);
-  };
-};
-
 struct SimRequest {
   double arrival_time = 0;
   uint64_t seq_id = 0;
   std::vector<int32_t> prompt;
   SequenceParams params;
   double cancel_time = -1;  // < 0: never cancelled
+};
+
+struct RingSimOptions {
+  int num_stages = 1;
+  double batch_cost = 1.0;   // per micro-batch per stage
+  double token_cost = 0.0;   // per token per stage
+  double hop_latency = 0.0;  // between stages and back to the coordinator
+  // When set, replaces batch_cost + token_cost * tokens: the time stage `stage` spends on
+  // `plan` (its chunks give tokens, start positions and which are decodes). Must return >= 0.
+  std::function<double(int stage, const MicroBatchPlan& plan)> stage_cost;
+  // When set, replaces hop_latency: the time `plan` takes from stage `stage` to the next, or
+  // from the last stage back to the coordinator (stage == num_stages - 1). Must return >= 0.
+  std::function<double(int stage, const MicroBatchPlan& plan)> hop_cost;
+  // When set, called as each request finishes (not when cancelled) at `time`; the requests it
+  // returns join the run then (a closed loop of clients). Their arrival_time is taken as given
+  // and must be >= time; their seq ids must be new.
+  std::function<std::vector<SimRequest>(uint64_t seq_id, double time)> on_finish;
+  bool check_invariants = true;
+  // The sampled token of sequence `seq_id` at generated index `token_index`.
+  std::function<int32_t(uint64_t seq_id, int32_t token_index)> sample = [](uint64_t seq_id,
+                                                                           int32_t token_index) {
+    return static_cast<int32_t>(100 + (seq_id * 7919 + token_index * 104729) % 1000);
+  };
 };
 
 struct SimStageSpan {

@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/decode_attention_tc.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/test_util.h"
 
 namespace ringserve::cuda {
@@ -59,6 +59,14 @@ struct TestCache {
   KvCacheLayer Layer() { return {dk.as<bf16>(), dv.as<bf16>(), kv_heads, block_size, head_dim}; }
 };
 
+// The kernels the selector picks on device 0 for this shape.
+KernelPlan DevicePlan(int head_dim, int heads, int kv_heads, const KernelOptions& options = {}) {
+  absl::StatusOr<KernelPlan> plan = SelectKernelsForDevice(
+      0, {.head_dim = head_dim, .num_heads = heads, .num_kv_heads = kv_heads}, options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *plan : KernelPlan{};
+}
+
 std::vector<int32_t> RandomTable(std::mt19937& rng, int num_blocks, int max_blocks) {
   std::vector<int32_t> all(num_blocks);
   std::iota(all.begin(), all.end(), 0);
@@ -69,14 +77,14 @@ std::vector<int32_t> RandomTable(std::mt19937& rng, int num_blocks, int max_bloc
 
 // A decode batch's device arrays: entry e attends row q_rows[e] through table row e of `tables`
 // ([entries, max_blocks]) to contexts[e] keys, in DecodeSplitsFor(max context, partition)
-// splits with their workspace.
+// splits with their workspace, on `kernel`.
 struct DeviceDecodeBatch {
   DeviceBuffer ctx, rows, table_rows, tables, workspace;
   DecodeBatch batch;
 
   DeviceDecodeBatch(const std::vector<int32_t>& contexts, const std::vector<int32_t>& q_rows,
                     const std::vector<int32_t>& block_tables, int max_blocks, int heads,
-                    int head_dim, int partition)
+                    int head_dim, int partition, DecodeAttentionKernel kernel)
       : ctx(Upload(contexts)), rows(Upload(q_rows)), tables(Upload(block_tables)) {
     const int entries = static_cast<int>(contexts.size());
     std::vector<int32_t> trows(entries);
@@ -94,13 +102,18 @@ struct DeviceDecodeBatch {
              .num_entries = entries,
              .num_splits = splits,
              .workspace = workspace.as<float>(),
-             .partition = partition};
+             .partition = partition,
+             .kernel = kernel};
   }
 };
 
+// On the kernel the selector picks for the shape (with `options`), launched as the slice would
+// (dependent launch where the plan has it).
 void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> contexts,
-                   uint32_t seed, int partition = kDecodePartition) {
+                   uint32_t seed, int partition = kDecodePartition,
+                   const KernelOptions& options = {}) {
   SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " seed " << seed);
+  const KernelPlan plan = DevicePlan(head_dim, heads, kv_heads, options);
   std::mt19937 rng(seed);
   const int bs = 16;
   const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
@@ -126,10 +139,11 @@ void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> c
   ASSERT_TRUE(dout.Allocate(q.size() * 2).ok());
   Poison(dout);
   const DeviceDecodeBatch device_batch(contexts, q_rows, tables, max_blocks, heads, head_dim,
-                                       partition);
+                                       partition, plan.decode_attention);
   const DecodeBatch& batch = device_batch.batch;
   AttentionShape shape{.num_heads = heads, .scale = scale, .cache = cache.Layer()};
-  RS_ASSERT_OK(LaunchDecodeAttention(shape, dq.as<bf16>(), dout.as<bf16>(), batch, nullptr));
+  RS_ASSERT_OK(LaunchDecodeAttention(shape, dq.as<bf16>(), dout.as<bf16>(), batch,
+                                     LaunchStream(nullptr, plan.dependent_launch)));
   EXPECT_LT(RelL2(DownloadBf16(dout, q.size()), want), 1e-2) << "splits " << batch.num_splits;
 }
 
@@ -151,9 +165,16 @@ TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
   RunDecodeCase(128, 4, 4, {1, 129, 70}, seed + 10);
   RunDecodeCase(128, 32, 8, {47, 200, 1}, seed + 11, /*partition=*/48);
   // Head dim 128 on the CUDA-core kernel (devices without 100 KB of shared memory per CTA).
-  ForceDecodeAttentionCudaCores(true);
-  RunDecodeCase(128, 32, 8, {1, 200, 513}, seed + 12, /*partition=*/256);
-  ForceDecodeAttentionCudaCores(false);
+  RunDecodeCase(128, 32, 8, {1, 200, 513}, seed + 12, /*partition=*/256,
+                {.decode_attention_tensor_cores = false});
+  // The tensor-core kernel refuses other head dims.
+  const AttentionShape shape64{.num_heads = 8,
+                               .cache = {.num_kv_heads = 2, .block_size = 16, .head_dim = 64}};
+  EXPECT_EQ(LaunchDecodeAttention(shape64, nullptr, nullptr,
+                                  {.num_entries = 1, .kernel = DecodeAttentionKernel::kTensorCore},
+                                  nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // The attention input stage folded into the decode kernel: from the raw q/k/v projection it
@@ -191,7 +212,8 @@ void RunDecodeFromQkvCase(int heads, int kv_heads, const std::vector<int32_t>& c
     ASSERT_TRUE(out.Allocate(q_elems * 2).ok());
     Poison(out);
   }
-  const DeviceDecodeBatch device_batch(contexts, q_rows, tables, max_blocks, heads, d, partition);
+  const DeviceDecodeBatch device_batch(contexts, q_rows, tables, max_blocks, heads, d, partition,
+                                       DecodeAttentionKernel::kTensorCore);
   const DecodeBatch& batch = device_batch.batch;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bf16* b = bias ? dbias.as<bf16>() : nullptr;
@@ -226,50 +248,30 @@ void RunDecodeFromQkvCase(int heads, int kv_heads, const std::vector<int32_t>& c
 
 TEST(CudaDecodeAttentionTest, FromQkvMatchesPrepareThenAttention) {
   RS_SKIP_WITHOUT_GPU();
-  if (!DecodeAttentionTakesQkv(128)) GTEST_SKIP() << "no tensor-core decode kernel here";
+  if (DevicePlan(128, 32, 8).decode_attention != DecodeAttentionKernel::kTensorCore) {
+    GTEST_SKIP() << "no tensor-core decode kernel here";
+  }
   const uint32_t seed = std::random_device{}();
   RunDecodeFromQkvCase(32, 8, {1, 17, 160, 600}, kDecodePartition, true, seed);
   RunDecodeFromQkvCase(32, 8, {1, 17, 160, 600}, 64, false, seed + 1);  // the newest key's split
   RunDecodeFromQkvCase(16, 2, {33, 2, 1025}, 32, true, seed + 2);       // group 8
   const absl::Status refused = LaunchDecodeAttentionFromQkv(
       {.num_heads = 4, .cache = {.num_kv_heads = 1, .block_size = 16, .head_dim = 128}}, {},
-      nullptr, {.num_entries = 1}, nullptr);
+      nullptr, {.num_entries = 1, .kernel = DecodeAttentionKernel::kTensorCore}, nullptr);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
-}
-
-TEST(CudaDecodeAttentionTest, SplitPlanCoversContextAndFillsSms) {
-  for (int head_dim : {64, 128}) {
-    for (int entries : {1, 3, 32, 256}) {
-      for (int ctx : {0, 1, 31, 200, 512, 4097, 32768}) {
-        const DecodeSplitPlan plan = PlanDecodeSplits(entries, 8, head_dim, ctx, 132);
-        SCOPED_TRACE(::testing::Message()
-                     << "head_dim " << head_dim << " entries " << entries << " ctx " << ctx);
-        EXPECT_GE(plan.splits, 1);
-        EXPECT_EQ(plan.partition % kMinDecodePartition, 0);
-        EXPECT_GE(int64_t{plan.partition} * plan.splits, ctx);
-        EXPECT_LT(int64_t{plan.partition} * (plan.splits - 1), std::max(ctx, 1));  // none empty
-        EXPECT_EQ(plan.splits, DecodeSplitsFor(std::max(ctx, 1), plan.partition));
-        EXPECT_LE(entries * 8 * plan.splits,
-                  std::max(entries * 8, DecodeCtasPerSm(head_dim) * 132));  // one wave
-      }
-    }
-  }
-  // Head dim 128 (tensor-core kernel): 2 CTAs per SM, 264 on 132 SMs.
-  EXPECT_EQ(PlanDecodeSplits(1, 8, 128, 32768, 132).splits, 32);  // 33 fit; 1024-key pieces
-  EXPECT_EQ(PlanDecodeSplits(1, 8, 128, 512, 132).splits, 16);    // capped by 32-key pieces
-  EXPECT_EQ(PlanDecodeSplits(32, 8, 128, 256, 132).splits, 1);    // 256 CTAs: no second wave
-  EXPECT_EQ(PlanDecodeSplits(8, 8, 128, 4096, 132).splits, 4);    // 256 CTAs <= 264
-  EXPECT_EQ(PlanDecodeSplits(256, 8, 128, 512, 132).splits, 1);   // batch fills the GPU
-  // Other head dims (CUDA-core kernel): 3 per SM.
-  EXPECT_EQ(PlanDecodeSplits(1, 8, 64, 32768, 132).splits, 49);
-  EXPECT_EQ(PlanDecodeSplits(8, 8, 64, 4096, 132).splits, 6);  // 384 CTAs <= 396
+  // Not on the CUDA-core kernel.
+  const absl::Status cuda_core = LaunchDecodeAttentionFromQkv(
+      {.num_heads = 4, .cache = {.num_kv_heads = 1, .block_size = 16, .head_dim = 128}}, {},
+      nullptr, {.num_entries = 1}, nullptr);
+  EXPECT_EQ(cuda_core.code(), absl::StatusCode::kInvalidArgument) << cuda_core;
 }
 
 // One prefill batch (sequence s: num_tokens[s] queries at positions starts[s]...) in tiles of
 // `tile_rows`, against the CPU reference, in total and per sequence.
 void RunPrefillCase(const std::vector<int32_t>& num_tokens, const std::vector<int32_t>& starts,
-                    int tile_rows, uint32_t seed) {
-  SCOPED_TRACE(::testing::Message() << "tile_rows " << tile_rows << " seed " << seed);
+                    int tile_rows, int key_tile, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message()
+               << "tile_rows " << tile_rows << " key_tile " << key_tile << " seed " << seed);
   std::mt19937 rng(seed);
   const int d = 128, heads = 8, kv_heads = 2, bs = 16;
   const int seqs = static_cast<int>(num_tokens.size());
@@ -308,7 +310,8 @@ void RunPrefillCase(const std::vector<int32_t>& num_tokens, const std::vector<in
                      .max_blocks = max_blocks,
                      .tiles = dtiles.as<int32_t>(),
                      .num_tiles = static_cast<int>(tiles.size() / 2),
-                     .tile_rows = tile_rows};
+                     .tile_rows = tile_rows,
+                     .key_tile = key_tile};
   RS_ASSERT_OK(LaunchPrefillAttention(shape, dq.as<bf16>(), dout.as<bf16>(), batch, nullptr));
   const auto got = DownloadBf16(dout, q.size());
   EXPECT_LT(RelL2(got, want), 2e-2);
@@ -323,11 +326,13 @@ void RunPrefillCase(const std::vector<int32_t>& num_tokens, const std::vector<in
   }
 }
 
-// Every tile size the device runs: 64 (mma.sync) everywhere, 128 (wgmma) on compute
-// capability 9.0.
+// Every tile size the device runs: 64 (mma.sync) everywhere, 128 (wgmma) where the selector
+// picks it (compute capability 9.0 and a build with the sm_90a kernel).
 std::vector<int> TileSizesToTest() {
   std::vector<int> sizes = {kPrefillTile};
-  if (PrefillTileRows() == kPrefillTileSm90) sizes.push_back(kPrefillTileSm90);
+  if (DevicePlan(128, 8, 2).prefill_tile_rows == kPrefillTileSm90) {
+    sizes.push_back(kPrefillTileSm90);
+  }
   return sizes;
 }
 
@@ -335,20 +340,15 @@ TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
   RS_SKIP_WITHOUT_GPU();
   const uint32_t seed = std::random_device{}();
   for (int tile_rows : TileSizesToTest()) {
-    // The wgmma kernel with both its K/V tile sizes (then back to the default).
+    // The wgmma kernel with both its K/V tile sizes.
     for (int key_tile : {128, 64}) {
       if (tile_rows != kPrefillTileSm90 && key_tile != 128) continue;
-      SCOPED_TRACE(::testing::Message() << "key_tile " << key_tile);
-      // The setting is process-wide: back to the default however the case ends.
-      const ScopedPrefillKeyTileSm90 scoped(key_tile);
-      ASSERT_TRUE(scoped.ok());
       // Partial tiles, a one-token chunk, chunks after a cached prefix (keys span many tiles).
-      RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, seed);
+      RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, key_tile, seed);
       // Whole query tiles and one past, from position 0 and from an unaligned prefix.
-      RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, seed + 1);
+      RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, key_tile, seed + 1);
     }
   }
-  EXPECT_FALSE(SetPrefillKeyTileSm90(96));
 }
 
 // Host side, no GPU needed: every query of every chunk lies in exactly one tile, tiles start at
@@ -397,10 +397,16 @@ TEST(CudaPrefillAttentionTest, RefusesUnknownTileSizes) {
   const absl::Status status = LaunchPrefillAttention(shape, nullptr, nullptr, batch, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(std::string(status.message()).find("tile_rows"), std::string::npos) << status;
-  if (PrefillTileRows() != kPrefillTileSm90) {
-    batch.tile_rows = kPrefillTileSm90;
+  batch.tile_rows = kPrefillTileSm90;
+  if (!CompiledKernelsOfThisBuild().sm90a_prefill) {
+    // No wgmma kernel in this build.
     EXPECT_EQ(LaunchPrefillAttention(shape, nullptr, nullptr, batch, nullptr).code(),
               absl::StatusCode::kInvalidArgument);
+  } else {
+    batch.key_tile = 96;
+    const absl::Status key_tile = LaunchPrefillAttention(shape, nullptr, nullptr, batch, nullptr);
+    EXPECT_EQ(key_tile.code(), absl::StatusCode::kInvalidArgument) << key_tile;
+    EXPECT_NE(std::string(key_tile.message()).find("key_tile"), std::string::npos) << key_tile;
   }
 }
 

@@ -2,8 +2,6 @@
 
 #include <cublasLt.h>
 
-#include <atomic>
-
 #include "absl/strings/str_cat.h"
 
 namespace ringserve::cuda {
@@ -24,13 +22,6 @@ absl::Status CublasStatus(int status, const char* what) {
 }
 
 absl::Status LaunchStatus(const char* kernel) { return CudaStatus(cudaGetLastError(), kernel); }
-
-namespace {
-std::atomic<bool> dependent_launch{true};
-}  // namespace
-
-bool DependentLaunchEnabled() { return dependent_launch.load(std::memory_order_relaxed); }
-void SetDependentLaunch(bool enabled) { dependent_launch.store(enabled); }
 
 int CudaDeviceCount() {
   int count = 0;

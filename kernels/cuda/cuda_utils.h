@@ -30,11 +30,19 @@ absl::Status LaunchStatus(const char* kernel);
 // Number of visible CUDA devices; 0 when there is no driver or no device (never an error).
 int CudaDeviceCount();
 
-// Whether the decode-path kernels are launched as programmatic dependents of the previous
-// kernel (kernels/cuda/dependent_launch.cuh). On by default; process-wide; CUDA graphs captured
-// while it was on keep it. For A/B measurements (stage_bench) and as an escape hatch.
-bool DependentLaunchEnabled();
-void SetDependentLaunch(bool enabled);
+// The stream a launcher enqueues on, and whether its kernels are launched as programmatic
+// dependents of the kernel before them (dependent_launch.cuh): set only from a KernelPlan whose
+// dependent_launch is on (kernel_selector.h: an sm_90 device running sm_90 code). A plain
+// cudaStream_t (or nullptr) converts to a stream without dependent launches, and a LaunchStream
+// converts back to its cudaStream_t for the runtime's calls. CUDA graphs captured from dependent
+// launches keep the programmatic edges.
+struct LaunchStream {
+  LaunchStream(cudaStream_t s = nullptr, bool dependent_launch = false)  // NOLINT: implicit
+      : stream(s), dependent(dependent_launch) {}
+  operator cudaStream_t() const { return stream; }  // NOLINT: implicit
+  cudaStream_t stream;
+  bool dependent;
+};
 
 // An owning, move-only device allocation (cudaMalloc / cudaFree). Not thread-safe.
 class DeviceBuffer {

@@ -220,11 +220,15 @@ absl::Status CheckDecodeShape(const AttentionShape& shape, const DecodeBatch& ba
         "LaunchDecodeAttention: unsupported shape (head_dim in {16,32,64,128,256}, group <= 8, "
         "group * head_dim <= 1024)");
   }
+  if (batch.kernel == DecodeAttentionKernel::kTensorCore && d != 128) {
+    return absl::InvalidArgumentError(
+        "LaunchDecodeAttention: the tensor-core kernel needs head_dim 128");
+  }
   return absl::OkStatus();
 }
 
 // The kernel that merges the splits, after the attention kernel.
-absl::Status LaunchMergeIfSplit(const DecodeArgs& args, cudaStream_t stream) {
+absl::Status LaunchMergeIfSplit(const DecodeArgs& args, LaunchStream stream) {
   if (args.batch.num_splits > 1) {
     LaunchDependent(DecodeReduceKernel, dim3(args.batch.num_entries, args.shape.num_heads), 128, 0,
                     stream, args);
@@ -235,14 +239,14 @@ absl::Status LaunchMergeIfSplit(const DecodeArgs& args, cudaStream_t stream) {
 }  // namespace
 
 absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, bf16* out,
-                                   const DecodeBatch& batch, cudaStream_t stream) {
+                                   const DecodeBatch& batch, LaunchStream stream) {
   RS_RETURN_IF_ERROR(CheckDecodeShape(shape, batch));
   if (batch.num_entries == 0) return absl::OkStatus();
   const KvCacheLayer& c = shape.cache;
   const DecodeArgs args{shape, q, out, batch};
   const dim3 grid(batch.num_entries, c.num_kv_heads, batch.num_splits);
   const int group = shape.num_heads / c.num_kv_heads;
-  if (c.head_dim == 128 && DecodeAttentionTcFits()) {
+  if (batch.kernel == DecodeAttentionKernel::kTensorCore) {
     RS_RETURN_IF_ERROR(LaunchDecodeAttentionTc(shape, q, {}, out, batch, stream));
   } else if (group == 1) {
     LaunchDependent(DecodeKernel<1>, grid, kThreads, 0, stream, args);
@@ -256,13 +260,11 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
   return LaunchMergeIfSplit(args, stream);
 }
 
-bool DecodeAttentionTakesQkv(int head_dim) { return head_dim == 128 && DecodeAttentionTcFits(); }
-
 absl::Status LaunchDecodeAttentionFromQkv(const AttentionShape& shape, const DecodeQkv& qkv,
                                           bf16* out, const DecodeBatch& batch,
-                                          cudaStream_t stream) {
+                                          LaunchStream stream) {
   RS_RETURN_IF_ERROR(CheckDecodeShape(shape, batch));
-  if (!DecodeAttentionTakesQkv(shape.cache.head_dim) || qkv.qkv == nullptr ||
+  if (batch.kernel != DecodeAttentionKernel::kTensorCore || qkv.qkv == nullptr ||
       qkv.positions == nullptr || qkv.slots == nullptr || qkv.inv_freq == nullptr) {
     return absl::InvalidArgumentError(
         "LaunchDecodeAttentionFromQkv: needs head_dim 128 on the tensor-core kernel and the "

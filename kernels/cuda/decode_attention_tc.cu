@@ -8,7 +8,6 @@
 // kStages tiles in flight, then S = Q K^T (16 x 16), online softmax over the tile, O += P V
 // (16 x 128). The warps' states are merged at the end (decode_merge.cuh). Short contexts (up to
 // 4 x kStages x 16 keys per split) are thus read in one round trip, longer ones pipelined.
-#include <atomic>
 #include <cfloat>
 
 #include "kernels/cuda/attention.h"
@@ -30,8 +29,9 @@ constexpr int kKeys = 16;               // keys per warp tile
 constexpr int kStages = 3;              // tiles in flight per warp
 constexpr int kTileElems = kKeys * kD;  // one K or V tile
 constexpr int kQElems = 16 * kD;        // the 16-row Q tile
-// 100 KB: 2 CTAs per SM (DecodeCtasPerSm(128)).
+// 100 KB: 2 CTAs per SM (KernelPlan::decode_ctas_per_sm).
 constexpr int kSmemBytes = (kQElems + 2 * kStages * kWarps * kTileElems) * 2;
+static_assert(kSmemBytes == kDecodeAttentionTcSmemBytes, "the selector sizes the kernel by it");
 static_assert(kSmemBytes - kQElems * 2 >= kWarps * (kDecodeMaxGroupDim + 2 * kDecodeMaxGroup) * 4,
               "the merge scratch reuses the K/V buffers");
 constexpr float kLog2e = 1.4426950408889634f;
@@ -306,30 +306,11 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
   FinishDecodeSplit<kWarps>(partial, warp_ml, group, kD, kvh, split, a.shape, a.batch, a.out);
 }
 
-std::atomic<bool> force_cuda_cores{false};
-
 }  // namespace
-
-void ForceDecodeAttentionCudaCores(bool force) { force_cuda_cores.store(force); }
-
-bool DecodeAttentionTcFits() {
-  if (force_cuda_cores.load(std::memory_order_relaxed)) return false;
-  static const bool fits = [] {
-    int device = 0, optin = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-            cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return optin >= kSmemBytes;
-  }();
-  return fits;
-}
 
 absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q,
                                      const DecodeQkv& qkv, bf16* out, const DecodeBatch& batch,
-                                     cudaStream_t stream) {
+                                     LaunchStream stream) {
   // Once per process (one stage process drives one device).
   static const cudaError_t attribute_error =
       cudaFuncSetAttribute(DecodeKernelTc, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);

@@ -8,18 +8,12 @@
 
 namespace ringserve::cuda {
 
-// Whether the current device gives a CTA the kernel's 100 KB of shared memory (sm_80 and sm_90
-// do; sm_86 / sm_89 parts stop at 99 KB and run the CUDA-core kernel). Looked up once per
-// process (one stage process drives one device).
-bool DecodeAttentionTcFits();
-// Tests: makes LaunchDecodeAttention run head dim 128 on the CUDA-core kernel, as on a device
-// where the tensor-core kernel does not fit.
-void ForceDecodeAttentionCudaCores(bool force);
-
+// The kernel needs kDecodeAttentionTcSmemBytes (100 KB) of shared memory per CTA: sm_80 and
+// sm_90 have it; sm_86 / sm_89 parts stop at 99 KB (the selector picks the CUDA-core kernel).
 // Reads q, or with qkv.qkv set does the attention input stage itself
 // (LaunchDecodeAttentionFromQkv).
 absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q,
                                      const DecodeQkv& qkv, bf16* out, const DecodeBatch& batch,
-                                     cudaStream_t stream);
+                                     LaunchStream stream);
 
 }  // namespace ringserve::cuda

@@ -14,8 +14,7 @@
 
 namespace ringserve::cuda {
 
-inline constexpr int kDecodeMaxGroup = 8;
-inline constexpr int kDecodeMaxGroupDim = 1024;  // group * head_dim
+// kDecodeMaxGroup and kDecodeMaxGroupDim (group * head_dim) are in kernel_selector.h.
 
 template <int kWarps>
 __device__ __forceinline__ void FinishDecodeSplit(const float* partial, const float* warp_ml,

@@ -7,9 +7,10 @@
 // writes are visible, and then lets the next kernel be scheduled early in turn. Only data no
 // kernel of the stream writes in the meantime may be read before the wait (the GEMVs' weights;
 // the decode attention's older keys, attention.h); each such kernel states it in its header.
-// Without the launch attribute (or on older GPUs, or when SetDependentLaunch(false)) the wait is a
-// no-op and the stream serializes as usual. CUDA graphs captured from such launches keep the
-// programmatic edges.
+// Without the launch attribute (a LaunchStream without `dependent`: the KernelPlan's choice) or in
+// code compiled for older GPUs the wait is a no-op and the stream serializes as usual — so the
+// selector never asks for dependent launches of code compiled below sm_90, which would not wait.
+// CUDA graphs captured from such launches keep the programmatic edges.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,7 +30,7 @@ __device__ __forceinline__ void WaitForPreviousKernel() {
 
 template <typename... Params, typename... Args>
 void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
-                     cudaStream_t stream, Args&&... args) {
+                     LaunchStream stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -39,7 +40,7 @@ void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sm
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = DependentLaunchEnabled() ? 1 : 0;
+  config.numAttrs = stream.dependent ? 1 : 0;
   cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 

@@ -192,7 +192,7 @@ unsigned GridFor(int64_t n, int threads) {
 
 absl::Status LaunchAddRmsNorm(float* residual, const bf16* delta, const bf16* bias,
                               const bf16* weight, bf16* out, int64_t rows, int dim, float eps,
-                              cudaStream_t stream) {
+                              LaunchStream stream) {
   if (rows < 0 || dim <= 0 || rows > 0x7fffffff) {
     return absl::InvalidArgumentError("LaunchAddRmsNorm: bad shape");
   }
@@ -212,7 +212,7 @@ absl::Status LaunchAddRmsNorm(float* residual, const bf16* delta, const bf16* bi
 }
 
 absl::Status LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int inter,
-                           cudaStream_t stream) {
+                           LaunchStream stream) {
   if (rows < 0 || inter <= 0) return absl::InvalidArgumentError("LaunchSiluMul: bad shape");
   if (rows == 0) return absl::OkStatus();
   if (inter % 8 == 0) {
@@ -226,7 +226,7 @@ absl::Status LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int int
 }
 
 absl::Status LaunchEmbedding(const bf16* table, const int32_t* ids, float* out, int64_t n,
-                             int hidden, cudaStream_t stream) {
+                             int hidden, LaunchStream stream) {
   if (n < 0 || hidden <= 0 || n > 0x7fffffff) {
     return absl::InvalidArgumentError("LaunchEmbedding: bad shape");
   }
@@ -236,20 +236,20 @@ absl::Status LaunchEmbedding(const bf16* table, const int32_t* ids, float* out, 
   return LaunchStatus("EmbeddingKernel");
 }
 
-absl::Status LaunchF32ToBF16(const float* src, bf16* dst, int64_t n, cudaStream_t stream) {
+absl::Status LaunchF32ToBF16(const float* src, bf16* dst, int64_t n, LaunchStream stream) {
   if (n <= 0) return absl::OkStatus();
   F32ToBF16Kernel<<<GridFor(n, 256), 256, 0, stream>>>(src, dst, n);
   return LaunchStatus("F32ToBF16Kernel");
 }
 
-absl::Status LaunchBF16ToF32(const bf16* src, float* dst, int64_t n, cudaStream_t stream) {
+absl::Status LaunchBF16ToF32(const bf16* src, float* dst, int64_t n, LaunchStream stream) {
   if (n <= 0) return absl::OkStatus();
   BF16ToF32Kernel<<<GridFor(n, 256), 256, 0, stream>>>(src, dst, n);
   return LaunchStatus("BF16ToF32Kernel");
 }
 
 absl::Status LaunchGatherRows(const bf16* src, const int32_t* rows, bf16* dst, int num_rows,
-                              int dim, cudaStream_t stream) {
+                              int dim, LaunchStream stream) {
   if (num_rows < 0 || dim <= 0) return absl::InvalidArgumentError("LaunchGatherRows: bad shape");
   if (num_rows == 0) return absl::OkStatus();
   LaunchDependent(GatherRowsKernel, num_rows, 256, 0, stream, src, rows, dst, dim);
@@ -257,13 +257,13 @@ absl::Status LaunchGatherRows(const bf16* src, const int32_t* rows, bf16* dst, i
 }
 
 absl::Status LaunchFillRandom(bf16* dst, int64_t n, uint64_t seed, float center, float scale,
-                              cudaStream_t stream) {
+                              LaunchStream stream) {
   if (n <= 0) return absl::OkStatus();
   FillRandomKernel<<<GridFor(n, 256), 256, 0, stream>>>(dst, n, seed, center, scale);
   return LaunchStatus("FillRandomKernel");
 }
 
-absl::Status LaunchF16ToBF16(const uint16_t* src, bf16* dst, int64_t n, cudaStream_t stream) {
+absl::Status LaunchF16ToBF16(const uint16_t* src, bf16* dst, int64_t n, LaunchStream stream) {
   if (n <= 0) return absl::OkStatus();
   F16ToBF16Kernel<<<GridFor(n, 256), 256, 0, stream>>>(reinterpret_cast<const __half*>(src), dst,
                                                        n);

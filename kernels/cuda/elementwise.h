@@ -19,33 +19,33 @@ namespace ringserve::cuda {
 // dim] bf16, or nullptr to only add.
 absl::Status LaunchAddRmsNorm(float* residual, const bf16* delta, const bf16* bias,
                               const bf16* weight, bf16* out, int64_t rows, int dim, float eps,
-                              cudaStream_t stream);
+                              LaunchStream stream);
 
 // out[r, i] = bf16(silu(gate_up[r, i]) * gate_up[r, inter + i]), silu(x) = x / (1 + exp(-x)).
 // gate_up: [rows, 2 * inter] bf16 (gate half first, as the fused gate/up projection writes
 // it); out: [rows, inter] bf16.
 absl::Status LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int inter,
-                           cudaStream_t stream);
+                           LaunchStream stream);
 
 // out[t, :] = float(table[ids[t], :]). table: [vocab, hidden] bf16; ids: [n] int32 device,
 // each in [0, vocab) (the caller validates); out: [n, hidden] fp32.
 absl::Status LaunchEmbedding(const bf16* table, const int32_t* ids, float* out, int64_t n,
-                             int hidden, cudaStream_t stream);
+                             int hidden, LaunchStream stream);
 
 // dst[i] = bf16(src[i]) (round to nearest even) / dst[i] = float(src[i]), n elements.
-absl::Status LaunchF32ToBF16(const float* src, bf16* dst, int64_t n, cudaStream_t stream);
-absl::Status LaunchBF16ToF32(const bf16* src, float* dst, int64_t n, cudaStream_t stream);
+absl::Status LaunchF32ToBF16(const float* src, bf16* dst, int64_t n, LaunchStream stream);
+absl::Status LaunchBF16ToF32(const bf16* src, float* dst, int64_t n, LaunchStream stream);
 // dst[i] = bf16(half src[i]); src holds fp16 bit patterns.
-absl::Status LaunchF16ToBF16(const uint16_t* src, bf16* dst, int64_t n, cudaStream_t stream);
+absl::Status LaunchF16ToBF16(const uint16_t* src, bf16* dst, int64_t n, LaunchStream stream);
 
 // dst[r, :] = src[rows[r], :] for r < num_rows. src: [*, dim] bf16; rows: [num_rows] int32
 // device; dst: [num_rows, dim] bf16.
 absl::Status LaunchGatherRows(const bf16* src, const int32_t* rows, bf16* dst, int num_rows,
-                              int dim, cudaStream_t stream);
+                              int dim, LaunchStream stream);
 
 // Fills dst[0, n) with bf16(center + scale * u), u uniform in [-1, 1) from a counter-based hash
 // of (seed, i): the same seed gives the same values on any device. For random-weight models.
 absl::Status LaunchFillRandom(bf16* dst, int64_t n, uint64_t seed, float center, float scale,
-                              cudaStream_t stream);
+                              LaunchStream stream);
 
 }  // namespace ringserve::cuda

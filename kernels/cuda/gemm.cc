@@ -30,7 +30,9 @@ struct GemmRunner::Plan {
 
 GemmRunner::GemmRunner(const GemmOptions& options) : options_(options) {}
 
-absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const GemmOptions& options) {
+namespace {
+
+absl::Status CheckOptions(const GemmOptions& options) {
   if (options.gemv_max_rows < 0 || options.gemv_max_rows > kGemvMaxRows) {
     return absl::InvalidArgumentError(
         absl::StrCat("gemv_max_rows must be in [0, ", kGemvMaxRows, "]"));
@@ -39,20 +41,19 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const GemmOptions
     return absl::InvalidArgumentError(
         absl::StrCat("skinny_max_rows must be in [0, ", kSkinnyMaxRows, "]"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const GemmOptions& options) {
+  RS_RETURN_IF_ERROR(CheckOptions(options));
   std::unique_ptr<GemmRunner> runner(new GemmRunner(options));
   cublasLtHandle_t handle = nullptr;
   RS_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
   runner->handle_ = handle;
   RS_RETURN_IF_ERROR(runner->workspace_.Allocate(options.workspace_bytes));
-  if (options.skinny_max_rows > 0) {
-    RS_RETURN_IF_ERROR(AllocateSkinnyWorkspace(
-        options.skinny_workspace_bytes, &runner->skinny_buffer_, &runner->skinny_workspace_));
-  }
-  // Tune's timer: made here, before a caller sizes pools from the free memory, when tuning is
-  // on from the start; by Tune otherwise.
-  if (options.tune) {
-    RS_ASSIGN_OR_RETURN(runner->timer_, ColdCacheTimer::Create());
-  }
+  RS_RETURN_IF_ERROR(runner->Reconfigure(options));
   int device = 0;
   RS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   RS_CUDA_RETURN_IF_ERROR(
@@ -148,7 +149,7 @@ void GemmRunner::AddLargerShapesCandidates(
 }
 
 absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out, int m, int n,
-                              int k, cudaStream_t stream) {
+                              int k, LaunchStream stream) {
   const auto key = std::make_tuple(m, n, k, static_cast<int>(out));
   auto it = plans_.find(key);
   if (!options_.tune || (it != plans_.end() && it->second->tuned)) return absl::OkStatus();
@@ -209,7 +210,7 @@ absl::Status GemmRunner::Tune(const bf16* x, const bf16* w, void* y, OutType out
 }
 
 absl::Status GemmRunner::RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t& algo,
-                                   const bf16* x, const bf16* w, void* y, cudaStream_t stream) {
+                                   const bf16* x, const bf16* w, void* y, LaunchStream stream) {
   const float alpha = 1.0f;
   const float beta = 0.0f;
   RS_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.op, &alpha,
@@ -219,7 +220,7 @@ absl::Status GemmRunner::RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t&
 }
 
 absl::Status GemmRunner::RunSkinny(int blocks, const bf16* x, const bf16* w, void* y, OutType out,
-                                   int m, int n, int k, cudaStream_t stream) {
+                                   int m, int n, int k, LaunchStream stream) {
   return LaunchSkinnyGemm(x, w, y, out, m, n, k, blocks, skinny_workspace_, stream);
 }
 
@@ -233,35 +234,37 @@ std::string GemmRunner::PlanSummary(int m, int n, int k, OutType out) const {
   return absl::StrCat(kernel, p.tuned ? " (tuned)" : "");
 }
 
-void GemmRunner::set_gemv_max_rows(int rows) {
-  options_.gemv_max_rows = rows;
+absl::Status GemmRunner::Reconfigure(const GemmOptions& options) {
+  RS_RETURN_IF_ERROR(CheckOptions(options));
   plans_.clear();
-}
-
-void GemmRunner::set_skinny_max_rows(int rows) {
-  options_.skinny_max_rows = rows;
-  plans_.clear();
-}
-
-void GemmRunner::set_tune_cold_cache(bool cold) {
-  options_.tune_cold_cache = cold;
-  plans_.clear();
-}
-
-void GemmRunner::set_tune(bool tune) {
-  options_.tune = tune;
-  plans_.clear();
+  const size_t workspace_bytes = options_.workspace_bytes;
+  options_ = options;
+  options_.workspace_bytes = workspace_bytes;
+  if (options.skinny_max_rows == 0) {
+    skinny_buffer_.Reset();
+    skinny_workspace_ = SkinnyWorkspace{};
+  } else if (skinny_buffer_.bytes() != options.skinny_workspace_bytes) {
+    skinny_workspace_ = SkinnyWorkspace{};
+    RS_RETURN_IF_ERROR(AllocateSkinnyWorkspace(options.skinny_workspace_bytes, &skinny_buffer_,
+                                               &skinny_workspace_));
+  }
+  // Tune's timer: made here, before a caller sizes pools from the free memory, when tuning is
+  // on from the start; by Tune otherwise.
+  if (options.tune && timer_ == nullptr) {
+    RS_ASSIGN_OR_RETURN(timer_, ColdCacheTimer::Create());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GemmRunner::LinearCublas(const bf16* x, const bf16* w, void* y, OutType out, int m,
-                                      int n, int k, cudaStream_t stream) {
+                                      int n, int k, LaunchStream stream) {
   RS_ASSIGN_OR_RETURN(Plan * plan, GetPlan(m, n, k, out));
   // The plan's cuBLASLt algorithm, even when the plan prefers the GEMV or the skinny GEMM.
   return RunCublas(*plan, plan->algo, x, w, y, stream);
 }
 
 absl::Status GemmRunner::Linear(const bf16* x, const bf16* w, void* y, OutType out, int m, int n,
-                                int k, cudaStream_t stream) {
+                                int k, LaunchStream stream) {
   RS_ASSIGN_OR_RETURN(Plan * plan, GetPlan(m, n, k, out));
   if (plan->use_gemv) return LaunchGemv(x, w, y, out, m, n, k, stream);
   if (plan->skinny_blocks > 0) return RunSkinny(plan->skinny_blocks, x, w, y, out, m, n, k, stream);

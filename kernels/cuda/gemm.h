@@ -37,6 +37,7 @@
 #include "kernels/cuda/cold_cache_timer.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/kernel_selector.h"
 #include "kernels/cuda/skinny_gemm.h"
 
 namespace ringserve::cuda {
@@ -46,10 +47,10 @@ struct GemmOptions {
   // Untuned shapes with m <= gemv_max_rows use LaunchGemv; tuning considers it for those m
   // (0 disables it; at most kGemvMaxRows).
   int gemv_max_rows = 1;
-  // Tuning also times the skinny GEMM for m <= skinny_max_rows (0 disables it; at most
-  // kSkinnyMaxRows). Untuned shapes never use it. Its workspace is allocated only when this is
-  // > 0 at Create: set_skinny_max_rows cannot enable it on a runner made without.
-  int skinny_max_rows = kSkinnyMaxRows;
+  // Tuning also times the skinny GEMM for m <= skinny_max_rows (0, the default, disables it; at
+  // most kSkinnyMaxRows). Untuned shapes never use it. Its workspace is allocated only while
+  // this is > 0.
+  int skinny_max_rows = 0;
   // The skinny GEMM's partial sums and counters (skinny_gemm.h); grids that need more are not
   // tuned.
   size_t skinny_workspace_bytes = size_t{40} << 20;
@@ -59,6 +60,17 @@ struct GemmOptions {
   // false: with them left there by the call before (for A/B measurements).
   bool tune_cold_cache = true;
 };
+
+// The runner's options for a KernelPlan's GEMM choices (kernel_selector.h).
+inline GemmOptions GemmOptionsFor(const GemmPlan& plan) {
+  GemmOptions options;
+  options.gemv_max_rows = plan.gemv_max_rows;
+  options.skinny_max_rows = plan.skinny_max_rows;
+  if (plan.skinny_max_rows > 0) options.skinny_workspace_bytes = plan.skinny_workspace_bytes;
+  options.tune = plan.tune;
+  options.tune_cold_cache = plan.tune_cold_cache;
+  return options;
+}
 
 // cuBLASLt algorithms timed per tuned shape (the heuristic's best first).
 inline constexpr int kTuneCandidates = 12;
@@ -76,27 +88,26 @@ class GemmRunner {
 
   // y = x · w^T as above (any m >= 1; k and n multiples of 8; 16-byte aligned pointers).
   absl::Status Linear(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
-                      cudaStream_t stream);
+                      LaunchStream stream);
   // Makes the shape's plan the fastest of the candidates, timed on these operands (y is
   // overwritten; x and w only read). Waits for the stream. Does nothing for a shape already
   // tuned, or when tuning is off; FailedPrecondition while `stream` is being captured.
   absl::Status Tune(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
-                    cudaStream_t stream);
+                    LaunchStream stream);
   // Always cuBLASLt, with the plan's algorithm (for benchmarks and tests of both paths).
   absl::Status LinearCublas(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
-                            cudaStream_t stream);
+                            LaunchStream stream);
 
   // Which kernel a shape's plan uses, if it has one: "gemv", "skinny xb" (b blocks),
   // "cublas #i" (the i-th tuning candidate; 0 is the heuristic's first) and whether it was tuned.
   // For benchmarks and tests.
   std::string PlanSummary(int m, int n, int k, OutType out) const;
 
-  // Changing these drops the plans (CUDA graphs captured before keep their kernels).
-  void set_gemv_max_rows(int rows);
-  int gemv_max_rows() const { return options_.gemv_max_rows; }
-  void set_skinny_max_rows(int rows);
-  void set_tune(bool tune);
-  void set_tune_cold_cache(bool cold);
+  // New kernel options (workspace_bytes is kept from Create): drops the plans (CUDA graphs
+  // captured before keep their kernels) and allocates the skinny GEMM's workspace when it is
+  // turned on (frees it when off). InvalidArgument for options Create refuses.
+  absl::Status Reconfigure(const GemmOptions& options);
+  const GemmOptions& options() const { return options_; }
 
  private:
   struct Plan;
@@ -113,9 +124,9 @@ class GemmRunner {
   void AddLargerShapesCandidates(const Plan& plan, int m, int n, int k, OutType out,
                                  std::vector<cublasLtMatmulHeuristicResult_t>* candidates);
   absl::Status RunCublas(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const bf16* x,
-                         const bf16* w, void* y, cudaStream_t stream);
+                         const bf16* w, void* y, LaunchStream stream);
   absl::Status RunSkinny(int blocks, const bf16* x, const bf16* w, void* y, OutType out, int m,
-                         int n, int k, cudaStream_t stream);
+                         int n, int k, LaunchStream stream);
 
   GemmOptions options_;
   void* handle_ = nullptr;  // cublasLtHandle_t

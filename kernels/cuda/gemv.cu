@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, MinBlocksPerSm(M, kIn, kO
 constexpr int kSplitMinK = 8192;
 
 template <int M, typename OutT, In kIn, Out kOut>
-void Launch(const GemvArgs& a, cudaStream_t stream) {
+void Launch(const GemvArgs& a, LaunchStream stream) {
   const size_t smem = kIn == In::kNormed ? static_cast<size_t>(a.m) * a.k * sizeof(bf16) : 0;
   if constexpr (kIn == In::kBf16 && kOut == Out::kAddResidual) {
     if (a.k >= kSplitMinK) {
@@ -226,7 +226,7 @@ void Launch(const GemvArgs& a, cudaStream_t stream) {
 
 // Three register capacities keep compile time down; a smaller m runs predicated.
 template <typename OutT, In kIn, Out kOut>
-absl::Status Dispatch(const GemvArgs& a, cudaStream_t stream) {
+absl::Status Dispatch(const GemvArgs& a, LaunchStream stream) {
   if (a.m < 1 || a.m > kGemvMaxRows || a.n < 1 || a.k < 8 || a.k % 8 != 0) {
     return absl::InvalidArgumentError("GEMV: need 1 <= m <= 8, n >= 1, k a multiple of 8");
   }
@@ -245,37 +245,37 @@ absl::Status Dispatch(const GemvArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool GemvNormedInputFits(int m, int k) {
-  return static_cast<int64_t>(m) * k * static_cast<int64_t>(sizeof(bf16)) <= kNormedInputSmemBytes;
-}
+static_assert(GemvNormedInputFits(1, kNormedInputSmemBytes / 2) &&
+                  !GemvNormedInputFits(1, kNormedInputSmemBytes / 2 + 1),
+              "GemvNormedInputFits (kernel_selector.h) must match the kernels' shared memory");
 
 absl::Status LaunchGemv(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
-                        cudaStream_t stream) {
+                        LaunchStream stream) {
   const GemvArgs a{.x = x, .w = w, .y = y, .m = m, .n = n, .k = k};
   return out == OutType::kF32 ? Dispatch<float, In::kBf16, Out::kStore>(a, stream)
                               : Dispatch<bf16, In::kBf16, Out::kStore>(a, stream);
 }
 
 absl::Status LaunchGemvGateUpSilu(const bf16* x, const bf16* w_gate_up, bf16* act, int m, int inter,
-                                  int k, cudaStream_t stream) {
+                                  int k, LaunchStream stream) {
   const GemvArgs a{.x = x, .w = w_gate_up, .y = act, .m = m, .n = inter, .k = k};
   return Dispatch<bf16, In::kBf16, Out::kGateUpSilu>(a, stream);
 }
 
 absl::Status LaunchGemvNormed(const RmsNormedInput& x, const bf16* w, bf16* y, int m, int n, int k,
-                              cudaStream_t stream) {
+                              LaunchStream stream) {
   const GemvArgs a{.normed = x, .w = w, .y = y, .m = m, .n = n, .k = k};
   return Dispatch<bf16, In::kNormed, Out::kStore>(a, stream);
 }
 
 absl::Status LaunchGemvGateUpSiluNormed(const RmsNormedInput& x, const bf16* w_gate_up, bf16* act,
-                                        int m, int inter, int k, cudaStream_t stream) {
+                                        int m, int inter, int k, LaunchStream stream) {
   const GemvArgs a{.normed = x, .w = w_gate_up, .y = act, .m = m, .n = inter, .k = k};
   return Dispatch<bf16, In::kNormed, Out::kGateUpSilu>(a, stream);
 }
 
 absl::Status LaunchGemvNormedQkvRope(const RmsNormedInput& x, const bf16* w_qkv,
-                                     const QkvStore& out, int m, int k, cudaStream_t stream) {
+                                     const QkvStore& out, int m, int k, LaunchStream stream) {
   const int d = out.cache.head_dim;
   if (d <= 0 || d % (2 * kPairsPerBlock) != 0 || out.num_heads <= 0 ||
       out.cache.num_kv_heads <= 0 || out.cache.block_size <= 0) {
@@ -291,7 +291,7 @@ absl::Status LaunchGemvNormedQkvRope(const RmsNormedInput& x, const bf16* w_qkv,
 }
 
 absl::Status LaunchGemvAddResidual(const bf16* x, const bf16* w, const bf16* bias, float* residual,
-                                   int m, int n, int k, cudaStream_t stream) {
+                                   int m, int n, int k, LaunchStream stream) {
   const GemvArgs a{.x = x, .w = w, .y = residual, .bias = bias, .m = m, .n = n, .k = k};
   return Dispatch<float, In::kBf16, Out::kAddResidual>(a, stream);
 }

@@ -4,7 +4,8 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/cuda_utils.h"
-#include "kernels/cuda/rope.h"  // QkvStore
+#include "kernels/cuda/kernel_selector.h"  // kGemvMaxRows, GemvNormedInputFits
+#include "kernels/cuda/rope.h"             // QkvStore
 
 namespace ringserve::cuda {
 
@@ -14,10 +15,9 @@ enum class OutType { kBF16, kF32 };
 // x: [m, k] bf16; w: [n, k] bf16; y: [m, n] of `out`; all device, row-major; k a multiple of 8,
 // pointers 16-byte aligned. One warp per output column; reads w once. Under dependent launch
 // (dependent_launch.cuh) every GEMV here reads its first weights before waiting for the previous
-// kernel: w must not be written by the kernels before it on the stream.
-inline constexpr int kGemvMaxRows = 8;
+// kernel: w must not be written by the kernels before it on the stream. kGemvMaxRows is 8.
 absl::Status LaunchGemv(const bf16* x, const bf16* w, void* y, OutType out, int m, int n, int k,
-                        cudaStream_t stream);
+                        LaunchStream stream);
 
 // The MLP's gate/up projection fused with its activation: act[m, j] = bf16(silu(g) * u) with
 // g = bf16(x[m, :] . w_gate_up[j, :]) and u = bf16(x[m, :] . w_gate_up[inter + j, :]) — the
@@ -25,7 +25,7 @@ absl::Status LaunchGemv(const bf16* x, const bf16* w, void* y, OutType out, int 
 // its kernel. w_gate_up: [2 inter, k] bf16 (gate rows, then up rows); act: [m, inter] bf16.
 // Same limits as LaunchGemv (on inter as n).
 absl::Status LaunchGemvGateUpSilu(const bf16* x, const bf16* w_gate_up, bf16* act, int m, int inter,
-                                  int k, cudaStream_t stream);
+                                  int k, LaunchStream stream);
 
 // ---- Decode-layer fusions (the CUDA slice runs them at GEMV sizes) ----
 //
@@ -39,26 +39,26 @@ struct RmsNormedInput {
   const bf16* weight = nullptr;
   float eps = 0;
 };
-// Whether m normalized rows of k values fit the blocks' shared memory (m * k * 2 <= 48 KiB).
-bool GemvNormedInputFits(int m, int k);
+// GemvNormedInputFits(m, k) (kernel_selector.h): whether m normalized rows of k values fit the
+// blocks' shared memory (m * k * 2 <= 48 KiB).
 // LaunchGemv (bf16 out) / LaunchGemvGateUpSilu on the normalized rows; needs
 // GemvNormedInputFits(m, k) besides their own limits.
 absl::Status LaunchGemvNormed(const RmsNormedInput& x, const bf16* w, bf16* y, int m, int n, int k,
-                              cudaStream_t stream);
+                              LaunchStream stream);
 absl::Status LaunchGemvGateUpSiluNormed(const RmsNormedInput& x, const bf16* w_gate_up, bf16* act,
-                                        int m, int inter, int k, cudaStream_t stream);
+                                        int m, int inter, int k, LaunchStream stream);
 // LaunchGemvNormed into the q/k/v projection followed by LaunchQkvPrepare (no q/k norms), in one
 // kernel and without the [m, qkv width] buffer: the same values, bit for bit (the same dot
 // products, rounded to bf16, then bias, rotation and stores as rope.cu). w_qkv: [(num_heads + 2 *
 // num_kv_heads) * head_dim, k] bf16, q heads then k then v; head_dim a multiple of 8.
 absl::Status LaunchGemvNormedQkvRope(const RmsNormedInput& x, const bf16* w_qkv,
-                                     const QkvStore& out, int m, int k, cudaStream_t stream);
+                                     const QkvStore& out, int m, int k, LaunchStream stream);
 // The projection that ends an attention or MLP block, added into the residual stream:
 //   residual[r, j] += float(bf16(x[r, :] . w[j, :])) + bias[j]   (bias may be null),
 // the values LaunchGemv (bf16 out) followed by LaunchAddRmsNorm's add store (at k >= 8192 two
 // warps share a column, each half of k: the dot product's summation order differs, not its
 // rounding). residual: [m, n] fp32. Same limits as LaunchGemv.
 absl::Status LaunchGemvAddResidual(const bf16* x, const bf16* w, const bf16* bias, float* residual,
-                                   int m, int n, int k, cudaStream_t stream);
+                                   int m, int n, int k, LaunchStream stream);
 
 }  // namespace ringserve::cuda

@@ -1,18 +1,11 @@
 #include "kernels/cuda/graph_edges.h"
 
-#include <atomic>
 #include <set>
 #include <vector>
 
 #include "kernels/cuda/cuda_utils.h"
 
 namespace ringserve::cuda {
-namespace {
-std::atomic<bool> early_graph_launch{true};
-}  // namespace
-
-bool EarlyGraphLaunchEnabled() { return early_graph_launch.load(std::memory_order_relaxed); }
-void SetEarlyGraphLaunch(bool enabled) { early_graph_launch.store(enabled); }
 
 absl::Status LaunchDependentsAtPredecessorStart(cudaGraph_t graph, int* changed) {
   size_t count = 0;

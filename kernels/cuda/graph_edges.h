@@ -5,7 +5,8 @@
 // edges to the launch-completion port lets the dependent be launched as soon as every block of
 // its predecessor has started; its griddepcontrol.wait still waits for the predecessor to
 // complete and its writes to be visible, so results are unchanged — only the launch latency
-// hides behind the running kernel.
+// hides behind the running kernel. The CUDA slice applies it to its decode graphs when its
+// KernelPlan has early_graph_launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,10 +19,5 @@ namespace ringserve::cuda {
 // not itself launched as a programmatic dependent (a cuBLASLt GEMM) to fire at launch
 // completion. Returns the number of edges changed through `changed` when not null.
 absl::Status LaunchDependentsAtPredecessorStart(cudaGraph_t graph, int* changed = nullptr);
-
-// Whether the CUDA slice applies it to its decode graphs (default on). Process-wide; for A/B
-// measurements (stage_bench).
-bool EarlyGraphLaunchEnabled();
-void SetEarlyGraphLaunch(bool enabled);
 
 }  // namespace ringserve::cuda

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/graph_edges.h"
@@ -77,11 +78,13 @@ TEST(CudaGemmTest, MatchesCpuMatMulForDecodeAndPrefillShapes) {
   }
 }
 
-// Tuning picks among cuBLASLt's candidates and the GEMV by timing them; whatever it picks must
-// compute the same product, and the plan says it was tuned. A capturing stream is refused.
+// Tuning picks among cuBLASLt's candidates, the GEMV and (asked for) the skinny GEMM by timing
+// them; whatever it picks must compute the same product, and the plan says it was tuned. A
+// capturing stream is refused.
 TEST(CudaGemmTest, TunedPlansMatchCpuAndTuningRefusesCapture) {
   RS_SKIP_WITHOUT_GPU();
-  auto runner_or = GemmRunner::Create({.gemv_max_rows = kGemvMaxRows});
+  auto runner_or =
+      GemmRunner::Create({.gemv_max_rows = kGemvMaxRows, .skinny_max_rows = kSkinnyMaxRows});
   ASSERT_TRUE(runner_or.ok()) << runner_or.status();
   GemmRunner& runner = **runner_or;
   const uint32_t seed = std::random_device{}();
@@ -118,6 +121,12 @@ TEST(CudaGemmTest, TunedPlansMatchCpuAndTuningRefusesCapture) {
   if (graph) cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  // New options drop the tuned plans; bad ones are refused.
+  RS_ASSERT_OK(runner.Reconfigure({.gemv_max_rows = 1}));
+  EXPECT_EQ(runner.PlanSummary(1, n, k, OutType::kF32), "none");
+  EXPECT_EQ(runner.options().skinny_max_rows, 0);
+  EXPECT_EQ(runner.Reconfigure({.gemv_max_rows = kGemvMaxRows + 1}).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // The skinny tensor-core GEMM at every token-tile size and over grids that cut the work list
@@ -375,9 +384,12 @@ TEST(CudaGraphEdgesTest, DependentAfterGemmLaunchesEarlyAndReadsItsOutput) {
   DeviceBuffer dx = UploadBf16(x), dw = UploadBf16(w), dgu, dy;
   ASSERT_TRUE(dgu.Allocate(static_cast<size_t>(m) * 2 * inter * 2).ok());
   ASSERT_TRUE(dy.Allocate(want.size() * 2).ok());
-  int device = 0, major = 0;
+  int device = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  const absl::StatusOr<KernelPlan> plan =
+      SelectKernelsForDevice(device, {.head_dim = 128, .num_heads = 32, .num_kv_heads = 8}, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const bool dependent = plan->dependent_launch;
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   for (int run = 0; run < 3; ++run) {
@@ -388,12 +400,14 @@ TEST(CudaGraphEdgesTest, DependentAfterGemmLaunchesEarlyAndReadsItsOutput) {
     RS_ASSERT_OK((*runner_or)
                      ->Linear(dx.as<bf16>(), dw.as<bf16>(), dgu.get(), OutType::kBF16, m, 2 * inter,
                               k, stream));
-    RS_ASSERT_OK(LaunchSiluMul(dgu.as<bf16>(), dy.as<bf16>(), m, inter, stream));
+    // A programmatic dependent where the device runs sm_90 code (the selector's rule).
+    RS_ASSERT_OK(
+        LaunchSiluMul(dgu.as<bf16>(), dy.as<bf16>(), m, inter, LaunchStream(stream, dependent)));
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     int changed = -1;
     RS_ASSERT_OK(LaunchDependentsAtPredecessorStart(graph, &changed));
-    EXPECT_EQ(changed, major >= 9 ? 1 : changed);  // programmatic edges need sm_90
+    EXPECT_EQ(changed, dependent ? 1 : 0);  // programmatic edges need sm_90
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     cudaGraphDestroy(graph);

@@ -4,7 +4,6 @@
 // keys, double-buffered with cp.async; shared-memory rows of 128 bf16 are XOR-swizzled in
 // 16-byte chunks (chunk c of row r stored at c ^ (r & 7)) so ldmatrix is conflict-free.
 #include <algorithm>
-#include <atomic>
 #include <cfloat>
 
 #include "absl/strings/str_cat.h"
@@ -24,7 +23,6 @@ constexpr int kThreads = 128;
 constexpr int kTileElems = 64 * kD;
 constexpr int kSmemBytes = (kTileElems * 5) * 2;  // Q + 2 x (K, V)
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kMaxDevices = 64;
 
 struct PrefillArgs {
   AttentionShape shape;
@@ -244,40 +242,6 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
 
 }  // namespace
 
-int PrefillTileRows() {
-#if defined(RS_HAVE_SM90_PREFILL)
-  // Per device ordinal: 0 = not looked up yet, 1 = not compute capability 9.0, 2 = 9.0.
-  static std::atomic<int> is_sm90[kMaxDevices];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
-    return kPrefillTile;
-  }
-  int known = is_sm90[device].load();
-  if (known == 0) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    known = major == 9 && minor == 0 ? 2 : 1;
-    is_sm90[device].store(known);
-  }
-  return known == 2 ? kPrefillTileSm90 : kPrefillTile;
-#else
-  return kPrefillTile;  // built without sm_90 (CMAKE_CUDA_ARCHITECTURES lacks 90)
-#endif
-}
-
-namespace {
-std::atomic<int> prefill_key_tile_sm90{64};
-}  // namespace
-
-bool SetPrefillKeyTileSm90(int keys) {
-  if (keys != 64 && keys != 128) return false;
-  prefill_key_tile_sm90.store(keys);
-  return true;
-}
-
-int PrefillKeyTileSm90() { return prefill_key_tile_sm90.load(); }
-
 void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
                       const std::vector<int32_t>& start_positions, std::vector<int32_t>* tiles,
                       int tile_rows) {
@@ -300,7 +264,7 @@ void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
 }
 
 absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, bf16* out,
-                                    const PrefillBatch& batch, cudaStream_t stream) {
+                                    const PrefillBatch& batch, LaunchStream stream) {
   const KvCacheLayer& c = shape.cache;
   if (c.head_dim != kD || c.num_kv_heads <= 0 || shape.num_heads % c.num_kv_heads != 0 ||
       c.block_size <= 0) {
@@ -308,13 +272,15 @@ absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, 
   }
   if (batch.num_tiles == 0) return absl::OkStatus();
   if (batch.tile_rows == kPrefillTileSm90) {
-    if (PrefillTileRows() != kPrefillTileSm90) {
-      return absl::InvalidArgumentError(
-          "LaunchPrefillAttention: 128-query tiles need a compute capability 9.0 device and a "
-          "build for sm_90");
-    }
 #if defined(RS_HAVE_SM90_PREFILL)
+    if (batch.key_tile != 64 && batch.key_tile != 128) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LaunchPrefillAttention: key_tile must be 64 or 128, got ", batch.key_tile));
+    }
     return LaunchPrefillAttentionSm90(shape, q, out, batch, stream);
+#else
+    return absl::InvalidArgumentError(
+        "LaunchPrefillAttention: 128-query tiles need a build for sm_90 (the sm_90a kernel)");
 #endif
   }
   if (batch.tile_rows != kPrefillTile) {

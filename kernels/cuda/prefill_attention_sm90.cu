@@ -369,8 +369,7 @@ absl::Status LaunchPrefillAttentionSm90(const AttentionShape& shape, const bf16*
                                         const PrefillBatch& batch, cudaStream_t stream) {
   const Args args{shape, q, out, batch};
   const int ctas = batch.num_tiles * shape.num_heads;
-  return PrefillKeyTileSm90() == 64 ? Launch<64>(args, ctas, stream)
-                                    : Launch<128>(args, ctas, stream);
+  return batch.key_tile == 64 ? Launch<64>(args, ctas, stream) : Launch<128>(args, ctas, stream);
 }
 
 }  // namespace ringserve::cuda

@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kWarps * 32) QkvPrepareKernel(QkvPrepareArgs a
 
 }  // namespace
 
-absl::Status LaunchQkvPrepare(const QkvPrepareArgs& args, cudaStream_t stream) {
+absl::Status LaunchQkvPrepare(const QkvPrepareArgs& args, LaunchStream stream) {
   const int d = args.cache.head_dim;
   if (args.num_tokens < 0 || args.num_heads <= 0 || args.cache.num_kv_heads <= 0 || d <= 0 ||
       d % 2 != 0 || d > 2 * 32 * kMaxPairsPerLane || args.cache.block_size <= 0 ||

@@ -57,6 +57,6 @@ struct QkvStore {
 // q_out = rope(norm(q + bq)); cache[slot] = (rope(norm(k + bk)), v + bv), per token and head,
 // fp32 math: norm is x * rsqrt(mean(x^2) + eps) * w; rope is the "rotate half" form of
 // cpu::ApplyRope with angle positions[t] * inv_freq[i]. head_dim even and <= 256.
-absl::Status LaunchQkvPrepare(const QkvPrepareArgs& args, cudaStream_t stream);
+absl::Status LaunchQkvPrepare(const QkvPrepareArgs& args, LaunchStream stream);
 
 }  // namespace ringserve::cuda

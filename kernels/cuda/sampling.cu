@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 }  // namespace
 
 absl::Status LaunchArgmax(const float* logits, int rows, int vocab, int32_t* tokens,
-                          cudaStream_t stream) {
+                          LaunchStream stream) {
   if (rows < 0 || vocab <= 0) return absl::InvalidArgumentError("LaunchArgmax: bad shape");
   if (rows == 0) return absl::OkStatus();
   LaunchDependent(ArgmaxKernel, rows, kThreads, 0, stream, logits, vocab, tokens);
@@ -425,7 +425,7 @@ size_t SampleRowsWorkspaceBytes(int /*rows*/, int /*vocab*/) { return 0; }
 
 absl::Status LaunchSampleRows(const float* logits, int rows, int vocab,
                               const GpuRowSampling* params, int32_t* tokens, float* logprobs,
-                              void* /*workspace*/, size_t workspace_bytes, cudaStream_t stream) {
+                              void* /*workspace*/, size_t workspace_bytes, LaunchStream stream) {
   if (rows < 0 || vocab <= 0 || vocab > INT_MAX - kSampleThreads) {
     return absl::InvalidArgumentError("LaunchSampleRows: bad shape");
   }

@@ -15,7 +15,7 @@ namespace ringserve::cuda {
 // of all -inf/NaN yields 0 (the CPU sampler's GreedyToken contract).
 // logits: [rows, vocab] fp32 device; tokens: [rows] int32 device.
 absl::Status LaunchArgmax(const float* logits, int rows, int vocab, int32_t* tokens,
-                          cudaStream_t stream);
+                          LaunchStream stream);
 
 // One row's sampling parameters: SamplingConfig + token_index of the CPU sampler, as a plain
 // host-fillable struct that the caller copies to the device ([rows] array).
@@ -54,6 +54,6 @@ size_t SampleRowsWorkspaceBytes(int rows, int vocab);
 // workspace, else the launch status.
 absl::Status LaunchSampleRows(const float* logits, int rows, int vocab,
                               const GpuRowSampling* params, int32_t* tokens, float* logprobs,
-                              void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                              void* workspace, size_t workspace_bytes, LaunchStream stream);
 
 }  // namespace ringserve::cuda

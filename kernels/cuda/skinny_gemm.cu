@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(SkinnyArgs a) {
 // Over 48 KB of dynamic shared memory needs the opt-in, once per kernel and device (before any
 // graph capture: Tune launches every variant first).
 template <int NT, typename OutT>
-void LaunchTiles(const SkinnyArgs& a, int grid, int device, cudaStream_t stream) {
+void LaunchTiles(const SkinnyArgs& a, int grid, int device, LaunchStream stream) {
   static std::atomic<uint64_t> opted_in{0};
   const uint64_t bit = uint64_t{1} << (device & 63);
   if ((opted_in.load() & bit) == 0) {
@@ -303,7 +303,7 @@ void LaunchTiles(const SkinnyArgs& a, int grid, int device, cudaStream_t stream)
 }
 
 template <typename OutT>
-void Launch(const SkinnyArgs& a, int grid, int device, cudaStream_t stream) {
+void Launch(const SkinnyArgs& a, int grid, int device, LaunchStream stream) {
   if (a.m <= 8) {
     LaunchTiles<1, OutT>(a, grid, device, stream);
   } else if (a.m <= 16) {
@@ -338,7 +338,7 @@ int64_t SkinnyPartialFloats(int m, int n, int k, int blocks) {
 }
 
 absl::Status LaunchSkinnyGemm(const bf16* x, const bf16* w, void* y, OutType out, int m, int n,
-                              int k, int blocks, const SkinnyWorkspace& ws, cudaStream_t stream) {
+                              int k, int blocks, const SkinnyWorkspace& ws, LaunchStream stream) {
   if (m < 1 || m > kSkinnyMaxRows || n < 1 || k < 8 || k % 8 != 0 || blocks < 1) {
     return absl::InvalidArgumentError(
         "skinny GEMM: need 1 <= m <= 64, n >= 1, k a multiple of 8, blocks >= 1");

@@ -4,8 +4,9 @@
 // is one warp per output column. GemmRunner::Tune times this kernel against both, over several
 // grid sizes, and keeps the fastest per shape. On an H200, timed with the weights coming from
 // DRAM, cuBLASLt was faster at every Llama-3.1-8B decode shape (by 5-15% at 1-8 rows, 1.1-1.4x
-// at 32 and 1.3-2.2x at 64: bench/cuda/NOTES.md, run 12); the kernel stays a candidate for other
-// GPUs and for steps where its weight prefetch before the dependent-launch wait pays.
+// at 32 and 1.3-2.2x at 64: bench/cuda/NOTES.md, run 12), so it is off by default
+// (KernelOptions::skinny_max_rows 0: no workspace, no tuning time); it stays a candidate to ask
+// for on other GPUs (stage_bench's "skinny" rows time it).
 //
 // How: the weights are cut into row blocks of 128 rows (output columns) and each row block's k
 // into stages of kSkinnyStageK values. The row blocks' stages, in order, form one list that the
@@ -25,11 +26,11 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/cuda_utils.h"
-#include "kernels/cuda/gemv.h"  // OutType
+#include "kernels/cuda/gemv.h"            // OutType
+#include "kernels/cuda/kernel_options.h"  // kSkinnyMaxRows (64)
 
 namespace ringserve::cuda {
 
-inline constexpr int kSkinnyMaxRows = 64;
 inline constexpr int kSkinnyRowsPerBlock = 128;  // weight rows (output columns) per row block
 inline constexpr int kSkinnyStageK = 64;         // k values per pipeline stage
 
@@ -55,6 +56,6 @@ int64_t SkinnyPartialFloats(int m, int n, int k, int blocks);
 // ceil(n / 128) counters (InvalidArgument otherwise). Asynchronous on `stream`, capturable in a
 // CUDA graph; the same inputs and block count give the same bits.
 absl::Status LaunchSkinnyGemm(const bf16* x, const bf16* w, void* y, OutType out, int m, int n,
-                              int k, int blocks, const SkinnyWorkspace& ws, cudaStream_t stream);
+                              int k, int blocks, const SkinnyWorkspace& ws, LaunchStream stream);
 
 }  // namespace ringserve::cuda

@@ -1,5 +1,5 @@
 // The CUDA slice's forward pass: micro-batch validation, the per-batch metadata plan, the layer
-// loop, decode-step CUDA graphs, the device-resident entry points and logits sampling.
+// loop, decode-step CUDA graphs, the ModelSlice entry points and logits sampling.
 #include <algorithm>
 #include <cmath>
 
@@ -40,6 +40,7 @@ struct CudaModelSlice::Plan {
   // keys are all in the cache before the step, so the attention kernel may store each entry's
   // newest key itself.
   bool all_decode = false;
+  StepKernels kernels;  // where the decode fusions put each stage of a layer
   std::pair<int, int> graph_key;
   std::vector<int> output_rows;  // logits rows returned, in chunk order
 };
@@ -118,8 +119,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->tokens = bucket;
     chunk_cap = bucket;
     p->table_stride = (ctx + bs - 1) / bs;
-    const DecodeSplitPlan split =
-        PlanDecodeSplits(bucket, config_.num_kv_heads, config_.head_dim, ctx, num_sms_);
+    const DecodeSplitPlan split = PlanDecodeSplits(kernels_, bucket, config_.num_kv_heads, ctx);
     p->partition = split.partition;
     p->splits = split.splits;
     p->graph_key = {bucket, ctx};
@@ -128,8 +128,13 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->table_stride = (max_end + bs - 1) / bs;
   }
 
+  p->kernels = SelectStepKernels(kernels_, {.tokens = p->tokens,
+                                            .hidden_size = config_.hidden_size,
+                                            .all_decode = p->all_decode,
+                                            .qk_norm = config_.qk_norm});
   // Per-token and per-entry vectors.
-  const bool tensor_core_prefill = config_.head_dim == 128;
+  const bool tensor_core_prefill =
+      kernels_.prefill_attention != PrefillAttentionKernel::kDecodeKernel;
   std::vector<int32_t> ids(p->tokens, 0), positions(p->tokens, 0), slots(p->tokens, -1);
   std::vector<int32_t> dec_rows, dec_ctx, dec_tables;
   std::vector<int32_t> q_starts(chunk_cap, 0), pre_tokens(chunk_cap, 0), pre_starts(chunk_cap, 0);
@@ -177,9 +182,8 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->gather_identity = true;
     p->logit_rows = p->tokens;
   } else {
-    const DecodeSplitPlan split =
-        PlanDecodeSplits(static_cast<int>(dec_rows.size()), config_.num_kv_heads, config_.head_dim,
-                         max_decode_ctx, num_sms_);
+    const DecodeSplitPlan split = PlanDecodeSplits(kernels_, static_cast<int>(dec_rows.size()),
+                                                   config_.num_kv_heads, max_decode_ctx);
     p->partition = split.partition;
     p->splits = split.splits;
     p->gather_identity = static_cast<int>(gather.size()) == total;
@@ -190,7 +194,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     for (int r = 0; r < p->logit_rows; ++r) p->output_rows.push_back(r);
   }
   std::vector<int32_t> tiles;
-  if (!p->graph) MakePrefillTiles(pre_tokens, pre_starts, &tiles, prefill_tile_rows_);
+  if (!p->graph) MakePrefillTiles(pre_tokens, pre_starts, &tiles, kernels_.prefill_tile_rows);
   p->num_decode = static_cast<int>(dec_rows.size());
   p->num_tiles = static_cast<int>(tiles.size() / 2);
 
@@ -228,20 +232,6 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
   return absl::OkStatus();
 }
 
-bool CudaModelSlice::FusesNorms(const Plan& p) const {
-  return cuda_.fuse_decode_kernels && p.tokens <= gemm_->gemv_max_rows() &&
-         GemvNormedInputFits(p.tokens, config_.hidden_size);
-}
-
-bool CudaModelSlice::GemvTakesQkvPrepare(int l, const Plan& p) const {
-  return FusesNorms(p) && layers_[l].q_norm == nullptr && config_.head_dim % 8 == 0;
-}
-
-bool CudaModelSlice::AttentionTakesQkv(int l, const Plan& p) const {
-  return cuda_.fuse_decode_kernels && p.all_decode && !GemvTakesQkvPrepare(l, p) &&
-         layers_[l].q_norm == nullptr && DecodeAttentionTakesQkv(config_.head_dim);
-}
-
 absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& cache) {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
@@ -251,8 +241,8 @@ absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& ca
   const int32_t* m = meta_.as<int32_t>();
   const float eps = c.rms_norm_eps;
   float* residual = residual_.as<float>();
-  const bool fused = FusesNorms(p);
-  if (GemvTakesQkvPrepare(l, p)) {
+  const bool fused = p.kernels.fused_norms;
+  if (p.kernels.qkv_in_gemv) {
     // The projection rotates q and k and stores K/V itself (no qkv buffer, no prepare kernel).
     return LaunchGemvNormedQkvRope({residual, w.input_norm, eps}, w.qkv,
                                    {.bias = w.qkv_bias,
@@ -274,7 +264,7 @@ absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& ca
     RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.qkv, qkv_.get(), OutType::kBF16, t,
                                      qkv_width, h, stream_));
   }
-  if (AttentionTakesQkv(l, p)) return absl::OkStatus();  // RunAttention rotates and stores
+  if (p.kernels.qkv_in_attention) return absl::OkStatus();  // RunAttention rotates and stores
   return LaunchQkvPrepare({.qkv = qkv_.as<bf16>(),
                            .bias = w.qkv_bias,
                            .q_norm = w.q_norm,
@@ -297,7 +287,7 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const float eps = c.rms_norm_eps;
   float* residual = residual_.as<float>();
-  const bool fused = FusesNorms(p);
+  const bool fused = p.kernels.fused_norms;
   const KvCacheLayer cache{.k = kv_buffer_.as<bf16>() + 2 * l * kv_layer_elems_,
                            .v = kv_buffer_.as<bf16>() + (2 * l + 1) * kv_layer_elems_,
                            .num_kv_heads = c.num_kv_heads,
@@ -316,7 +306,7 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
                                    c.num_heads * d, stream_));
   RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual, proj_.as<bf16>(), w.o_bias, w.post_norm,
                                       normed_.as<bf16>(), t, h, eps, stream_));
-  if (t <= gemm_->gemv_max_rows()) {
+  if (p.kernels.gate_up_gemv) {
     // Decode at GEMV sizes: gate/up and SiLU-and-multiply in one kernel.
     RS_RETURN_IF_ERROR(
         LaunchGemvGateUpSilu(normed_.as<bf16>(), w.gate_up, act_.as<bf16>(), t, inter, h, stream_));
@@ -350,8 +340,9 @@ absl::Status CudaModelSlice::RunAttention(int l, const Plan& p, const KvCacheLay
                               .num_entries = std::min(per_launch, p.num_decode - e0),
                               .num_splits = p.splits,
                               .workspace = decode_ws_.as<float>(),
-                              .partition = p.partition};
-      if (AttentionTakesQkv(l, p)) {
+                              .partition = p.partition,
+                              .kernel = kernels_.decode_attention};
+      if (p.kernels.qkv_in_attention) {
         RS_RETURN_IF_ERROR(LaunchDecodeAttentionFromQkv(shape,
                                                         {.qkv = qkv_.as<bf16>(),
                                                          .bias = layers_[l].qkv_bias,
@@ -373,7 +364,8 @@ absl::Status CudaModelSlice::RunAttention(int l, const Plan& p, const KvCacheLay
                            .max_blocks = p.table_stride,
                            .tiles = m + p.tiles,
                            .num_tiles = p.num_tiles,
-                           .tile_rows = prefill_tile_rows_};
+                           .tile_rows = kernels_.prefill_tile_rows,
+                           .key_tile = kernels_.prefill_key_tile};
   return LaunchPrefillAttention(shape, q_.as<bf16>(), attn_.as<bf16>(), batch, stream_);
 }
 
@@ -381,14 +373,14 @@ absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
   const ModelConfig& c = config_;
   const int t = p.tokens;
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
-  if (!layers_.empty() && !FusesNorms(p)) {  // else RunLayer runs only our fused GEMVs
+  if (!layers_.empty() && !p.kernels.fused_norms) {  // else RunLayer runs only fused GEMVs
     const LayerWeights& w = layers_[0];
     const bf16* normed = normed_.as<bf16>();
     RS_RETURN_IF_ERROR(gemm_->Tune(normed, w.qkv, qkv_.get(), OutType::kBF16, t,
                                    (c.num_heads + 2 * c.num_kv_heads) * d, h, stream_));
     RS_RETURN_IF_ERROR(gemm_->Tune(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
                                    c.num_heads * d, stream_));
-    if (t > gemm_->gemv_max_rows()) {  // else RunLayer runs the fused gate/up GEMV
+    if (!p.kernels.gate_up_gemv) {  // else RunLayer runs the gate/up GEMV with its SiLU
       RS_RETURN_IF_ERROR(
           gemm_->Tune(normed, w.gate_up, gate_up_.get(), OutType::kBF16, t, 2 * inter, h, stream_));
     }
@@ -400,7 +392,7 @@ absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
                      c.vocab_size, h, stream_);
 }
 
-absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
+absl::Status CudaModelSlice::Enqueue(const Plan& p) {
   const ModelConfig& c = config_;
   const int32_t* m = meta_.as<int32_t>();
   if (is_first()) {
@@ -409,7 +401,7 @@ absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
   }
   for (int l = 0; l < options_.layers.size(); ++l) RS_RETURN_IF_ERROR(RunLayer(l, p));
   // The last layer's MLP output: already in the residual stream when the norms are fused.
-  const bf16* pending = FusesNorms(p) || layers_.empty() ? nullptr : proj_.as<bf16>();
+  const bf16* pending = p.kernels.fused_norms || layers_.empty() ? nullptr : proj_.as<bf16>();
   if (!is_last()) {
     if (pending == nullptr) return absl::OkStatus();
     return LaunchAddRmsNorm(residual_.as<float>(), pending, nullptr, nullptr, nullptr, p.tokens,
@@ -425,18 +417,14 @@ absl::Status CudaModelSlice::Enqueue(const Plan& p, bool want_tokens) {
                                         p.logit_rows, c.hidden_size, stream_));
     x = gathered_.as<bf16>();
   }
-  RS_RETURN_IF_ERROR(gemm_->Linear(x, lm_head_, logits_.get(), OutType::kF32, p.logit_rows,
-                                   c.vocab_size, c.hidden_size, stream_));
-  if (!want_tokens) return absl::OkStatus();
-  return LaunchArgmax(logits_.as<float>(), p.logit_rows, c.vocab_size, tokens_.as<int32_t>(),
-                      stream_);
+  return gemm_->Linear(x, lm_head_, logits_.get(), OutType::kF32, p.logit_rows, c.vocab_size,
+                       c.hidden_size, stream_);
 }
 
 void CudaModelSlice::PlanDeleter::operator()(Plan* plan) const { delete plan; }
 
-absl::Status CudaModelSlice::Prepare(const MicroBatch& batch,
-                                     const std::span<const float>* hidden_in, Plan* p) {
-  RS_RETURN_IF_ERROR(Validate(batch, hidden_in));
+absl::Status CudaModelSlice::PreparePlan(const MicroBatch& batch, Plan* p) {
+  RS_RETURN_IF_ERROR(Validate(batch, /*hidden_in=*/nullptr));
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
   // The previous plan's upload from meta_host_ must have run before meta_host_ is rewritten:
   // usually long done; waited for only when the CPU runs steps ahead of the GPU (returns at
@@ -446,38 +434,27 @@ absl::Status CudaModelSlice::Prepare(const MicroBatch& batch,
   RS_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), meta_host_, p->meta_size * 4, cudaMemcpyHostToDevice, stream_));
   RS_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_uploaded_, stream_));
-  if (!is_first() && hidden_in != nullptr) {
-    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.get(), hidden_in->data(),
-                                            hidden_in->size() * sizeof(float),
-                                            cudaMemcpyHostToDevice, stream_));
-  }
   return absl::OkStatus();
 }
 
-absl::Status CudaModelSlice::Run(const MicroBatch& batch, const std::span<const float>* hidden_in,
-                                 bool want_tokens, Plan* p) {
-  RS_RETURN_IF_ERROR(Prepare(batch, hidden_in, p));
-  return Launch(*p, want_tokens);
-}
-
-absl::Status CudaModelSlice::Launch(const Plan& plan, bool want_tokens) {
+absl::Status CudaModelSlice::Launch(const Plan& plan) {
   const Plan* p = &plan;
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  if (!p->graph) return Enqueue(*p, want_tokens);
+  if (!p->graph) return Enqueue(*p);
 
   auto it = graphs_.find(p->graph_key);
   if (it == graphs_.end()) {
     RS_RETURN_IF_ERROR(TuneGemms(*p));
     cudaGraph_t graph = nullptr;
     RS_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    const absl::Status status = Enqueue(*p, /*want_tokens=*/is_last());
+    const absl::Status status = Enqueue(*p);
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     if (!status.ok()) {
       if (graph) cudaGraphDestroy(graph);
       return status;
     }
     RS_CUDA_RETURN_IF_ERROR(end);
-    if (EarlyGraphLaunchEnabled()) {
+    if (kernels_.early_graph_launch) {
       const absl::Status early = LaunchDependentsAtPredecessorStart(graph);
       if (!early.ok()) {
         cudaGraphDestroy(graph);
@@ -492,60 +469,6 @@ absl::Status CudaModelSlice::Launch(const Plan& plan, bool want_tokens) {
   }
   RS_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second.exec, stream_));
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<float>> CudaModelSlice::Forward(const MicroBatch& batch,
-                                                           std::span<const float> hidden_in) {
-  Plan plan;
-  RS_RETURN_IF_ERROR(Run(batch, &hidden_in, /*want_tokens=*/false, &plan));
-  std::vector<float> out;
-  if (is_last()) {
-    const int64_t vocab = config_.vocab_size;
-    out.resize(plan.output_rows.size() * vocab);
-    for (size_t r = 0; r < plan.output_rows.size(); ++r) {
-      RS_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(out.data() + r * vocab, logits_.as<float>() + plan.output_rows[r] * vocab,
-                          vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    }
-  } else {
-    out.resize(static_cast<size_t>(plan.real_tokens) * config_.hidden_size);
-    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), residual_.get(), out.size() * 4,
-                                            cudaMemcpyDeviceToHost, stream_));
-  }
-  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  return out;
-}
-
-absl::StatusOr<std::vector<int32_t>> CudaModelSlice::ForwardSample(
-    const MicroBatch& batch, std::span<const float> hidden_in, std::span<const RowSampling> rows) {
-  if (!is_last()) return absl::FailedPreconditionError("ForwardSample needs the last slice");
-  if (static_cast<int64_t>(rows.size()) != LogitRows(batch)) {
-    return absl::InvalidArgumentError(
-        fmt::format("{} sampling rows for {} logits rows", rows.size(), LogitRows(batch)));
-  }
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const absl::Status valid = ValidateSamplingConfig(rows[r].config);
-    if (!valid.ok()) {
-      return absl::InvalidArgumentError(fmt::format("row {}: {}", r, std::string(valid.message())));
-    }
-  }
-  const bool greedy = std::all_of(
-      rows.begin(), rows.end(), [](const RowSampling& r) { return r.config.temperature == 0.0f; });
-  if (!greedy) {
-    RS_ASSIGN_OR_RETURN(std::vector<float> logits, Forward(batch, hidden_in));
-    return SampleTokens(logits, config_.vocab_size, rows);
-  }
-  Plan plan;
-  RS_RETURN_IF_ERROR(Run(batch, &hidden_in, /*want_tokens=*/true, &plan));
-  std::vector<int32_t> all(plan.logit_rows);
-  if (plan.logit_rows > 0) {
-    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all.data(), tokens_.get(), all.size() * 4,
-                                            cudaMemcpyDeviceToHost, stream_));
-  }
-  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  std::vector<int32_t> tokens;
-  for (int r : plan.output_rows) tokens.push_back(all[r]);
-  return tokens;
 }
 
 absl::StatusOr<SampledRows> CudaModelSlice::SampleAfterRun(const MicroBatch& batch,
@@ -610,36 +533,12 @@ absl::StatusOr<SampledRows> CudaModelSlice::SampleAfterRun(const MicroBatch& bat
   return out;
 }
 
-absl::Status CudaModelSlice::CopyHiddenIn(std::span<const float> hidden) {
-  if (static_cast<int64_t>(hidden.size()) > int64_t{cuda_.max_batch_tokens} * config_.hidden_size) {
-    return absl::InvalidArgumentError(fmt::format("{} hidden values exceed the slice's {} tokens",
-                                                  hidden.size(), cuda_.max_batch_tokens));
-  }
-  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.get(), hidden.data(),
-                                          hidden.size() * sizeof(float), cudaMemcpyHostToDevice,
-                                          stream_));
-  return absl::OkStatus();
-}
-
-absl::Status CudaModelSlice::CopyHiddenOut(std::span<float> hidden) {
-  if (static_cast<int64_t>(hidden.size()) > int64_t{cuda_.max_batch_tokens} * config_.hidden_size) {
-    return absl::InvalidArgumentError(fmt::format("{} hidden values exceed the slice's {} tokens",
-                                                  hidden.size(), cuda_.max_batch_tokens));
-  }
-  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hidden.data(), residual_.get(),
-                                          hidden.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                          stream_));
-  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  return absl::OkStatus();
-}
-
-absl::Status CudaModelSlice::PrepareResident(const MicroBatch& batch) {
+absl::Status CudaModelSlice::Prepare(const MicroBatch& batch) {
   prepared_.reset();
   prepared_batch_ = nullptr;
   PlanPtr plan(new Plan());
-  RS_RETURN_IF_ERROR(Prepare(batch, /*hidden_in=*/nullptr, plan.get()));
+  RS_RETURN_IF_ERROR(PreparePlan(batch, plan.get()));
+  RS_RETURN_IF_ERROR(activations_->Resize(batch.TotalTokens()));
   prepared_ = std::move(plan);
   prepared_batch_ = &batch;
   return absl::OkStatus();
@@ -650,33 +549,55 @@ absl::StatusOr<CudaModelSlice::PlanPtr> CudaModelSlice::TakePreparedPlan(const M
     prepared_batch_ = nullptr;
     return std::move(prepared_);
   }
-  prepared_.reset();
+  RS_RETURN_IF_ERROR(Prepare(batch));
   prepared_batch_ = nullptr;
-  PlanPtr plan(new Plan());
-  RS_RETURN_IF_ERROR(Prepare(batch, /*hidden_in=*/nullptr, plan.get()));
-  return plan;
+  return std::move(prepared_);
 }
 
-absl::Status CudaModelSlice::ForwardResident(const MicroBatch& batch) {
-  if (is_last()) {
-    return absl::FailedPreconditionError("ForwardResident: the last slice samples instead");
-  }
+absl::Status CudaModelSlice::Run(const MicroBatch& batch) {
+  ran_.reset();
+  ran_batch_ = nullptr;
   RS_ASSIGN_OR_RETURN(PlanPtr plan, TakePreparedPlan(batch));
-  return Launch(*plan, /*want_tokens=*/false);
+  RS_RETURN_IF_ERROR(Launch(*plan));
+  if (is_last()) {
+    ran_ = std::move(plan);
+    ran_batch_ = &batch;
+  }
+  return absl::OkStatus();
 }
 
-absl::StatusOr<SampledRows> CudaModelSlice::SampleResident(const MicroBatch& batch,
-                                                           std::span<const RowSampling> rows) {
-  if (!is_last()) return absl::FailedPreconditionError("SampleResident needs the last slice");
+absl::StatusOr<SampledRows> CudaModelSlice::Sample(const MicroBatch& batch,
+                                                   std::span<const RowSampling> rows) {
+  if (!is_last()) return absl::FailedPreconditionError("Sample needs the last slice");
   for (size_t r = 0; r < rows.size(); ++r) {
     const absl::Status valid = ValidateSamplingConfig(rows[r].config);
     if (!valid.ok()) {
       return absl::InvalidArgumentError(fmt::format("row {}: {}", r, std::string(valid.message())));
     }
   }
-  RS_ASSIGN_OR_RETURN(PlanPtr plan, TakePreparedPlan(batch));
-  RS_RETURN_IF_ERROR(Launch(*plan, /*want_tokens=*/false));
+  if (ran_ == nullptr || ran_batch_ != &batch) {
+    return absl::FailedPreconditionError("Sample: no Run of this micro-batch before");
+  }
+  const PlanPtr plan = std::move(ran_);
+  ran_batch_ = nullptr;
   return SampleAfterRun(batch, *plan, rows);
+}
+
+absl::StatusOr<std::vector<float>> CudaModelSlice::LogitsToHost() {
+  if (!is_last() || ran_ == nullptr) {
+    return absl::FailedPreconditionError("LogitsToHost: needs the last slice after a Run");
+  }
+  const Plan& plan = *ran_;
+  const int64_t vocab = config_.vocab_size;
+  std::vector<float> out(plan.output_rows.size() * vocab);
+  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  for (size_t r = 0; r < plan.output_rows.size(); ++r) {
+    RS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(out.data() + r * vocab, logits_.as<float>() + plan.output_rows[r] * vocab,
+                        vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return out;
 }
 
 }  // namespace ringserve::cuda

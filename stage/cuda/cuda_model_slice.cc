@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
@@ -22,6 +23,10 @@ constexpr int64_t kKvReserveBytes = int64_t{768} << 20;  // graphs, cuBLAS, frag
 constexpr int64_t kDecodeWorkspaceBytes = int64_t{256} << 20;
 
 int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+AttentionDims AttentionDimsOf(const ModelConfig& c) {
+  return {.head_dim = c.head_dim, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads};
+}
 
 absl::Status Unsupported(const ModelConfig& c) {
   if (c.moe.enabled() || c.attention_sinks || !c.sliding_layers.empty() ||
@@ -37,18 +42,25 @@ absl::Status Unsupported(const ModelConfig& c) {
         "{}, {})",
         c.head_dim, c.hidden_size, c.intermediate_size));
   }
-  const int d = c.head_dim;
-  const int group = c.num_heads / c.num_kv_heads;
-  if (!(d == 16 || d == 32 || d == 64 || d == 128 || d == 256) || group > 8 || group * d > 1024) {
-    return absl::InvalidArgumentError(fmt::format(
-        "CUDA attention supports head_dim in {{16,32,64,128,256}} with group (heads/kv_heads) <= "
-        "8 and group * head_dim <= 1024; model has head_dim {} and group {}",
-        d, group));
-  }
-  return absl::OkStatus();
+  return CheckAttentionSupported(AttentionDimsOf(c));
 }
 
 }  // namespace
+
+absl::Status CudaModelSlice::ReselectKernels(const KernelOptions& options) {
+  RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  RS_ASSIGN_OR_RETURN(const KernelPlan plan,
+                      SelectKernelsForDevice(cuda_.device, AttentionDimsOf(config_), options));
+  // The GEMM plans (tuned ones too) stay when the GEMM options do not change.
+  if (!(plan.gemm == kernels_.gemm)) {
+    RS_RETURN_IF_ERROR(gemm_->Reconfigure(GemmOptionsFor(plan.gemm)));
+  }
+  ResetGraphs();
+  kernels_ = plan;
+  cuda_.kernels = options;
+  stream_.dependent = plan.dependent_launch;
+  return absl::OkStatus();
+}
 
 void CudaModelSlice::ResetGraphs() {
   for (auto& [key, graph] : graphs_) {
@@ -119,11 +131,12 @@ absl::Status CudaModelSlice::Init(const ModelConfig& config, const SliceOptions&
     return absl::FailedPreconditionError(fmt::format("no CUDA device {}", cuda.device));
   }
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda.device));
-  RS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  RS_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, cuda.device));
-  prefill_tile_rows_ = PrefillTileRows();
-  RS_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create({.gemv_max_rows = cuda.gemv_max_rows}));
+  RS_ASSIGN_OR_RETURN(kernels_,
+                      SelectKernelsForDevice(cuda.device, AttentionDimsOf(config), cuda.kernels));
+  RS_LOG_INFO("CUDA slice [{}, {}) kernels: {}", layers.first, layers.last, kernels_.Summary());
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_.stream, cudaStreamNonBlocking));
+  stream_.dependent = kernels_.dependent_launch;
+  RS_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create(GemmOptionsFor(kernels_.gemm)));
   const std::vector<float> inv_freq = RopeInverseFrequencies(config.rope, config.head_dim);
   RS_RETURN_IF_ERROR(inv_freq_.Allocate(inv_freq.size() * sizeof(float)));
   RS_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_.get(), inv_freq.data(),
@@ -233,6 +246,8 @@ absl::Status CudaModelSlice::AllocateRuntime() {
     RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(item.buf->get(), 0, item.bytes, stream_));
     activation_bytes_ += item.bytes;
   }
+  activations_ = std::make_unique<DeviceActivationBuffer>(residual_.as<float>(), t, c.hidden_size,
+                                                          cuda_.device, stream_);
   const int64_t s = cuda_.max_seqs;
   const int64_t tok_cap = std::max<int64_t>(t, cuda_.max_graph_batch);
   meta_capacity_ =

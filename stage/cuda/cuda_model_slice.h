@@ -2,12 +2,12 @@
 // on one GPU, fp32 residual stream, the kernels of kernels/cuda, cuBLASLt GEMMs and CUDA graphs
 // for decode steps.
 //
-// Beyond the host-vector ModelSlice interface it offers ForwardSample (the last slice returns
-// token ids, sampled on the GPU when greedy, so logits never leave the device) and memory
-// reporting. Weights are loaded tensor by tensor from the memory-mapped safetensors straight to
-// the GPU (never the whole model in host memory); fp32/fp16 checkpoints are converted to bf16
-// on the GPU. The KV pool is sized from free device memory and a utilization fraction unless a
-// block count is given.
+// Its activation buffer is the residual stream on the GPU (DeviceActivationBuffer), so
+// activations stay on the device between GPU channels, and the last slice samples its logits
+// rows on the GPU: logits never leave the device. Beyond ModelSlice it reports memory. Weights are
+// loaded tensor by tensor from the memory-mapped safetensors straight to the GPU (never the whole
+// model in host memory); fp32/fp16 checkpoints are converted to bf16 on the GPU. The KV pool is
+// sized from free device memory and a utilization fraction unless a block count is given.
 //
 // Decode micro-batches (every chunk has one token) replay a CUDA graph captured per (batch
 // bucket, context bucket): the batch is padded to the bucket (padding rows write no KV and
@@ -30,13 +30,14 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernel_options.h"
+#include "kernels/cuda/kernel_selector.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "ring/model_config.h"
+#include "stage/cuda/device_activation_buffer.h"
 #include "stage/cuda/gpu_step_timer.h"
 #include "stage/model/model_slice.h"
-#include "stage/model/resident_slice.h"
-#include "stage/sampling/sampler.h"
 
 namespace ringserve::cuda {
 
@@ -57,17 +58,15 @@ struct CudaSliceOptions {
   int max_logit_rows = 256;     // logits rows per lm_head pass (more rows run in several passes)
   bool use_cuda_graphs = true;
   int max_graph_batch = 128;  // decode batches above this run eagerly
-  // GemmOptions::gemv_max_rows. Measured on H200: our GEMV wins only at m = 1 (cuBLASLt is
-  // about 2x faster from m = 4 on).
-  int gemv_max_rows = 1;
-  // Decode fusions. At GEMV sizes (tokens <= gemv_max_rows), fold each RMSNorm into the GEMV
-  // that reads it and each residual add into the GEMV that produces it, and (no q/k norms) the
-  // attention input stage into the q/k/v GEMV (gemv.h): three kernels fewer per layer. In other
-  // all-decode steps, fold the attention input stage into the decode attention kernel
-  // (LaunchDecodeAttentionFromQkv, head dim 128, no q/k norms): one kernel fewer per layer.
-  bool fuse_decode_kernels = true;
+  // Which kernels may run (kernels/cuda/kernel_options.h): the selector turns them, the device
+  // and the build into the slice's KernelPlan at load time. Among them the decode fusions: at
+  // GEMV sizes (tokens <= gemv_max_rows) each RMSNorm folds into the GEMV that reads it, each
+  // residual add into the GEMV that produces it, and (no q/k norms) the attention input stage
+  // into the q/k/v GEMV: three kernels fewer per layer; in other all-decode steps the attention
+  // input stage folds into the decode attention kernel: one kernel fewer per layer.
+  KernelOptions kernels{};
   // Sample the logits rows on the GPU (kernels/cuda/sampling.h; the CPU sampler's contract) in
-  // SampleResident; when false they are copied back and sampled on the host.
+  // Sample; when false they are copied back and sampled on the host.
   bool gpu_sampling = true;
 };
 
@@ -80,7 +79,7 @@ struct CudaMemoryReport {
   int kv_num_blocks = 0;
 };
 
-class CudaModelSlice : public ModelSlice, public ResidentSlice {
+class CudaModelSlice : public ModelSlice {
  public:
   // Loads config.json and the slice's tensors from options.model_dir. InvalidArgument for a bad
   // range, options or an unsupported model; ResourceExhausted when it does not fit.
@@ -97,43 +96,41 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   const ModelConfig& config() const override { return config_; }
   const SliceOptions& options() const override { return options_; }
 
-  // As ModelSlice::Forward: hidden_in/out fp32 host [tokens, hidden]; logits fp32 host.
-  absl::StatusOr<std::vector<float>> Forward(const MicroBatch& batch,
-                                             std::span<const float> hidden_in) override;
-  // Last slice only: one token per logits row (rows as Forward's). Greedy rows are chosen on
-  // the GPU (argmax); if any row samples, the logits are copied back and every row goes
-  // through the CPU sampler (stage/sampling), so the seeded results are the same as there.
-  // InvalidArgument if rows.size() differs from the logits row count.
-  absl::StatusOr<std::vector<int32_t>> ForwardSample(const MicroBatch& batch,
-                                                     std::span<const float> hidden_in,
-                                                     std::span<const RowSampling> rows);
-
-  // ResidentSlice (stage/model/resident_slice.h): device_hidden() is residual_; capacity
-  // cuda_options().max_batch_tokens rows. SampleResident samples on the GPU (or on the host
-  // with cuda_options().gpu_sampling false).
-  float* device_hidden() override { return residual_.as<float>(); }
-  GpuStream gpu_stream() override { return stream_; }
-  int gpu_device() const override { return cuda_.device; }
-  int max_batch_tokens() const override { return cuda_.max_batch_tokens; }
-  absl::Status CopyHiddenIn(std::span<const float> hidden) override;
-  absl::Status CopyHiddenOut(std::span<float> hidden) override;
-  absl::Status PrepareResident(const MicroBatch& batch) override;
-  absl::Status ForwardResident(const MicroBatch& batch) override;
-  absl::StatusOr<SampledRows> SampleResident(const MicroBatch& batch,
-                                             std::span<const RowSampling> rows) override;
+  // A device buffer (DeviceActivationBuffer) over the residual stream: capacity
+  // cuda_options().max_batch_tokens tokens on cuda_options().device, ordered on the slice's
+  // stream.
+  ActivationBuffer& activations() override { return *activations_; }
+  const ActivationBuffer& activations() const override { return *activations_; }
+  // Validates `batch`, builds its plan and enqueues its metadata upload, so that Run only
+  // launches.
+  absl::Status Prepare(const MicroBatch& batch) override;
+  // Enqueues the forward pass on the stream (a decode graph when it has one); not synchronized.
+  absl::Status Run(const MicroBatch& batch) override;
+  // Samples on the GPU (or on the host with cuda_options().gpu_sampling false); returns when
+  // the tokens are on the host.
+  absl::StatusOr<SampledRows> Sample(const MicroBatch& batch,
+                                     std::span<const RowSampling> rows) override;
+  absl::StatusOr<std::vector<float>> LogitsToHost() override;
+  // GPU time (GpuStepTimer on the slice's stream).
   void BeginStepTiming() override { step_timer_.Begin(stream_); }
   void EndStepTiming() override { step_timer_.End(stream_); }
-  int64_t TakeStepGpuMicros() override { return step_timer_.TakeCompletedMicros(); }
+  int64_t TakeStepMicros() override { return step_timer_.TakeCompletedMicros(); }
 
   CudaMemoryReport memory() const;
   const CudaSliceOptions& cuda_options() const { return cuda_; }
   // Number of decode graphs captured so far.
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   GemmRunner& gemm() { return *gemm_; }
-  // Drops the captured graphs (e.g. after changing gemm() settings), and turns graphs on/off.
+  // The kernels this slice runs (chosen at load time from cuda_options().kernels).
+  const KernelPlan& kernel_plan() const { return kernels_; }
+  // Chooses the kernels again for new options (an A/B inside one process: stage_bench): drops
+  // the captured graphs and, when the GEMM options change, the GEMM plans (allocating or freeing
+  // the skinny GEMM's workspace).
+  // InvalidArgument for bad options (the slice keeps its kernels).
+  absl::Status ReselectKernels(const KernelOptions& options);
+  // Drops the captured graphs, and turns graphs on/off.
   void ResetGraphs();
   void set_use_cuda_graphs(bool use) { cuda_.use_cuda_graphs = use; }
-  void set_fuse_decode_kernels(bool fuse) { cuda_.fuse_decode_kernels = fuse; }
 
  private:
   struct LayerWeights {
@@ -160,45 +157,34 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   absl::Status LoadWeights();
   absl::Status RandomizeWeights(uint64_t seed);
   absl::Status AllocateRuntime();
-  // `hidden_in` null = the input is resident in residual_ (ForwardResident).
+  // `hidden_in` null = the input is resident in residual_ (always, since the activation
+  // buffer is residual_).
   absl::Status Validate(const MicroBatch& batch, const std::span<const float>* hidden_in) const;
   absl::Status BuildPlan(const MicroBatch& batch, Plan* plan);
-  // Runs the batch; leaves logits (last slice; tokens too when want_tokens) or the complete
-  // residual in device buffers. The stream is not synchronized.
   struct PlanDeleter {
     void operator()(Plan* plan) const;
   };
   using PlanPtr = std::unique_ptr<Plan, PlanDeleter>;
-  // Validates `batch`, builds its plan and enqueues the metadata upload (and the upload of a
-  // host `hidden_in`; null = the input is resident in residual_).
-  absl::Status Prepare(const MicroBatch& batch, const std::span<const float>* hidden_in,
-                       Plan* plan);
-  // Enqueues the forward pass of a prepared plan (a decode graph when it has one).
-  absl::Status Launch(const Plan& plan, bool want_tokens);
-  absl::Status Run(const MicroBatch& batch, const std::span<const float>* hidden_in,
-                   bool want_tokens, Plan* plan);
-  // The plan PrepareResident made for `batch`, or a fresh one.
+  // Validates `batch`, builds its plan and enqueues the metadata upload.
+  absl::Status PreparePlan(const MicroBatch& batch, Plan* plan);
+  // Enqueues the forward pass of a prepared plan (a decode graph when it has one); leaves the
+  // logits (last slice) or the complete residual in device buffers.
+  absl::Status Launch(const Plan& plan);
+  // The plan Prepare made for `batch`, or a fresh one.
   absl::StatusOr<PlanPtr> TakePreparedPlan(const MicroBatch& batch);
-  // Samples the logits rows left by Run (on the host when any row samples).
+  // Samples the logits rows left by Launch (on the host when gpu_sampling is off).
   absl::StatusOr<SampledRows> SampleAfterRun(const MicroBatch& batch, const Plan& plan,
                                              std::span<const RowSampling> rows);
-  absl::Status Enqueue(const Plan& plan, bool want_tokens);
+  absl::Status Enqueue(const Plan& plan);
   // Tunes the GEMM shapes of a decode step of plan.tokens rows (GemmRunner::Tune, on layer 0's
   // weights; writes only buffers the step itself writes before reading). Before a capture.
   absl::Status TuneGemms(const Plan& plan);
-  // Whether RunLayer folds the norms and residual adds into its GEMVs (CudaSliceOptions::
-  // fuse_decode_kernels); then no MLP output is left in proj_ after a layer.
-  bool FusesNorms(const Plan& plan) const;
-  // One decoder layer; without fused norms it leaves its MLP output in proj_ for the next
-  // layer's (or the slice's final) add.
+  // One decoder layer, with the plan's StepKernels (kernel_selector.h); without fused norms it
+  // leaves its MLP output in proj_ for the next layer's (or the slice's final) add.
   absl::Status RunLayer(int layer, const Plan& plan);
-  // The layer's input norm, q/k/v projection, q/k rotation and K/V store (into q_ and `cache`).
+  // The layer's input norm, q/k/v projection, q/k rotation and K/V store (into q_ and `cache`;
+  // the store in the GEMV or left to the attention kernel as the StepKernels say).
   absl::Status RunQkv(int layer, const Plan& plan, const KvCacheLayer& cache);
-  // Where the attention input stage (bias, q/k rotation, K/V store) of layer `layer` runs when
-  // it has no q/k norms: in the q/k/v GEMV (GEMV sizes with fused norms), in the decode
-  // attention kernel (other all-decode steps, head dim 128 on tensor cores), else QKV prepare.
-  bool GemvTakesQkvPrepare(int layer, const Plan& plan) const;
-  bool AttentionTakesQkv(int layer, const Plan& plan) const;
   absl::Status RunAttention(int layer, const Plan& plan, const KvCacheLayer& cache);
   // Logits rows one sampling call handles, and the pinned staging for them.
   int64_t SampleRowsCapacity() const {
@@ -211,11 +197,11 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   ModelConfig config_;
   SliceOptions options_;
   CudaSliceOptions cuda_;
-  cudaStream_t stream_ = nullptr;
+  // Carries the plan's dependent_launch to the launchers.
+  LaunchStream stream_;
   std::unique_ptr<GemmRunner> gemm_;
+  KernelPlan kernels_;
   int max_blocks_per_seq_ = 0;
-  int num_sms_ = 132;           // of cuda_.device; sizes the decode attention split-K
-  int prefill_tile_rows_ = 64;  // PrefillTileRows() of cuda_.device: the prefill kernel
 
   DeviceBuffer weight_buffer_;
   std::vector<LayerWeights> layers_;
@@ -239,9 +225,12 @@ class CudaModelSlice : public ModelSlice, public ResidentSlice {
   int64_t activation_bytes_ = 0;
 
   std::map<std::pair<int, int>, Graph> graphs_;
-  PlanPtr prepared_;  // PrepareResident's plan, for prepared_batch_
+  std::unique_ptr<DeviceActivationBuffer> activations_;  // over residual_
+  PlanPtr prepared_;                                     // Prepare's plan, for prepared_batch_
   GpuStepTimer step_timer_;
   const MicroBatch* prepared_batch_ = nullptr;
+  PlanPtr ran_;  // the last slice's plan of the last Run, for ran_batch_ (Sample, LogitsToHost)
+  const MicroBatch* ran_batch_ = nullptr;
 };
 
 }  // namespace ringserve::cuda

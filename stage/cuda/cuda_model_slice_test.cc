@@ -52,8 +52,10 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
                              .kv_num_blocks = 4 * kBlocksPerSeq};
   auto cpu = CpuModelSlice::Load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  auto gpu = CudaModelSlice::Load(
-      options, {.max_batch_tokens = 64, .max_seqs = 8, .fuse_decode_kernels = fuse_decode_kernels});
+  auto gpu =
+      CudaModelSlice::Load(options, {.max_batch_tokens = 64,
+                                     .max_seqs = 8,
+                                     .kernels = {.fuse_decode_kernels = fuse_decode_kernels}});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
 
   const uint32_t seed = std::random_device{}();
@@ -102,27 +104,31 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
     auto gpu_logits = (*gpu)->Forward(decode, {});
     ASSERT_TRUE(gpu_logits.ok()) << gpu_logits.status();
     EXPECT_LT(RelL2(*gpu_logits, *cpu_logits), logits_tol) << "step " << step;
-    // Same positions again: the KV writes are idempotent.
+    // Same positions again (the KV writes are idempotent), the way a stage runs them: greedy
+    // rows through the GPU sampler.
     const std::vector<RowSampling> rows(n);
-    auto gpu_tokens = (*gpu)->ForwardSample(decode, {}, rows);
-    ASSERT_TRUE(gpu_tokens.ok()) << gpu_tokens.status();
+    ASSERT_TRUE((*gpu)->Prepare(decode).ok());
+    ASSERT_TRUE((*gpu)->Run(decode).ok());
+    auto sampled = (*gpu)->Sample(decode, rows);
+    ASSERT_TRUE(sampled.ok()) << sampled.status();
+    const std::vector<int32_t>& gpu_tokens = sampled->tokens;
     for (int s = 0; s < n; ++s) {
       const float* want_row = cpu_logits->data() + s * vocab;
       const float* got_row = gpu_logits->data() + s * vocab;
       next[s] = GreedyToken(std::span<const float>(want_row, vocab));
-      EXPECT_EQ((*gpu_tokens)[s],
+      EXPECT_EQ(gpu_tokens[s],
                 GreedyToken(std::span<const float>(got_row, vocab)))  // GPU argmax == host argmax
           << "step " << step << " seq " << s;
       // Random prompts can land on near-ties that bf16 legitimately flips: a different choice
       // is accepted only when the CPU's gap between its choice and the GPU's is within twice
       // this row's largest logit error.
-      if ((*gpu_tokens)[s] != next[s]) {
+      if (gpu_tokens[s] != next[s]) {
         float max_err = 0;
         for (int i = 0; i < vocab; ++i)
           max_err = std::max(max_err, std::abs(got_row[i] - want_row[i]));
-        const float gap = want_row[next[s]] - want_row[(*gpu_tokens)[s]];
+        const float gap = want_row[next[s]] - want_row[gpu_tokens[s]];
         EXPECT_LE(gap, 2 * max_err) << "step " << step << " seq " << s << ": GPU chose "
-                                    << (*gpu_tokens)[s] << ", CPU " << next[s];
+                                    << gpu_tokens[s] << ", CPU " << next[s];
         ++near_ties;
       }
       ++pos[s];
@@ -215,6 +221,70 @@ TEST_P(CudaFixtureTest, RejectsMalformedBatches) {
   bad_id.chunks.push_back({.num_tokens = 1, .block_table = {0}});
   bad_id.token_ids = {config->vocab_size};
   EXPECT_EQ((*gpu)->Forward(bad_id, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The slice interface on the GPU: the activation buffer is device memory of the configured
+// capacity; Sample needs a Run of the same batch and samples what LogitsToHost shows (the GPU
+// sampler keeps the CPU sampler's contract); a split slice pair carries the batch through its
+// device buffers (copied through the host here, as a tcp hop does).
+TEST_P(CudaFixtureTest, DeviceBufferRunAndSampleFollowTheSliceContract) {
+  RS_SKIP_WITHOUT_GPU();
+  const std::string dir = FixtureDir(GetParam());
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const int layers = config->num_layers;
+  auto options = [&](int first, int last) {
+    return SliceOptions{.model_dir = dir,
+                        .layers = {first, last},
+                        .kv_block_size = kBlockSize,
+                        .kv_num_blocks = 4 * kBlocksPerSeq};
+  };
+  auto whole = CudaModelSlice::Load(options(0, layers), {.max_batch_tokens = 32});
+  auto head = CudaModelSlice::Load(options(0, 1), {.max_batch_tokens = 32});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE(head.ok()) << head.status();
+  ActivationBuffer& buffer = (*head)->activations();
+  EXPECT_EQ(buffer.memory(), MemorySpace::kDevice);
+  EXPECT_EQ(buffer.max_tokens(), 32);
+  EXPECT_EQ(buffer.Resize(33).code(), absl::StatusCode::kInvalidArgument);
+
+  MicroBatch batch;
+  for (int s = 0; s < 2; ++s) {
+    batch.chunks.push_back({.seq_id = static_cast<uint64_t>(s),
+                            .start_position = 0,
+                            .num_tokens = 5 + s,
+                            .block_table = Table(s),
+                            .logits = LogitsMode::kLastToken});
+    for (int i = 0; i < 5 + s; ++i) batch.token_ids.push_back((i * 31 + s) % config->vocab_size);
+  }
+  const std::vector<RowSampling> rows = {
+      {.config = {}}, {.config = {.temperature = 0.8f, .top_k = 20, .seed = 77}}};
+  ASSERT_TRUE((*whole)->Prepare(batch).ok());
+  EXPECT_EQ((*whole)->Sample(batch, rows).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*whole)->Prepare(batch).ok());
+  ASSERT_TRUE((*whole)->Run(batch).ok());
+  auto logits = (*whole)->LogitsToHost();
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  ASSERT_EQ(logits->size(), 2u * config->vocab_size);
+  auto sampled = (*whole)->Sample(batch, rows);
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  auto want = SampleTokens(*logits, config->vocab_size, rows);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(sampled->tokens, *want);
+  EXPECT_EQ((*whole)->Sample(batch, rows).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "a Run is sampled once";
+
+  // The head's output through its device buffer equals its Forward's hidden states.
+  ASSERT_TRUE((*head)->Prepare(batch).ok());
+  EXPECT_EQ(buffer.tokens(), 11);
+  ASSERT_TRUE((*head)->Run(batch).ok());
+  std::vector<float> hidden(11 * config->hidden_size);
+  ASSERT_TRUE(buffer.CopyToHost(hidden).ok());
+  EXPECT_EQ(buffer.CopyToHost(std::span<float>(hidden).first(3)).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto forward = (*head)->Forward(batch, {});  // same positions: the KV writes are idempotent
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  EXPECT_LT(RelL2(hidden, *forward), 1e-6);
 }
 
 // The fixtures have head dim 16 or 32; the tensor-core decode kernel (and the QKV prepare

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "common/logging.h"
@@ -12,6 +13,7 @@
 #include "stage/model/quantized_weights.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
+#include "stage/sampling/sampler.h"
 
 namespace ringserve {
 
@@ -40,6 +42,7 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
   std::unique_ptr<CpuModelSlice> slice(new CpuModelSlice());
   slice->config_ = config;
   slice->options_ = options;
+  slice->activations_ = std::make_unique<HostActivationBuffer>(config.hidden_size);
   slice->inv_freq_ = RopeInverseFrequencies(config.rope, config.rotary_dim);
   if (slice->is_first()) {
     const TensorSpec spec = EmbeddingSpec(config);
@@ -65,10 +68,24 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
         {"mlp.gate_proj.weight", &w.gate_w},
         {"mlp.up_proj.weight", &w.up_w},
         {"mlp.down_proj.weight", &w.down_w},
+        {"self_attn.q_a_proj.weight", &w.mla.q_a_w},
+        {"self_attn.q_a_proj.bias", &w.mla.q_a_b},
+        {"self_attn.q_a_layernorm.weight", &w.mla.q_a_norm},
+        {"self_attn.q_b_proj.weight", &w.mla.q_b_w},
+        {"self_attn.kv_a_proj_with_mqa.weight", &w.mla.kv_a_w},
+        {"self_attn.kv_a_proj_with_mqa.bias", &w.mla.kv_a_b},
+        {"self_attn.kv_a_layernorm.weight", &w.mla.kv_a_norm},
+        {"self_attn.kv_b_proj.weight", &w.mla.kv_b_w},
     };
+    // MLA's q_proj and o_proj land in the MLA weights.
+    std::map<std::string, std::vector<float>*> mla_fields = fields;
+    mla_fields["self_attn.q_proj.weight"] = &w.mla.q_w;
+    mla_fields["self_attn.o_proj.weight"] = &w.mla.o_w;
+    mla_fields["self_attn.o_proj.bias"] = &w.mla.o_b;
     for (const TensorSpec& spec : LayerTensorSpecs(config, layer)) {
-      auto field = fields.find(spec.name.substr(prefix.size()));
-      if (field == fields.end()) continue;  // a MoE block's tensor, read below
+      const auto& names = config.mla ? mla_fields : fields;
+      auto field = names.find(spec.name.substr(prefix.size()));
+      if (field == names.end()) continue;  // a MoE block's tensor, read below
       RS_ASSIGN_OR_RETURN(*field->second, ReadWeightFloat(*weights, quant, spec));
     }
     if (config.moe.IsMoeLayer(layer)) {
@@ -81,20 +98,52 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
     RS_ASSIGN_OR_RETURN(slice->final_norm_, weights->ReadFloat(norm.name, norm.shape));
     const TensorSpec head = LmHeadSpec(config, *weights);
     RS_ASSIGN_OR_RETURN(slice->lm_head_, ReadWeightFloat(*weights, quant, head));
+    if (config.mla && config.mla->num_nextn_predict_layers > 0) {
+      auto mtp =
+          CpuMtpLayer::Load(config, *weights, quant, options.kv_block_size, options.kv_num_blocks);
+      if (mtp.ok()) {
+        slice->mtp_ = *std::move(mtp);
+        RS_LOG_INFO("loaded the MTP layer (model.layers.{}.*)", config.num_layers);
+      } else if (absl::IsNotFound(mtp.status()) || absl::IsUnimplemented(mtp.status())) {
+        RS_LOG_WARN("no MTP layer: {}", std::string(mtp.status().message()));
+      } else {
+        return mtp.status();
+      }
+    }
   }
-  slice->kv_ = std::make_unique<PagedKvCache>(PagedKvCache::Options{
-      .num_layers = layers.size(),
-      .num_blocks = options.kv_num_blocks,
-      .block_size = options.kv_block_size,
-      .num_kv_heads = config.num_kv_heads,
-      .head_dim = config.head_dim,
-  });
+  int64_t kv_bytes = 0;
+  std::string kv_per_token;
+  if (config.mla) {
+    slice->latent_kv_ = std::make_unique<LatentKvCache>(LatentKvCache::Options{
+        .num_layers = layers.size(),
+        .num_blocks = options.kv_num_blocks,
+        .block_size = options.kv_block_size,
+        .latent_dim = config.mla->kv_lora_rank,
+        .rope_dim = config.mla->qk_rope_head_dim,
+    });
+    kv_bytes = slice->latent_kv_->bytes();
+    kv_per_token = fmt::format("{} bytes per token and layer (fp32 latent {} + rope key {})",
+                               slice->latent_kv_->bytes_per_token_layer(), config.mla->kv_lora_rank,
+                               config.mla->qk_rope_head_dim);
+  } else {
+    slice->kv_ = std::make_unique<PagedKvCache>(PagedKvCache::Options{
+        .num_layers = layers.size(),
+        .num_blocks = options.kv_num_blocks,
+        .block_size = options.kv_block_size,
+        .num_kv_heads = config.num_kv_heads,
+        .head_dim = config.head_dim,
+    });
+    kv_bytes = slice->kv_->bytes();
+    kv_per_token = fmt::format("{} bytes per token and layer (fp32 K and V, {} heads x {})",
+                               config.kv_values_per_token_layer() * sizeof(float),
+                               config.num_kv_heads, config.head_dim);
+  }
   RS_LOG_INFO(
       "loaded {} layers [{}, {}) of {} from {} ({} files mapped, quantization {}), KV {} blocks x "
-      "{} ({} MB)",
+      "{} ({} MB), {}",
       ArchitectureName(config.architecture), layers.first, layers.last, config.num_layers,
       options.model_dir, weights->OpenedFiles().size(), quant::QuantMethodName(quant.method),
-      options.kv_num_blocks, options.kv_block_size, slice->kv_->bytes() >> 20);
+      options.kv_num_blocks, options.kv_block_size, kv_bytes >> 20, kv_per_token);
   return slice;
 }
 
@@ -116,12 +165,35 @@ void CpuModelSlice::RunLayer(int local_layer, const MicroBatch& batch,
   const ModelConfig& c = config_;
   const int64_t tokens = static_cast<int64_t>(positions.size());
   const int64_t hidden = c.hidden_size;
+  std::vector<float> h(tokens * hidden);
+  cpu::RmsNorm(x.data(), w.input_norm.data(), tokens, hidden, c.rms_norm_eps, h.data());
+  if (c.mla) {
+    std::vector<float> attn_out(tokens * hidden);
+    MlaAttention({.config = &c,
+                  .weights = &w.mla,
+                  .chunks = batch.chunks,
+                  .positions = positions.data(),
+                  .inv_freq = inv_freq_.data(),
+                  .kv = latent_kv_->Layer(local_layer),
+                  .path = std::nullopt},
+                 h.data(), attn_out.data());
+    h.swap(attn_out);
+  } else {
+    RunAttention(local_layer, batch, positions, h);
+  }
+  cpu::Add(x.data(), h.data(), tokens * hidden);
+  RunMlp(w, tokens, x, h);
+}
+
+void CpuModelSlice::RunAttention(int local_layer, const MicroBatch& batch,
+                                 const std::vector<int32_t>& positions, std::vector<float>& h) {
+  const LayerWeights& w = layers_[local_layer];
+  const ModelConfig& c = config_;
+  const int64_t tokens = static_cast<int64_t>(positions.size());
+  const int64_t hidden = c.hidden_size;
   const int64_t q_size = c.q_size();
   const int64_t kv_size = c.kv_size();
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
-
-  std::vector<float> h(tokens * hidden);
-  cpu::RmsNorm(x.data(), w.input_norm.data(), tokens, hidden, c.rms_norm_eps, h.data());
   std::vector<float> q(tokens * q_size), k(tokens * kv_size), v(tokens * kv_size);
   cpu::MatMul(h.data(), w.q_w.data(), bias(w.q_b), tokens, hidden, q_size, q.data());
   cpu::MatMul(h.data(), w.k_w.data(), bias(w.k_b), tokens, hidden, kv_size, k.data());
@@ -153,8 +225,12 @@ void CpuModelSlice::RunLayer(int local_layer, const MicroBatch& batch,
     offset += chunk.num_tokens;
   }
   cpu::MatMul(attn.data(), w.o_w.data(), bias(w.o_b), tokens, q_size, hidden, h.data());
-  cpu::Add(x.data(), h.data(), tokens * hidden);
+}
 
+void CpuModelSlice::RunMlp(const LayerWeights& w, int64_t tokens, std::vector<float>& x,
+                           std::vector<float>& h) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
   cpu::RmsNorm(x.data(), w.post_norm.data(), tokens, hidden, c.rms_norm_eps, h.data());
   if (w.moe != nullptr) {
     std::vector<float> moe_out(tokens * hidden);
@@ -171,9 +247,26 @@ void CpuModelSlice::RunLayer(int local_layer, const MicroBatch& batch,
   cpu::Add(x.data(), h.data(), tokens * hidden);
 }
 
-absl::StatusOr<std::vector<float>> CpuModelSlice::Forward(const MicroBatch& batch,
-                                                          std::span<const float> hidden_in) {
-  RS_RETURN_IF_ERROR(Validate(batch, hidden_in));
+absl::Status CpuModelSlice::Prepare(const MicroBatch& batch) {
+  logits_.clear();
+  has_logits_ = false;
+  RS_RETURN_IF_ERROR(ValidateMicroBatch(batch, {},
+                                        {.max_positions = config_.max_position_embeddings,
+                                         .max_positions_name = "max_position_embeddings",
+                                         .kv_block_size = options_.kv_block_size,
+                                         .kv_num_blocks = options_.kv_num_blocks,
+                                         .vocab_size = config_.vocab_size,
+                                         .hidden_size = config_.hidden_size,
+                                         .is_first = is_first(),
+                                         .hidden_in_resident = true}));
+  return activations_->Resize(batch.TotalTokens());
+}
+
+absl::Status CpuModelSlice::Run(const MicroBatch& batch) {
+  logits_.clear();
+  has_logits_ = false;
+  std::vector<float>& x = activations_->values();
+  RS_RETURN_IF_ERROR(Validate(batch, x));
   const int64_t tokens = batch.TotalTokens();
   const int64_t hidden = config_.hidden_size;
   std::vector<int32_t> positions;
@@ -181,14 +274,12 @@ absl::StatusOr<std::vector<float>> CpuModelSlice::Forward(const MicroBatch& batc
   for (const SequenceChunk& chunk : batch.chunks) {
     for (int32_t i = 0; i < chunk.num_tokens; ++i) positions.push_back(chunk.start_position + i);
   }
-  std::vector<float> x(tokens * hidden);
   if (is_first()) {
+    RS_RETURN_IF_ERROR(activations_->Resize(tokens));
     cpu::Embed(embedding_.data(), hidden, batch.token_ids.data(), tokens, x.data());
-  } else {
-    std::copy(hidden_in.begin(), hidden_in.end(), x.begin());
   }
   for (int layer = 0; layer < options_.layers.size(); ++layer) RunLayer(layer, batch, positions, x);
-  if (!is_last()) return x;
+  if (!is_last()) return absl::OkStatus();
 
   // Gather the rows each chunk asks logits for, then norm and project only those.
   std::vector<int64_t> rows;
@@ -207,10 +298,51 @@ absl::StatusOr<std::vector<float>> CpuModelSlice::Forward(const MicroBatch& batc
     cpu::RmsNorm(x.data() + rows[r] * hidden, final_norm_.data(), 1, hidden, config_.rms_norm_eps,
                  selected.data() + r * hidden);
   }
-  std::vector<float> logits(num_rows * config_.vocab_size);
+  logits_.resize(num_rows * config_.vocab_size);
   cpu::MatMul(selected.data(), lm_head_.data(), nullptr, num_rows, hidden, config_.vocab_size,
-              logits.data());
-  return logits;
+              logits_.data());
+  has_logits_ = true;
+  return absl::OkStatus();
 }
+
+absl::StatusOr<std::vector<float>> CpuModelSlice::LogitsToHost() {
+  if (!is_last() || !has_logits_) {
+    return absl::FailedPreconditionError("LogitsToHost: needs the last slice after a Run");
+  }
+  return logits_;
+}
+
+absl::StatusOr<SampledRows> CpuModelSlice::Sample(const MicroBatch& batch,
+                                                  std::span<const RowSampling> rows) {
+  if (!is_last() || !has_logits_) {
+    return absl::FailedPreconditionError("Sample: needs the last slice after Run(batch)");
+  }
+  const int vocab = config_.vocab_size;
+  size_t last_token_chunks = 0;
+  for (const SequenceChunk& chunk : batch.chunks) {
+    if (chunk.logits == LogitsMode::kLastToken) ++last_token_chunks;
+  }
+  if (rows.size() != last_token_chunks ||
+      logits_.size() != rows.size() * static_cast<size_t>(vocab)) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} sampling rows for {} LAST_TOKEN chunks and {} logits rows", rows.size(),
+                    last_token_chunks, logits_.size() / vocab));
+  }
+  SampledRows sampled;
+  RS_ASSIGN_OR_RETURN(sampled.tokens, SampleTokens(logits_, vocab, rows));
+  for (size_t row = 0; row < sampled.tokens.size(); ++row) {
+    sampled.logprobs.push_back(TokenLogprob(
+        std::span<const float>(logits_).subspan(row * vocab, vocab), sampled.tokens[row]));
+  }
+  return sampled;
+}
+
+void CpuModelSlice::BeginStepTiming() { step_start_ = absl::Now(); }
+
+void CpuModelSlice::EndStepTiming() {
+  step_us_ += absl::ToInt64Microseconds(absl::Now() - step_start_);
+}
+
+int64_t CpuModelSlice::TakeStepMicros() { return std::exchange(step_us_, 0); }
 
 }  // namespace ringserve

@@ -1,5 +1,5 @@
 // generate_cli: runs a whole model as one CPU slice and prints a greedy continuation.
-//   generate_cli [--model DIR] [--prompt-ids 1,2,3] [--max-tokens 16] [--ignore-eos]
+//   generate_cli [--model DIR] [--prompt_ids 1,2,3] [--max_tokens 16] [--ignore_eos]
 // Defaults: the tiny Qwen2 golden fixture and its first golden prompt, so the demo runs with no
 // arguments (and its output can be checked against transformers' greedy continuation).
 // Prints the generated token ids (space-separated) on stdout; logs and timing go to stderr.
@@ -11,10 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
+#include "common/flags.h"
 #include "common/logging.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "stage/model/model_slice.h"
+
+ABSL_FLAG(std::string, model, "",
+          "model directory (empty: the tiny Qwen2 golden fixture, tests/fixtures/models/qwen2)");
+ABSL_FLAG(std::string, prompt_ids, "",
+          "prompt token ids, e.g. 1,2,3 (empty: the fixture's first golden prompt)");
+ABSL_FLAG(int, max_tokens, 16, "tokens to generate (1 to 2^20)");
+ABSL_FLAG(bool, ignore_eos, false, "generate max_tokens whatever comes");
 
 namespace ringserve {
 namespace {
@@ -27,7 +36,8 @@ struct Args {
 };
 
 constexpr char kUsage[] =
-    "usage: generate_cli [--model DIR] [--prompt-ids 1,2,3] [--max-tokens N] [--ignore-eos]\n";
+    "Runs a whole model as one CPU slice and prints a greedy continuation.\n"
+    "usage: generate_cli [--model=DIR] [--prompt_ids=1,2,3] [--max_tokens=N] [--ignore_eos]";
 
 std::string DefaultModelDir() {
   const std::string relative = "tests/fixtures/models/qwen2";
@@ -51,28 +61,15 @@ bool ParseIds(const std::string& text, std::vector<int32_t>& ids) {
 }
 
 bool ParseArgs(int argc, char** argv, Args& args) {
-  args.model_dir = DefaultModelDir();
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--ignore-eos") {
-      args.ignore_eos = true;
-      continue;
-    }
-    if (i + 1 >= argc) return false;
-    const std::string value = argv[++i];
-    if (flag == "--model") {
-      args.model_dir = value;
-    } else if (flag == "--prompt-ids") {
-      if (!ParseIds(value, args.prompt_ids)) return false;
-    } else if (flag == "--max-tokens") {
-      char* end = nullptr;
-      const long n = std::strtol(value.c_str(), &end, 10);
-      if (*end != '\0' || n <= 0 || n > 1 << 20) return false;
-      args.max_tokens = static_cast<int>(n);
-    } else {
-      return false;
-    }
+  ParseCommandLineFlags(argc, argv, kUsage);
+  args.model_dir = absl::GetFlag(FLAGS_model);
+  if (args.model_dir.empty()) args.model_dir = DefaultModelDir();
+  if (const std::string ids = absl::GetFlag(FLAGS_prompt_ids); !ids.empty()) {
+    if (!ParseIds(ids, args.prompt_ids)) return false;
   }
+  args.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  if (args.max_tokens <= 0 || args.max_tokens > 1 << 20) return false;
+  args.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   return true;
 }
 

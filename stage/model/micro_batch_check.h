@@ -19,7 +19,7 @@ struct MicroBatchLimits {
   int vocab_size = 0;
   int hidden_size = 0;
   bool is_first = false;  // the first slice embeds token ids instead of reading hidden_in
-  // The input already sits in the backend's own (device) buffer: hidden_in is not checked.
+  // The input sits in the slice's activation buffer (Prepare): hidden_in is not checked.
   bool hidden_in_resident = false;
 };
 

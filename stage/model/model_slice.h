@@ -1,5 +1,15 @@
 // The contract between a stage and the model: a contiguous slice of decoder layers, with its
-// share of the KV cache, run one micro-batch at a time.
+// share of the KV cache, run one micro-batch at a time. One interface for every backend (the
+// CPU reference slice, the CUDA slice); the step executor and the benchmarks drive it the same
+// way:
+//
+//   Prepare(batch)              validate, size activations(), (CUDA) upload the batch metadata
+//   [fill activations()]        not the first slice: the previous stage's hidden states
+//   Run(batch)                  the layers; not last: the output is left in activations()
+//   Sample(batch, rows)         last slice: one token per LAST_TOKEN row, on the host
+//
+// with BeginStepTiming() / EndStepTiming() around a step and TakeStepMicros() for its busy
+// time. Forward() below wraps the sequence for tools and tests that want host vectors.
 //
 // The micro-batch layout is in ring/micro_batch.h.
 #pragma once
@@ -10,10 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ring/defaults.h"
 #include "ring/micro_batch.h"
 #include "ring/model_config.h"
+#include "ring/sampling_config.h"
+#include "stage/model/activation_buffer.h"
 
 namespace ringserve {
 
@@ -22,6 +35,12 @@ struct SliceOptions {
   LayerRange layers;                        // which decoder layers this slice runs
   int kv_block_size = kDefaultKvBlockSize;  // positions per KV block
   int kv_num_blocks = 256;  // blocks in this slice's pool (each holds K and V of every layer)
+};
+
+// The last slice's result for one micro-batch: one entry per LAST_TOKEN chunk, in chunk order.
+struct SampledRows {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // log_softmax(raw logits)[token], same order
 };
 
 // A loaded slice. Not thread-safe: one caller runs micro-batches in order.
@@ -39,15 +58,52 @@ class ModelSlice {
   bool is_first() const { return options().layers.first == 0; }
   bool is_last() const { return options().layers.last == config().num_layers; }
 
-  // Runs one micro-batch through the slice and writes its tokens' K/V into the named blocks.
-  //   hidden_in: [total_tokens, hidden] fp32, host; ignored (may be empty) on the first slice,
-  //              which embeds batch.token_ids instead.
-  // Returns, on a slice that is not last, the hidden states [total_tokens, hidden] fp32;
-  // on the last slice, the logits [rows, vocab] fp32, rows in chunk order as each chunk's
-  // LogitsMode asks. InvalidArgument for a malformed batch (sizes, positions, block ids out of
-  // range); the KV cache is then unchanged.
-  virtual absl::StatusOr<std::vector<float>> Forward(const MicroBatch& batch,
-                                                     std::span<const float> hidden_in) = 0;
+  // The buffer the slice reads its input hidden states from and leaves its output in
+  // (activation_buffer.h); its memory() says whether it is host or device memory.
+  virtual ActivationBuffer& activations() = 0;
+  virtual const ActivationBuffer& activations() const = 0;
+
+  // Validates `batch` and sizes activations() to its tokens (the CUDA slice also enqueues the
+  // upload of the batch's metadata, so that Run only launches). InvalidArgument for a
+  // malformed batch (sizes, positions, block ids out of range, more tokens than the buffer
+  // holds); nothing is run then.
+  virtual absl::Status Prepare(const MicroBatch& batch) = 0;
+  // Runs `batch` (the object given to the preceding Prepare, unchanged; a slice may prepare it
+  // again when it was not) and writes its tokens' K/V into the named blocks. Input: the hidden
+  // states in activations(), [tokens, hidden] fp32; the first slice embeds batch.token_ids
+  // instead. Output: not the last slice, the hidden states in activations(); the last slice,
+  // the logits rows (in chunk order, as each chunk's LogitsMode asks) kept for Sample or
+  // LogitsToHost. A device slice only enqueues the work on activations().stream().
+  // InvalidArgument for a malformed batch; the KV cache is then unchanged.
+  virtual absl::Status Run(const MicroBatch& batch) = 0;
+  // The last slice, after Run(batch): samples one token per row (`rows`, one per LAST_TOKEN
+  // chunk in chunk order; stage/sampling/sampler.h's contract, on the device for the CUDA
+  // slice) and returns when the tokens are on the host. InvalidArgument when rows.size()
+  // differs from the batch's LAST_TOKEN chunks or a row's parameters are invalid;
+  // FailedPrecondition on a slice that is not last or without a preceding Run(batch).
+  virtual absl::StatusOr<SampledRows> Sample(const MicroBatch& batch,
+                                             std::span<const RowSampling> rows) = 0;
+  // The last slice, after Run: the logits rows [rows, vocab] fp32, copied to the host.
+  // FailedPrecondition on a slice that is not last or before a Run.
+  virtual absl::StatusOr<std::vector<float>> LogitsToHost() = 0;
+
+  // Busy time of steps. BeginStepTiming() before a step's work starts, EndStepTiming() after
+  // its output was sent or sampled. TakeStepMicros() returns the busy time of the timed steps
+  // that have finished since the previous call: CPU time on the host; on a GPU the GPU time
+  // (the CPU only enqueues the work: a step still running is counted by a later call).
+  virtual void BeginStepTiming() = 0;
+  virtual void EndStepTiming() = 0;
+  virtual int64_t TakeStepMicros() = 0;
+
+  // Convenience for tools and tests (not the serving path, which keeps activations where they
+  // live): Prepare, `hidden_in` into activations(), Run; returns, on a slice that is not last,
+  // the hidden states [total_tokens, hidden] fp32, host; on the last slice, the logits
+  // [rows, vocab] fp32, host, rows in chunk order as each chunk's LogitsMode asks.
+  //   hidden_in: [total_tokens, hidden] fp32, host; ignored (may be empty) on the first slice.
+  // InvalidArgument for a malformed batch or a hidden_in of the wrong size; the KV cache is
+  // then unchanged.
+  absl::StatusOr<std::vector<float>> Forward(const MicroBatch& batch,
+                                             std::span<const float> hidden_in);
 };
 
 }  // namespace ringserve

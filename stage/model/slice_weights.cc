@@ -4,8 +4,43 @@
 
 namespace ringserve {
 
+std::vector<TensorSpec> MlaAttentionTensorSpecs(const ModelConfig& c, int layer) {
+  const std::string p = fmt::format("model.layers.{}.self_attn.", layer);
+  const MlaConfig& m = *c.mla;
+  const int64_t hidden = c.hidden_size;
+  const int64_t heads = c.num_heads;
+  std::vector<TensorSpec> specs;
+  if (m.q_lora_rank > 0) {
+    specs.push_back({p + "q_a_proj.weight", {m.q_lora_rank, hidden}});
+    if (m.attention_bias) specs.push_back({p + "q_a_proj.bias", {m.q_lora_rank}});
+    specs.push_back({p + "q_a_layernorm.weight", {m.q_lora_rank}});
+    specs.push_back({p + "q_b_proj.weight", {heads * m.qk_head_dim(), m.q_lora_rank}});
+  } else {
+    specs.push_back({p + "q_proj.weight", {heads * m.qk_head_dim(), hidden}});
+  }
+  specs.push_back({p + "kv_a_proj_with_mqa.weight", {m.latent_cache_dim(), hidden}});
+  if (m.attention_bias) specs.push_back({p + "kv_a_proj_with_mqa.bias", {m.latent_cache_dim()}});
+  specs.push_back({p + "kv_a_layernorm.weight", {m.kv_lora_rank}});
+  specs.push_back(
+      {p + "kv_b_proj.weight", {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}});
+  specs.push_back({p + "o_proj.weight", {hidden, heads * m.v_head_dim}});
+  if (m.attention_bias) specs.push_back({p + "o_proj.bias", {hidden}});
+  return specs;
+}
+
 std::vector<TensorSpec> LayerTensorSpecs(const ModelConfig& c, int layer) {
   const std::string p = fmt::format("model.layers.{}.", layer);
+  if (c.mla) {
+    std::vector<TensorSpec> specs = {{p + "input_layernorm.weight", {c.hidden_size}}};
+    for (TensorSpec& spec : MlaAttentionTensorSpecs(c, layer)) specs.push_back(std::move(spec));
+    specs.push_back({p + "post_attention_layernorm.weight", {c.hidden_size}});
+    for (const char* name : {"gate_proj", "up_proj"}) {
+      specs.push_back(
+          {fmt::format("{}mlp.{}.weight", p, name), {c.intermediate_size, c.hidden_size}});
+    }
+    specs.push_back({p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}});
+    return specs;
+  }
   const int64_t hidden = c.hidden_size;
   const int64_t q = c.q_size();
   const int64_t kv = c.kv_size();

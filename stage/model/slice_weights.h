@@ -26,8 +26,18 @@ struct TensorSpec {
 // [self_attn.{q,k}_norm.weight], self_attn.o_proj.{weight[,bias]}, [self_attn.sinks],
 // post_attention_layernorm.weight, then either the dense mlp.{gate,up,down}_proj.weight
 // (intermediate_size) or, on a MoE layer, MoeLayerTensorSpecs(config, layer).All(). Linear
-// weights are [out_features, in_features].
+// weights are [out_features, in_features]. With MLA (config.mla) the attention tensors are
+// MlaAttentionTensorSpecs' instead.
 std::vector<TensorSpec> LayerTensorSpecs(const ModelConfig& config, int layer);
+
+// The multi-head latent attention tensors of `layer` (config.mla required), hub names
+// "model.layers.<layer>.self_attn.*": q_a_proj.weight [q_lora_rank, hidden] (+ bias),
+// q_a_layernorm.weight, q_b_proj.weight [heads * qk_head_dim, q_lora_rank] -- or q_proj.weight
+// [heads * qk_head_dim, hidden] without q low-rank --, kv_a_proj_with_mqa.weight
+// [kv_lora_rank + qk_rope_head_dim, hidden] (+ bias), kv_a_layernorm.weight [kv_lora_rank],
+// kv_b_proj.weight [heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank], o_proj.weight
+// [hidden, heads * v_head_dim] (+ bias). Biases when mla->attention_bias.
+std::vector<TensorSpec> MlaAttentionTensorSpecs(const ModelConfig& config, int layer);
 
 // A MoE layer's tensors under the hub names of config.moe.layout (see ExpertLayout).
 struct MoeTensorSpecs {

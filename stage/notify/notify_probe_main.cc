@@ -4,9 +4,14 @@
 #include <iostream>
 #include <string>
 
+#include "common/flags.h"
 #include "stage/notify/notify.h"
 
-int main() {
+int main(int argc, char** argv) {
+  ringserve::ParseCommandLineFlags(
+      argc, argv,
+      "Test stand-in for a stage's start-up (notify_test): STATUS=, READY=1 after a line on stdin, "
+      "STOPPING=1 after a second.\nusage: notify_probe");
   if (!ringserve::NotifyStatus("loading weights").ok()) return 2;
   std::string line;
   if (!std::getline(std::cin, line)) return 3;

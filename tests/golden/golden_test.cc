@@ -240,7 +240,8 @@ TEST_P(GoldenTest, GreedyContinuationThroughThreeSlices) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3", "qwen3_moe",
-                                           "mixtral", "qwen2_moe", "glm4_moe", "gpt_oss"),
+                                           "mixtral", "qwen2_moe", "glm4_moe", "gpt_oss",
+                                           "deepseek_v3", "deepseek_v3_nolora", "deepseek_v2"),
                          [](const auto& info) { return info.param; });
 
 // Quantized checkpoints (tests/fixtures/models/quant, scripts/make_quant_fixtures.py): the slice
@@ -311,14 +312,16 @@ TEST_P(PerturbationTest, ChangingOneWeightBreaksConformance) {
 
 INSTANTIATE_TEST_SUITE_P(
     Weights, PerturbationTest,
-    ::testing::Values(Perturbation{"llama", "model.layers.1.mlp.down_proj.weight"},
-                      Perturbation{"qwen2", "model.layers.2.self_attn.k_proj.bias"},
-                      Perturbation{"qwen3", "model.layers.0.self_attn.q_norm.weight"},
-                      Perturbation{"mixtral",
-                                   "model.layers.1.block_sparse_moe.experts.0.w2.weight"},
-                      Perturbation{"qwen2_moe", "model.layers.1.mlp.shared_expert_gate.weight"},
-                      Perturbation{"glm4_moe", "model.layers.1.mlp.gate.e_score_correction_bias"},
-                      Perturbation{"gpt_oss", "model.layers.0.self_attn.sinks"}),
+    ::testing::Values(
+        Perturbation{"llama", "model.layers.1.mlp.down_proj.weight"},
+        Perturbation{"qwen2", "model.layers.2.self_attn.k_proj.bias"},
+        Perturbation{"qwen3", "model.layers.0.self_attn.q_norm.weight"},
+        Perturbation{"mixtral", "model.layers.1.block_sparse_moe.experts.0.w2.weight"},
+        Perturbation{"qwen2_moe", "model.layers.1.mlp.shared_expert_gate.weight"},
+        Perturbation{"glm4_moe", "model.layers.1.mlp.gate.e_score_correction_bias"},
+        Perturbation{"gpt_oss", "model.layers.0.self_attn.sinks"},
+        Perturbation{"deepseek_v3", "model.layers.1.self_attn.kv_b_proj.weight"},
+        Perturbation{"deepseek_v2", "model.layers.0.self_attn.kv_a_layernorm.weight"}),
     [](const auto& info) { return info.param.arch; });
 
 }  // namespace

@@ -28,7 +28,7 @@ TEST(StageReadinessTest, ReadyOnlyAfterWeightsAreLoaded) {
   // The stage inherits NOTIFY_SOCKET, as systemd would set it.
   setenv("NOTIFY_SOCKET", listener->path().c_str(), 1);
   absl::StatusOr<Subprocess> stage = Subprocess::Spawn(
-      {.argv = {BinaryDir() + "/stage/stage", "--listen", "127.0.0.1:0", "--ready-fd", "3"},
+      {.argv = {BinaryDir() + "/stage/stage", "--listen", "127.0.0.1:0", "--ready_fd", "3"},
        .ready_fd = true,
        .stdout_path = "",
        .stderr_path = ""});
@@ -97,7 +97,7 @@ TEST(StageReadinessTest, IdleStagePingsTheWatchdogUntilStopping) {
   setenv("WATCHDOG_USEC", "200000", 1);
   unsetenv("WATCHDOG_PID");
   absl::StatusOr<Subprocess> stage = Subprocess::Spawn(
-      {.argv = {BinaryDir() + "/stage/stage", "--listen", "127.0.0.1:0", "--ready-fd", "3"},
+      {.argv = {BinaryDir() + "/stage/stage", "--listen", "127.0.0.1:0", "--ready_fd", "3"},
        .ready_fd = true,
        .stdout_path = "",
        .stderr_path = ""});

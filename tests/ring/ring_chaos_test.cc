@@ -78,7 +78,7 @@ TEST(RingChaosTest, StageThatStaysDownFailsRequestsAfterTheBound) {
   auto ring = Ring::Start({.model_dir = FixtureModel("llama"),
                            .partition = {1, 2, 1},
                            .stage_step_delay_ms = 10,
-                           .coordinator_args = {"--ring-down-timeout", "3"}});
+                           .coordinator_args = {"--ring_down_timeout", "3"}});
   ASSERT_TRUE(ring.ok()) << ring.status();
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));

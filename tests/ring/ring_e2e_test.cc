@@ -99,7 +99,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PartitionCase{"llama", {4}}, PartitionCase{"llama", {3, 1}},
                       PartitionCase{"llama", {2, 1, 1}}, PartitionCase{"llama", {1, 1, 1, 1}},
                       PartitionCase{"qwen3", {1, 2}}, PartitionCase{"qwen2", {2, 1}},
-                      PartitionCase{"mistral", {1, 1, 1}},
+                      PartitionCase{"mistral", {1, 1, 1}}, PartitionCase{"deepseek_v3", {4}},
+                      PartitionCase{"deepseek_v3", {1, 3}},
+                      PartitionCase{"deepseek_v3", {1, 1, 1, 1}},
+                      PartitionCase{"deepseek_v3_nolora", {2, 1}},
+                      PartitionCase{"deepseek_v2", {1, 1, 1}},
                       // compressed-tensors int4 (group, asymmetric, actorder), dequantized by
                       // each stage at load.
                       PartitionCase{"quant/ct_int4", {1, 1}},
@@ -364,7 +368,7 @@ TEST(RingE2ETest, UnreachableStageFailsWithinTheBoundedWait) {
                       << "stages:\n"
                       << "  - {host: 127.0.0.1, port: 9, layers: 4}\n";
   auto result =
-      RunCoordinatorToExit({"--stages", path, "--connect-timeout", "1"}, absl::Seconds(20));
+      RunCoordinatorToExit({"--stages", path, "--connect_timeout", "1"}, absl::Seconds(20));
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_NE(result->exit_code, 0);
   EXPECT_THAT(result->stderr_text, HasSubstr("127.0.0.1:9"));

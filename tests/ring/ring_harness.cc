@@ -52,9 +52,9 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
   std::vector<std::string> endpoints;
   for (size_t i = 0; i < options.partition.size(); ++i) {
     SubprocessOptions spawn;
-    spawn.argv = {stage_binary, "--listen", "127.0.0.1:0", "--ready-fd", "3"};
+    spawn.argv = {stage_binary, "--listen", "127.0.0.1:0", "--ready_fd", "3"};
     if (options.stage_step_delay_ms > 0) {
-      spawn.argv.push_back("--debug-step-delay-ms");
+      spawn.argv.push_back("--debug_step_delay_ms");
       spawn.argv.push_back(std::to_string(options.stage_step_delay_ms));
     }
     spawn.ready_fd = true;
@@ -92,8 +92,8 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
 
   SubprocessOptions spawn;
   spawn.argv = {
-      coordinator_binary,  "--stages", hosts, "--listen", "127.0.0.1:0", "--ready-fd", "3",
-      "--connect-timeout", "10"};
+      coordinator_binary,  "--stages", hosts, "--listen", "127.0.0.1:0", "--ready_fd", "3",
+      "--connect_timeout", "10"};
   spawn.argv.insert(spawn.argv.end(), options.coordinator_args.begin(),
                     options.coordinator_args.end());
   spawn.ready_fd = true;

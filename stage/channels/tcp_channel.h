@@ -1,0 +1,95 @@
+// The `tcp` activation channel: a plain TCP connection per hop (stage i -> stage i + 1), with a
+// framed, checked message per micro-batch:
+//
+//   header (32 bytes, little endian): magic "RSAC" u32 | version u16 | reserved u16 |
+//       micro_batch_id u64 | payload_bytes u64 | payload_crc32 u32 | header_crc32 u32
+//   payload: payload_bytes bytes
+//
+// The connection starts with a hello (magic "RSHI" u32, sender stage index i32) so a receiver
+// refuses a connection from the wrong stage. CRC32 is zlib's (IEEE).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "stage/channels/activation_channel.h"
+
+namespace ringserve {
+
+// CRC-32 (IEEE, as zlib's crc32) of `data`.
+uint32_t Crc32(std::span<const std::byte> data);
+
+// Splits "host:port" (port 0..65535). InvalidArgument naming `what` otherwise.
+absl::Status SplitHostPort(const std::string& endpoint, const std::string& what, std::string* host,
+                           int* port);
+
+// A connected socket carrying checked frames (the framing above; `tag` is the micro_batch_id
+// field) in both directions. The tcp channel sends activations over one; the GPU channels
+// (stage/channels/device_channel.h) carry their small control messages over one per hop.
+// Not thread-safe: one reader and one writer, which may be the same thread.
+class TcpLink {
+ public:
+  TcpLink(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
+  ~TcpLink() { Close(); }
+  TcpLink(const TcpLink&) = delete;
+  TcpLink& operator=(const TcpLink&) = delete;
+
+  // Writes one frame. `what` prefixes error messages. On error the link is closed.
+  absl::Status Write(uint64_t tag, std::span<const std::byte> payload, absl::Time deadline,
+                     const std::string& what);
+  // Reads one frame, which must carry `expected_tag` and exactly out.size() payload bytes
+  // (DataLoss otherwise, naming both). On error the link is closed.
+  absl::Status Read(uint64_t expected_tag, std::span<std::byte> out, absl::Time deadline,
+                    const std::string& what);
+  // Shuts the socket down: the peer's pending and later reads fail.
+  void Close();
+  bool closed() const { return fd_ < 0; }
+  // "stage N (host:port)".
+  const std::string& peer() const { return peer_; }
+
+ private:
+  int fd_;
+  std::string peer_;
+};
+
+// A bound, listening socket that accepts the previous stage's connection.
+// Thread-compatible; Accept may be called once per expected peer.
+class TcpListener {
+ public:
+  // Binds `host`:`port` (port 0 = the kernel picks one). Unavailable naming the address when
+  // binding fails.
+  static absl::StatusOr<std::unique_ptr<TcpListener>> Listen(const std::string& host, int port);
+  ~TcpListener();
+
+  // "host:port" actually bound (the chosen port when 0 was asked).
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Waits up to `timeout` for a connection whose hello names `expected_sender_index`.
+  // Connections with a wrong hello are closed and waiting continues. DeadlineExceeded naming
+  // the endpoint when nobody came.
+  absl::StatusOr<std::unique_ptr<ActivationReceiver>> Accept(int expected_sender_index,
+                                                             absl::Duration timeout);
+  // As Accept, but returns the bare link (for the GPU channels' control messages).
+  absl::StatusOr<std::unique_ptr<TcpLink>> AcceptLink(int expected_sender_index,
+                                                      absl::Duration timeout);
+
+ private:
+  TcpListener(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {}
+  int fd_;
+  std::string endpoint_;
+};
+
+// Connects to `endpoint` ("host:port"), retrying refused connections until `timeout` (the peer
+// may still be starting), and sends the hello with `sender_index`.
+absl::StatusOr<std::unique_ptr<ActivationSender>> TcpConnect(const std::string& endpoint,
+                                                             int sender_index,
+                                                             absl::Duration timeout);
+// As TcpConnect, but returns the bare link (for the GPU channels' control messages).
+absl::StatusOr<std::unique_ptr<TcpLink>> TcpConnectLink(const std::string& endpoint,
+                                                        int sender_index, absl::Duration timeout);
+
+}  // namespace ringserve

@@ -1,0 +1,196 @@
+#include "stage/channels/tcp_channel.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ringserve {
+namespace {
+
+std::vector<std::byte> Pattern(size_t size, int seed) {
+  std::vector<std::byte> data(size);
+  for (size_t i = 0; i < size; ++i) data[i] = static_cast<std::byte>((i * 31 + seed) & 0xff);
+  return data;
+}
+
+struct Pair {
+  std::unique_ptr<ActivationSender> sender;
+  std::unique_ptr<ActivationReceiver> receiver;
+};
+
+Pair Connect() {
+  auto listener = TcpListener::Listen("127.0.0.1", 0);
+  EXPECT_TRUE(listener.ok()) << listener.status();
+  Pair pair;
+  std::thread connector([&] {
+    auto sender = TcpConnect((*listener)->endpoint(), 0, absl::Seconds(5));
+    EXPECT_TRUE(sender.ok()) << sender.status();
+    if (sender.ok()) pair.sender = std::move(*sender);
+  });
+  auto receiver = (*listener)->Accept(0, absl::Seconds(5));
+  connector.join();
+  EXPECT_TRUE(receiver.ok()) << receiver.status();
+  if (receiver.ok()) pair.receiver = std::move(*receiver);
+  return pair;
+}
+
+// A raw socket that sends the hello of stage 0, so tests can write broken frames by hand.
+int RawConnect(TcpListener& listener, std::unique_ptr<ActivationReceiver>* receiver) {
+  std::string host;
+  int port = 0;
+  EXPECT_TRUE(SplitHostPort(listener.endpoint(), "test", &host, &port).ok());
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  uint32_t hello[2] = {0x49485352, 0};
+  EXPECT_EQ(write(fd, hello, sizeof(hello)), static_cast<ssize_t>(sizeof(hello)));
+  auto accepted = listener.Accept(0, absl::Seconds(5));
+  EXPECT_TRUE(accepted.ok()) << accepted.status();
+  *receiver = std::move(*accepted);
+  return fd;
+}
+
+TEST(Crc32Test, MatchesKnownValue) {
+  const char* text = "123456789";
+  EXPECT_EQ(Crc32(std::as_bytes(std::span<const char>(text, 9))), 0xCBF43926u);
+}
+
+TEST(TcpChannelTest, DeliversMicroBatchesInOrder) {
+  Pair pair = Connect();
+  ASSERT_TRUE(pair.sender && pair.receiver);
+  std::vector<size_t> sizes = {0, 1, 4096, 3 << 20};
+  std::thread sender([&] {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      auto data = Pattern(sizes[i], static_cast<int>(i));
+      EXPECT_TRUE(pair.sender->Send(i + 1, data, absl::Seconds(10)).ok());
+    }
+  });
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<std::byte> out(sizes[i]);
+    ASSERT_TRUE(pair.receiver->Recv(i + 1, out, absl::Seconds(10)).ok());
+    EXPECT_EQ(out, Pattern(sizes[i], static_cast<int>(i)));
+  }
+  sender.join();
+  EXPECT_EQ(pair.receiver->bytes_received(), pair.sender->bytes_sent());
+}
+
+TEST(TcpChannelTest, WrongMicroBatchIdIsDataLoss) {
+  Pair pair = Connect();
+  auto data = Pattern(64, 1);
+  ASSERT_TRUE(pair.sender->Send(7, data, absl::Seconds(5)).ok());
+  std::vector<std::byte> out(64);
+  absl::Status status = pair.receiver->Recv(6, out, absl::Seconds(5));
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_NE(status.message().find("micro-batch 7"), std::string::npos) << status;
+  // The channel is broken afterwards: fails fast.
+  EXPECT_FALSE(pair.receiver->Recv(7, out, absl::Seconds(5)).ok());
+}
+
+TEST(TcpChannelTest, WrongByteCountIsDataLoss) {
+  Pair pair = Connect();
+  auto data = Pattern(64, 1);
+  ASSERT_TRUE(pair.sender->Send(1, data, absl::Seconds(5)).ok());
+  std::vector<std::byte> out(128);
+  absl::Status status = pair.receiver->Recv(1, out, absl::Seconds(5));
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_NE(status.message().find("expects 128 bytes"), std::string::npos) << status;
+}
+
+TEST(TcpChannelTest, CorruptPayloadIsDataLoss) {
+  auto listener = TcpListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  std::unique_ptr<ActivationReceiver> receiver;
+  int fd = RawConnect(**listener, &receiver);
+  ASSERT_TRUE(receiver);
+  // A valid header for 4 bytes "abcd", then different bytes.
+  std::byte header[32];
+  uint32_t magic = 0x43415352;
+  uint16_t version = 1, reserved = 0;
+  uint64_t id = 1, bytes = 4;
+  const char payload[] = "abcd";
+  uint32_t crc = Crc32(std::as_bytes(std::span<const char>(payload, 4)));
+  std::memcpy(header, &magic, 4);
+  std::memcpy(header + 4, &version, 2);
+  std::memcpy(header + 6, &reserved, 2);
+  std::memcpy(header + 8, &id, 8);
+  std::memcpy(header + 16, &bytes, 8);
+  std::memcpy(header + 24, &crc, 4);
+  uint32_t header_crc = Crc32(std::span<const std::byte>(header, 28));
+  std::memcpy(header + 28, &header_crc, 4);
+  ASSERT_EQ(write(fd, header, 32), 32);
+  ASSERT_EQ(write(fd, "abce", 4), 4);
+  std::vector<std::byte> out(4);
+  absl::Status status = receiver->Recv(1, out, absl::Seconds(5));
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_NE(status.message().find("checksum"), std::string::npos) << status;
+  close(fd);
+}
+
+TEST(TcpChannelTest, DroppedPeerIsUnavailableNotAHang) {
+  Pair pair = Connect();
+  std::vector<std::byte> out(1024);
+  std::thread closer([&] { pair.sender->Close(); });
+  absl::Time start = absl::Now();
+  absl::Status status = pair.receiver->Recv(1, out, absl::Seconds(30));
+  closer.join();
+  EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(TcpChannelTest, SilentPeerTimesOut) {
+  Pair pair = Connect();
+  std::vector<std::byte> out(16);
+  absl::Time start = absl::Now();
+  absl::Status status = pair.receiver->Recv(1, out, absl::Milliseconds(200));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(TcpChannelTest, AcceptRefusesWrongSenderAndTimesOut) {
+  auto listener = TcpListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  std::unique_ptr<ActivationSender> wrong;
+  std::thread connector([&] {
+    auto sender = TcpConnect((*listener)->endpoint(), 5, absl::Seconds(5));
+    if (sender.ok()) wrong = std::move(*sender);
+  });
+  auto receiver = (*listener)->Accept(0, absl::Milliseconds(500));
+  connector.join();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(receiver.status())) << receiver.status();
+}
+
+TEST(TcpChannelTest, ConnectToNobodyFailsWithinTheWait) {
+  auto listener = TcpListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  std::string endpoint = (*listener)->endpoint();
+  listener->reset();  // nobody listens there now
+  absl::Time start = absl::Now();
+  auto sender = TcpConnect(endpoint, 0, absl::Milliseconds(300));
+  EXPECT_TRUE(absl::IsUnavailable(sender.status())) << sender.status();
+  EXPECT_NE(sender.status().message().find(endpoint), std::string::npos);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(SplitHostPortTest, RejectsJunk) {
+  std::string host;
+  int port = 0;
+  EXPECT_TRUE(SplitHostPort("10.0.0.1:7001", "x", &host, &port).ok());
+  EXPECT_EQ(host, "10.0.0.1");
+  EXPECT_EQ(port, 7001);
+  EXPECT_FALSE(SplitHostPort("10.0.0.1", "x", &host, &port).ok());
+  EXPECT_FALSE(SplitHostPort("h:99999", "x", &host, &port).ok());
+  EXPECT_FALSE(SplitHostPort("h:abc", "x", &host, &port).ok());
+}
+
+}  // namespace
+}  // namespace ringserve
