@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <utility>
 
 #include "common/logging.h"
@@ -30,6 +31,8 @@ struct RingEngine::Request {
   uint64_t seed = 0;
   int prompt_tokens = 0;
   int generated = 0;
+  bool want_prompt_logprobs = false;
+  std::vector<float> prompt_logprobs;  // by target position - 1, filled as results arrive
   std::unique_ptr<TextStream> text;
   absl::Time submitted;
   std::optional<absl::Time> scheduled;
@@ -317,10 +320,16 @@ absl::Status RingEngine::Submit(GenerateRequest request, EventCallback on_event)
     r->sampling = s;
     r->seed = s.seed.has_value() ? *s.seed : seed_rng_();
     r->prompt_tokens = static_cast<int>(request.prompt_ids.size());
+    r->want_prompt_logprobs = request.prompt_logprobs;
+    if (request.prompt_logprobs) {
+      r->prompt_logprobs.assign(r->prompt_tokens - 1, std::numeric_limits<float>::quiet_NaN());
+    }
     r->text = std::make_unique<TextStream>(tokenizer_.get(), s.stop);
     r->submitted = absl::Now();
-    SequenceParams params{
-        .max_tokens = s.max_tokens, .stop_token_ids = s.stop_token_ids, .ignore_eos = s.ignore_eos};
+    SequenceParams params{.max_tokens = s.max_tokens,
+                          .stop_token_ids = s.stop_token_ids,
+                          .ignore_eos = s.ignore_eos,
+                          .prompt_logprobs = request.prompt_logprobs};
     absl::Status added = scheduler_->AddRequest(r->seq_id, std::move(request.prompt_ids), params);
     if (!added.ok()) {
       return absl::Status(added.code(),
@@ -422,6 +431,8 @@ std::vector<std::pair<int, v1::StepPlan>> RingEngine::PlanLocked() {
                                           .top_p = r.sampling.top_p,
                                           .seed = r.seed};
       sampling[i].token_index = entry.token_index;
+      sampling[i].samples = entry.samples;
+      sampling[i].score_token_ids = entry.score_token_ids;
     }
     for (int s = 0; s < num_stages; ++s) {
       plans.emplace_back(
@@ -466,6 +477,7 @@ void RingEngine::HandleResult(const v1::StepResult& result, std::vector<Delivery
   if (index != num_stages - 1) return;
 
   plan_sent_us_.erase(result.micro_batch_id());
+  for (const v1::PromptLogprobs& scores : result.prompt_logprobs()) StorePromptLogprobs(scores);
   std::vector<int32_t> tokens;
   tokens.reserve(result.tokens_size());
   for (const auto& t : result.tokens()) tokens.push_back(t.token_id());
@@ -479,6 +491,18 @@ void RingEngine::HandleResult(const v1::StepResult& result, std::vector<Delivery
   }
   recent_tokens_.emplace_back(now, static_cast<int>(done->tokens.size()));
   for (const TokenUpdate& update : done->tokens) HandleToken(update, out);
+}
+
+void RingEngine::StorePromptLogprobs(const v1::PromptLogprobs& scores) {
+  auto it = requests_.find(scores.seq_id());
+  if (it == requests_.end() || !it->second->want_prompt_logprobs) return;
+  std::vector<float>& out = it->second->prompt_logprobs;
+  // Entry i scores position start + 1 + i; a re-prefill after preemption repeats positions,
+  // and positions past the prompt (generated tokens) are not reported.
+  for (int i = 0; i < scores.logprobs_size(); ++i) {
+    const int64_t slot = static_cast<int64_t>(scores.start_position()) + i;
+    if (slot >= 0 && slot < static_cast<int64_t>(out.size())) out[slot] = scores.logprobs(i);
+  }
 }
 
 void RingEngine::HandleToken(const TokenUpdate& update, std::vector<Delivery>* out) {
@@ -500,6 +524,7 @@ void RingEngine::HandleToken(const TokenUpdate& update, std::vector<Delivery>* o
   const bool hidden = update.finish_reason == FinishReason::kStop;  // EOS / stop token id
   TextStream::Piece piece = r.text->Add(update.token, hidden);
   GenerateEvent event;
+  if (r.want_prompt_logprobs && r.generated == 1) event.prompt_logprobs = r.prompt_logprobs;
   event.token_ids.push_back(update.token);
   event.text_delta = std::move(piece.text);
   if (piece.stopped) {

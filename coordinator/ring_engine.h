@@ -88,6 +88,8 @@ class RingEngine final : public Engine {
   // and delivered after mu_ is released.
   void HandleResult(const v1::StepResult& result, std::vector<Delivery>* out);
   void HandleToken(const TokenUpdate& update, std::vector<Delivery>* out);
+  // Files one ALL_TOKENS chunk's scores under its request (prompt log-probabilities).
+  void StorePromptLogprobs(const v1::PromptLogprobs& scores);
   void FinishRequest(Request& request, FinishReason reason, absl::Status error,
                      std::vector<Delivery>* out, GenerateEvent event);
   void FailAll(const absl::Status& status, std::vector<Delivery>* out);

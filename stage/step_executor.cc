@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
+#include "stage/last_stage_outputs.h"
 #include "stage/sampling/sampler.h"
 
 namespace ringserve {
@@ -178,38 +179,36 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
     return outcome;
   }
 
-  SampledRows sampled;
   if (resident_ != nullptr) {
-    RS_ASSIGN_OR_RETURN(sampled, resident_->SampleResident(decoded.batch, decoded.sampling));
+    if (HasAllTokensChunk(decoded.batch)) {
+      return absl::UnimplementedError(
+          "prompt log-probabilities (ALL_TOKENS logits) need a CPU last stage");
+    }
+    RS_ASSIGN_OR_RETURN(SampledRows sampled,
+                        resident_->SampleResident(decoded.batch, decoded.sampling));
+    if (sampled.tokens.size() != decoded.sampling.size() ||
+        sampled.logprobs.size() != sampled.tokens.size()) {
+      return absl::InternalError(fmt::format("slice sampled {} tokens for {} rows",
+                                             sampled.tokens.size(), decoded.sampling.size()));
+    }
+    size_t row = 0;
+    for (const SequenceChunk& chunk : decoded.batch.chunks) {
+      if (chunk.logits != LogitsMode::kLastToken) continue;
+      v1::SampledToken token;
+      token.set_seq_id(chunk.seq_id);
+      token.set_token_id(sampled.tokens[row]);
+      token.set_logprob(sampled.logprobs[row]);
+      outcome.tokens.push_back(token);
+      ++row;
+    }
   } else {
-    const int vocab = slice_->config().vocab_size;
     RS_ASSIGN_OR_RETURN(
         std::vector<float> logits,
         slice_->Forward(decoded.batch, first ? std::span<const float>() : hidden_in_));
-    if (logits.size() != decoded.sampling.size() * static_cast<size_t>(vocab)) {
-      return absl::InternalError(fmt::format("slice returned {} logits, expected {} rows x {}",
-                                             logits.size(), decoded.sampling.size(), vocab));
-    }
-    RS_ASSIGN_OR_RETURN(sampled.tokens, SampleTokens(logits, vocab, decoded.sampling));
-    for (size_t row = 0; row < sampled.tokens.size(); ++row) {
-      sampled.logprobs.push_back(TokenLogprob(
-          std::span<const float>(logits).subspan(row * vocab, vocab), sampled.tokens[row]));
-    }
-  }
-  if (sampled.tokens.size() != decoded.sampling.size() ||
-      sampled.logprobs.size() != sampled.tokens.size()) {
-    return absl::InternalError(fmt::format("slice sampled {} tokens for {} rows",
-                                           sampled.tokens.size(), decoded.sampling.size()));
-  }
-  size_t row = 0;
-  for (const SequenceChunk& chunk : decoded.batch.chunks) {
-    if (chunk.logits != LogitsMode::kLastToken) continue;
-    v1::SampledToken token;
-    token.set_seq_id(chunk.seq_id);
-    token.set_token_id(sampled.tokens[row]);
-    token.set_logprob(sampled.logprobs[row]);
-    outcome.tokens.push_back(token);
-    ++row;
+    RS_ASSIGN_OR_RETURN(LastStageOutputs outputs,
+                        SampleAndScore(logits, slice_->config().vocab_size, decoded));
+    outcome.tokens = std::move(outputs.tokens);
+    outcome.prompt_logprobs = std::move(outputs.prompt_logprobs);
   }
   const int64_t cpu_us = MicrosSince(busy_start);
   timing_.AddCompute(cpu_us, 0);
