@@ -42,7 +42,7 @@
 #include "stage/model/model_config.h"
 
 #ifndef RINGSERVE_DEFAULT_MODEL_DIR
-#define RINGSERVE_DEFAULT_MODEL_DIR "tests/fixtures/models/llama"
+#define RINGSERVE_DEFAULT_MODEL_DIR "models/ringserve-tiny"
 #endif
 
 namespace ringserve {

@@ -65,6 +65,9 @@ GREEDY_PROMPTS = [
     "Blessed are the",
     "CYNIC, n.",
     "The king of Israel",
+    "And it came to pass, when",
+    "LAWYER, n.",
+    "For God so loved the world,",
 ]
 GREEDY_NEW_TOKENS = 24
 TOKENIZER_EDGE_CASES = [
@@ -335,7 +338,7 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--steps", type=int, default=2500)
+    ap.add_argument("--steps", type=int, default=1100)
     ap.add_argument("--draft-steps", type=int, default=1500)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--max-train-seconds", type=float, default=170.0,
