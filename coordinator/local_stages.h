@@ -28,12 +28,21 @@ class LocalStages {
   LocalStages& operator=(LocalStages&&) = default;
   ~LocalStages() { TerminateAll(); }
 
+  // Starts again, on the same control port, every stage process that has exited (killed,
+  // crashed), waiting up to `timeout` for each to listen. The ring is then formed again.
+  absl::Status RespawnExited(absl::Duration timeout);
+
   // Waits up to `grace` for each stage to exit (after the coordinator asked them to), then
   // terminates the rest.
   void TerminateAll(absl::Duration grace = absl::Seconds(3));
 
  private:
   LocalStages() = default;
+  absl::StatusOr<Subprocess> Spawn(int index) const;
+  absl::Status WaitListening(int index, absl::Duration timeout);
+
+  std::string stage_binary_;
+  std::vector<std::string> endpoints_;
   std::vector<Subprocess> processes_;
 };
 

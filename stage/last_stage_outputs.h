@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/stage.pb.h"
-#include "stage/plan_proto.h"
+#include "ring/plan_codec.h"
 
 namespace ringserve {
 

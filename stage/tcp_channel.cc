@@ -108,9 +108,17 @@ absl::Status WriteFull(int fd, const std::byte* data, size_t size, absl::Time de
   return absl::OkStatus();
 }
 
-void SetNoDelay(int fd) {
+// Low latency (no Nagle) and keepalive probes on an activation connection.
+void TuneConnection(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // A neighbour whose host vanished (no reset ever comes) is noticed within about 5 s instead
+  // of at the step timeout: keepalive probes after 2 s idle, every second, 3 unanswered.
+  int idle_s = 2, interval_s = 1, probes = 3;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
 }
 
 absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port, bool passive) {
@@ -330,7 +338,7 @@ absl::StatusOr<std::unique_ptr<TcpLink>> TcpListener::AcceptLink(int expected_se
       if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
       return absl::UnavailableError(fmt::format("{}: accept: {}", what, ErrnoText()));
     }
-    SetNoDelay(conn);
+    TuneConnection(conn);
     std::string peer = PeerName(addr);
     std::byte hello[kHelloBytes];
     absl::Status status = ReadFull(conn, hello, kHelloBytes, deadline, what);
@@ -383,7 +391,7 @@ absl::StatusOr<std::unique_ptr<TcpLink>> TcpConnectLink(const std::string& endpo
     }
     freeaddrinfo(info);
     if (fd >= 0) {
-      SetNoDelay(fd);
+      TuneConnection(fd);
       std::byte hello[kHelloBytes];
       PutU32(hello, kHelloMagic);
       PutU32(hello + 4, static_cast<uint32_t>(sender_index));
