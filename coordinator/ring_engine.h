@@ -13,7 +13,8 @@
 // neither loses nor repeats a token and greedy (or seeded) output equals an undisturbed run.
 // While the ring is down, new requests wait, up to `max_waiting_while_down`; beyond that they
 // get Unavailable; once it has been down for `ring_down_timeout`, the waiting requests fail
-// (Unavailable) while re-forming goes on. With `recover` false a failure fails every request and ends serving.
+// (Unavailable) while re-forming goes on. With `recover` false a failure fails every request and
+// ends serving.
 //
 // Thread-safe (see Engine). Callbacks run on the engine thread.
 #pragma once

@@ -17,10 +17,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ring/plan_codec.h"
 #include "stage/activation_channel.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/resident_slice.h"
-#include "ring/plan_codec.h"
 #include "stage/stage_backend.h"
 
 namespace ringserve {

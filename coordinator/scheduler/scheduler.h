@@ -54,8 +54,8 @@
 #include "absl/status/statusor.h"
 #include "coordinator/engine.h"
 #include "coordinator/scheduler/kv_block_manager.h"
-#include "ring/micro_batch.h"
 #include "ring/defaults.h"
+#include "ring/micro_batch.h"
 
 namespace ringserve {
 
@@ -71,10 +71,10 @@ struct SchedulerOptions {
   int max_micro_batches_in_flight = 0;  // M >= 1; 0 = num_stages
   int max_tokens_per_micro_batch = kDefaultMaxTokensPerMicroBatch;
   int max_sequences_per_micro_batch = 256;
-  int max_running_sequences = 256;  // admitted (holding or about to hold KV blocks)
-  int kv_block_size = kDefaultKvBlockSize;           // positions per block
-  int kv_num_blocks = 256;          // per stage pool = global capacity (min over stages)
-  int max_context = 0;              // positions per sequence (prompt + generated); 0 = no limit
+  int max_running_sequences = 256;          // admitted (holding or about to hold KV blocks)
+  int kv_block_size = kDefaultKvBlockSize;  // positions per block
+  int kv_num_blocks = 256;                  // per stage pool = global capacity (min over stages)
+  int max_context = 0;  // positions per sequence (prompt + generated); 0 = no limit
   std::vector<int32_t> eos_token_ids;
   DecodePacking decode_packing = DecodePacking::kSpread;
 };

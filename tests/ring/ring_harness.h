@@ -24,11 +24,11 @@ struct RingOptions {
   std::string model_dir;
   std::vector<int> partition;  // layer counts, one per stage
   int micro_batches_in_flight = 0;
-  int max_tokens_per_micro_batch = 0;  // 0 = default
-  int kv_blocks = 0;                   // 0 = default
-  int stage_step_delay_ms = 0;         // stage --debug-step-delay-ms (a slow ring)
-  std::string device = "cpu";          // every stage's device ("cpu", "cuda:0")
-  std::string channel = "tcp";         // hosts.yaml channel
+  int max_tokens_per_micro_batch = 0;           // 0 = default
+  int kv_blocks = 0;                            // 0 = default
+  int stage_step_delay_ms = 0;                  // stage --debug-step-delay-ms (a slow ring)
+  std::string device = "cpu";                   // every stage's device ("cpu", "cuda:0")
+  std::string channel = "tcp";                  // hosts.yaml channel
   std::vector<std::string> coordinator_args{};  // extra coordinator flags
 };
 
