@@ -1,6 +1,7 @@
 #include "common/dtype.h"
 
 #include <cmath>
+#include <cstdlib>
 
 namespace ringserve {
 
@@ -10,9 +11,23 @@ size_t DTypeSize(DType dtype) {
       return 4;
     case DType::kF16:
     case DType::kBF16:
+    case DType::kI16:
       return 2;
+    case DType::kF8E4M3:
+    case DType::kF8E8M0:
+    case DType::kI8:
+    case DType::kU8:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   return 0;
+}
+
+bool IsFloatDType(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
 }
 
 std::string_view DTypeName(DType dtype) {
@@ -23,6 +38,20 @@ std::string_view DTypeName(DType dtype) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kF8E8M0:
+      return "F8_E8M0";
+    case DType::kI8:
+      return "I8";
+    case DType::kU8:
+      return "U8";
+    case DType::kI16:
+      return "I16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
   }
   return "?";
 }
@@ -31,6 +60,13 @@ std::optional<DType> ParseDType(std::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
+  if (name == "F8_E8M0") return DType::kF8E8M0;
+  if (name == "I8") return DType::kI8;
+  if (name == "U8") return DType::kU8;
+  if (name == "I16") return DType::kI16;
+  if (name == "I32") return DType::kI32;
+  if (name == "I64") return DType::kI64;
   return std::nullopt;
 }
 
@@ -68,6 +104,21 @@ uint16_t FloatToHalf(float value) {
   return sign | static_cast<uint16_t>(half);
 }
 
+float Fp8E4M3ToFloat(uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xf;
+  const int mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return NAN;
+  const float magnitude = exponent == 0
+                              ? std::ldexp(static_cast<float>(mantissa), -9)
+                              : std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+  return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+float E8M0ToFloat(uint8_t bits) {
+  if (bits == 0xff) return NAN;
+  return std::ldexp(1.0f, static_cast<int>(bits) - 127);
+}
+
 void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {
   switch (dtype) {
     case DType::kF32:
@@ -84,7 +135,16 @@ void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {
       }
       return;
     }
+    case DType::kF8E4M3:
+    case DType::kF8E8M0:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kI16:
+    case DType::kI32:
+    case DType::kI64:
+      break;
   }
+  std::abort();  // a storage type: the caller must check IsFloatDType first
 }
 
 }  // namespace ringserve

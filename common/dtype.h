@@ -1,4 +1,7 @@
-// Element types of tensors on disk and on the wire, and conversions to and from fp32.
+// Element types of tensors on disk and on the wire, and conversions to and from fp32. The float
+// types (F32, F16, BF16) are what weights and activations travel in; the others are storage types
+// of quantized checkpoints (packed integers, FP8 values and scales), read through
+// stage/model/quant.
 #pragma once
 
 #include <cstdint>
@@ -8,11 +11,25 @@
 
 namespace ringserve {
 
-enum class DType { kF32, kF16, kBF16 };
+enum class DType {
+  kF32,
+  kF16,
+  kBF16,
+  kF8E4M3,  // float8_e4m3fn: no infinities, 0x7f/0xff are NaN
+  kF8E8M0,  // exponent only: 2^(bits - 127), 0xff is NaN
+  kI8,
+  kU8,
+  kI16,
+  kI32,
+  kI64,
+};
 
-// Bytes per element: 4, 2, 2.
+// Bytes per element: 4, 2, 2, 1, 1, 1, 1, 2, 4, 8.
 size_t DTypeSize(DType dtype);
-// Safetensors spelling: "F32", "F16", "BF16".
+// F32, F16 or BF16 (what ConvertToFloat reads).
+bool IsFloatDType(DType dtype);
+// Safetensors spelling: "F32", "F16", "BF16", "F8_E4M3", "F8_E8M0", "I8", "U8", "I16", "I32",
+// "I64".
 std::string_view DTypeName(DType dtype);
 // Parses the safetensors spelling; nullopt for anything else.
 std::optional<DType> ParseDType(std::string_view name);
@@ -34,9 +51,15 @@ inline uint16_t FloatToBF16(float value) {
 }
 
 float HalfToFloat(uint16_t bits);
+// float8_e4m3fn (sign, 4 exponent bits with bias 7, 3 mantissa bits; subnormals; S.1111.111 is
+// NaN) to fp32, exactly.
+float Fp8E4M3ToFloat(uint8_t bits);
+// E8M0 (an unsigned biased exponent) to fp32: 2^(bits - 127) exactly; 0xff is NaN.
+float E8M0ToFloat(uint8_t bits);
 uint16_t FloatToHalf(float value);
 
-// Converts `count` elements of `dtype` at `src` to fp32 at `dst`.
+// Converts `count` elements of `dtype` at `src` to fp32 at `dst`. `dtype` must be a float type
+// (IsFloatDType); other types are the caller's bug (it aborts).
 void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst);
 
 }  // namespace ringserve

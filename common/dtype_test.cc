@@ -16,6 +16,42 @@ TEST(DTypeTest, ParsesSafetensorsNamesAndRejectsOthers) {
   EXPECT_EQ(DTypeSize(DType::kBF16), 2u);
 }
 
+TEST(DTypeTest, ParsesQuantizedStorageTypes) {
+  EXPECT_EQ(ParseDType("F8_E4M3"), DType::kF8E4M3);
+  EXPECT_EQ(ParseDType("F8_E8M0"), DType::kF8E8M0);
+  EXPECT_EQ(ParseDType("I32"), DType::kI32);
+  EXPECT_EQ(ParseDType("I64"), DType::kI64);
+  EXPECT_EQ(ParseDType("U8"), DType::kU8);
+  EXPECT_FALSE(ParseDType("F8_E5M2").has_value());
+  EXPECT_EQ(DTypeSize(DType::kF8E4M3), 1u);
+  EXPECT_EQ(DTypeSize(DType::kI64), 8u);
+  EXPECT_EQ(DTypeName(DType::kF8E4M3), "F8_E4M3");
+  EXPECT_FALSE(IsFloatDType(DType::kI32));
+  EXPECT_TRUE(IsFloatDType(DType::kBF16));
+}
+
+// float8_e4m3fn as torch defines it: bias 7, subnormals, no infinities, S.1111.111 is NaN.
+TEST(DTypeTest, Fp8E4M3DecodesEveryClassOfValue) {
+  EXPECT_EQ(Fp8E4M3ToFloat(0x00), 0.0f);
+  EXPECT_TRUE(std::signbit(Fp8E4M3ToFloat(0x80)));
+  EXPECT_EQ(Fp8E4M3ToFloat(0x38), 1.0f);                  // e=7, m=0
+  EXPECT_EQ(Fp8E4M3ToFloat(0x3c), 1.5f);                  // e=7, m=4
+  EXPECT_EQ(Fp8E4M3ToFloat(0xc0), -2.0f);                 // e=8
+  EXPECT_EQ(Fp8E4M3ToFloat(0x7e), 448.0f);                // the largest finite value
+  EXPECT_EQ(Fp8E4M3ToFloat(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
+  EXPECT_EQ(Fp8E4M3ToFloat(0x08), std::ldexp(1.0f, -6));  // the smallest normal
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToFloat(0x7f)));
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToFloat(0xff)));
+  EXPECT_EQ(Fp8E4M3ToFloat(0x78), 256.0f);  // e=15 is a normal exponent in the fn variant
+}
+
+TEST(DTypeTest, E8M0IsAPowerOfTwo) {
+  EXPECT_EQ(E8M0ToFloat(127), 1.0f);
+  EXPECT_EQ(E8M0ToFloat(120), 1.0f / 128);
+  EXPECT_EQ(E8M0ToFloat(130), 8.0f);
+  EXPECT_TRUE(std::isnan(E8M0ToFloat(0xff)));
+}
+
 TEST(DTypeTest, BF16RoundsToNearestEven) {
   EXPECT_EQ(FloatToBF16(1.0f), 0x3f80);
   EXPECT_EQ(BF16ToFloat(0x3f80), 1.0f);

@@ -88,14 +88,16 @@ struct RequestStats {
   int running = 0;
   double tokens_per_second = 0;  // generated, recent window
   // Means over every finished request so far (0 until one finished).
-  double mean_queue_ms = 0;         // submitted -> first scheduled
-  double mean_ttft_ms = 0;          // submitted -> first generated token
-  double mean_inter_token_ms = 0;   // between consecutive generated tokens
-  int micro_batches_in_flight = 0;  // plans sent and not yet returned by the last stage
-  int64_t preemptions = 0;          // cumulative
-  int64_t ring_restarts = 0;        // the ring re-formed after a stage failure, cumulative
-  int64_t resumed_requests = 0;     // requests resumed by recomputation after a re-form
-  int64_t rejected = 0;             // refused by the engine (ring down and its queue full)
+  double mean_queue_ms = 0;          // submitted -> first scheduled
+  double mean_ttft_ms = 0;           // submitted -> first generated token
+  double mean_inter_token_ms = 0;    // between consecutive generated tokens
+  int micro_batches_in_flight = 0;   // plans sent and not yet returned by the last stage
+  int64_t preemptions = 0;           // cumulative
+  int64_t ring_restarts = 0;         // the ring re-formed after a stage failure, cumulative
+  int64_t resumed_requests = 0;      // requests resumed by recomputation after a re-form
+  int64_t rejected = 0;              // refused by the engine (ring down and its queue full)
+  int64_t prefix_lookup_tokens = 0;  // prompt tokens of admitted requests, cumulative
+  int64_t prefix_hit_tokens = 0;     // of those, found in the prefix cache (prefill skipped)
 };
 
 // One finished request's timings (recent ones, for the dashboard and /metrics).

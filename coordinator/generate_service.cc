@@ -211,6 +211,8 @@ grpc::Status GenerateService::Stats(grpc::ServerContext*, const v1::StatsRequest
   response->set_ring_restarts(r.ring_restarts);
   response->set_resumed_requests(r.resumed_requests);
   response->set_rejected(r.rejected);
+  response->set_prefix_lookup_tokens(r.prefix_lookup_tokens);
+  response->set_prefix_hit_tokens(r.prefix_hit_tokens);
   response->set_mean_inter_token_ms(r.mean_inter_token_ms);
   response->set_micro_batches_in_flight(r.micro_batches_in_flight);
   return grpc::Status::OK;

@@ -20,15 +20,15 @@ absl::Status GrpcRingLink::Open(Handlers handlers) {
   for (auto& stage : stages_) {
     const int index = stage->index();
     const std::string endpoint = stage->endpoint();
-    RS_RETURN_IF_ERROR(stage->StartSteps(
-        [this](v1::StepResult result) { Deliver(std::move(result)); },
-        [this, index, endpoint](absl::Status status) {
-          if (status.ok()) {
-            status = absl::UnavailableError(
-                fmt::format("stage {} ({}) closed its Steps stream", index, endpoint));
-          }
-          Fail(std::move(status));
-        }));
+    RS_RETURN_IF_ERROR(
+        stage->StartSteps([this](v1::StepResult result) { Deliver(std::move(result)); },
+                          [this, index, endpoint](absl::Status status) {
+                            if (status.ok()) {
+                              status = absl::UnavailableError(fmt::format(
+                                  "stage {} ({}) closed its Steps stream", index, endpoint));
+                            }
+                            Fail(std::move(status));
+                          }));
   }
   return absl::OkStatus();
 }
@@ -39,9 +39,9 @@ void GrpcRingLink::Deliver(v1::StepResult result) {
   if (!result.error().empty()) {
     failed_ = true;
     if (handlers_.on_failure) {
-      handlers_.on_failure(absl::InternalError(
-          fmt::format("stage {}: micro-batch {}: {}", result.stage_index(),
-                      result.micro_batch_id(), result.error())));
+      handlers_.on_failure(
+          absl::InternalError(fmt::format("stage {}: micro-batch {}: {}", result.stage_index(),
+                                          result.micro_batch_id(), result.error())));
     }
     return;
   }

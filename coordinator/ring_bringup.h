@@ -23,7 +23,7 @@ struct StageProgress {
   int stage = -1;
   std::string endpoint{};  // the stage's control endpoint; empty for the ring
   std::string message{};   // "loading layers [2, 4) ...", "ready", "connecting to 3 stage(s)"
-  bool ready = false;    // the stage has loaded its slice
+  bool ready = false;      // the stage has loaded its slice
 };
 using ProgressCallback = std::function<void(const StageProgress&)>;
 

@@ -92,7 +92,7 @@ absl::Status RingEngine::InstallRingLocked(FormedRing formed, uint64_t generatio
   sched.kv_num_blocks = formed.kv_num_blocks;
   RS_RETURN_IF_ERROR(Scheduler::Validate(sched));
   const bool reformed = scheduler_ != nullptr;
-  if (reformed) telemetry_.CarryPreemptions(scheduler_->Stats().preemptions);
+  if (reformed) telemetry_.CarrySchedulerCounters(scheduler_->Stats());
   scheduler_ = std::make_unique<Scheduler>(sched);
   kv_num_blocks_ = formed.kv_num_blocks;
   link_ = std::move(formed.link);

@@ -81,7 +81,7 @@ struct Harness {
   std::atomic<int> formed{0};  // rings formed so far
   std::atomic<int> closed{0};  // rings the engine has closed
   std::atomic<int> attempts{0};
-  std::atomic<int> failing_attempts{0};  // re-form attempts (>= 1) that fail first
+  std::atomic<int> failing_attempts{0};       // re-form attempts (>= 1) that fail first
   std::vector<FakeRingOptions> ring_options;  // per formed ring; the last repeats
 
   RingEngineOptions Options(int kv_blocks = 64, bool recover = true) {
@@ -183,7 +183,9 @@ TEST(RingEngineTest, RingFailureResumesEveryRequestWithTheUndisturbedTokens) {
   for (bool stage_error : {false, true}) {
     Harness h;
     // The first ring fails after 7 micro-batches, the second after 5 more; the third holds.
-    h.ring_options = {{.num_stages = 2, .vocab_size = kVocab, .fail_after_micro_batches = 7,
+    h.ring_options = {{.num_stages = 2,
+                       .vocab_size = kVocab,
+                       .fail_after_micro_batches = 7,
                        .fail_as_stage_error = stage_error},
                       {.num_stages = 2, .vocab_size = kVocab, .fail_after_micro_batches = 5},
                       {.num_stages = 2, .vocab_size = kVocab}};
@@ -239,8 +241,7 @@ TEST(RingEngineTest, RequestsWaitWhileTheRingIsDownUpToABound) {
 
 TEST(RingEngineTest, CancelFinishesOnlyThatRequest) {
   Harness h;
-  h.ring_options = {
-      {.num_stages = 2, .vocab_size = kVocab, .step_time = absl::Milliseconds(2)}};
+  h.ring_options = {{.num_stages = 2, .vocab_size = kVocab, .step_time = absl::Milliseconds(2)}};
   auto engine = RingEngine::Start(h.Options());
   ASSERT_TRUE(engine.ok()) << engine.status();
   Collector c;

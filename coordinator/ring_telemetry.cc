@@ -47,8 +47,8 @@ void RingTelemetry::OnStepResult(const v1::StepResult& result, int64_t now_us) {
                                   .end_us = now_us,
                                   .num_tokens = result.num_tokens()});
   track.waits.emplace_back(now_us, result.wait_us());
-  while (!track.spans.empty() && (track.spans.front().end_us < now_us - kSpanWindowUs ||
-                                  track.spans.size() > kMaxSpans)) {
+  while (!track.spans.empty() &&
+         (track.spans.front().end_us < now_us - kSpanWindowUs || track.spans.size() > kMaxSpans)) {
     track.spans.pop_front();
   }
   while (!track.waits.empty() && track.waits.front().first < now_us - kSpanWindowUs) {
@@ -56,13 +56,21 @@ void RingTelemetry::OnStepResult(const v1::StepResult& result, int64_t now_us) {
   }
 }
 
-void RingTelemetry::OnTokens(int count, int64_t now_us) { recent_tokens_.emplace_back(now_us, count); }
+void RingTelemetry::OnTokens(int count, int64_t now_us) {
+  recent_tokens_.emplace_back(now_us, count);
+}
 
 void RingTelemetry::OnRingFailed() {
   for (StageTrack& track : stages_) {
     track.in_flight = 0;
     track.load_status = "ring down";
   }
+}
+
+void RingTelemetry::CarrySchedulerCounters(const SchedulerStats& stats) {
+  counters_.preemptions += stats.preemptions;
+  counters_.prefix_lookup_tokens += stats.prefix_lookup_tokens;
+  counters_.prefix_hit_tokens += stats.prefix_hit_tokens;
 }
 
 void RingTelemetry::OnRingReformed(int resumed) {
@@ -132,6 +140,8 @@ RingStats RingTelemetry::Snapshot(int64_t now_us, const SchedulerStats& sched, i
   stats.requests.running = sched.running;
   stats.requests.micro_batches_in_flight = sched.micro_batches_in_flight;
   stats.requests.preemptions = counters_.preemptions + sched.preemptions;
+  stats.requests.prefix_lookup_tokens = counters_.prefix_lookup_tokens + sched.prefix_lookup_tokens;
+  stats.requests.prefix_hit_tokens = counters_.prefix_hit_tokens + sched.prefix_hit_tokens;
   while (!recent_tokens_.empty() && recent_tokens_.front().first < now_us - kTokenWindowUs) {
     recent_tokens_.pop_front();
   }
@@ -139,8 +149,8 @@ RingStats RingTelemetry::Snapshot(int64_t now_us, const SchedulerStats& sched, i
   for (const auto& [t, n] : recent_tokens_) tokens += n;
   const int64_t token_window = std::min<int64_t>(kTokenWindowUs, std::max<int64_t>(now_us, 1));
   stats.requests.tokens_per_second = static_cast<double>(tokens) * 1e6 / token_window;
-  const int64_t finished = counters_.requests_finished + counters_.requests_failed +
-                           counters_.requests_cancelled;
+  const int64_t finished =
+      counters_.requests_finished + counters_.requests_failed + counters_.requests_cancelled;
   stats.requests.mean_queue_ms = finished > 0 ? sum_queue_ms_ / finished : 0;
   stats.requests.mean_ttft_ms = timed_requests_ > 0 ? sum_ttft_ms_ / timed_requests_ : 0;
   stats.requests.mean_inter_token_ms =

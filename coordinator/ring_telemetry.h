@@ -42,8 +42,8 @@ class RingTelemetry {
   // The ring was formed again after a failure, resuming `resumed` requests.
   void OnRingReformed(int resumed);
   void OnRejected() { counters_.rejected++; }
-  // Preemptions counted by a scheduler that is being replaced (its counter starts again).
-  void CarryPreemptions(int64_t count) { counters_.preemptions += count; }
+  // The cumulative counters of a scheduler that is being replaced (its own start again).
+  void CarrySchedulerCounters(const SchedulerStats& stats);
   // A request ended; `timing` carries its queue, TTFT and inter-token figures, measured once
   // by the engine. `inter_token_sum_ms` is the sum of its gaps (completion_tokens - 1 of them).
   void OnRequestFinished(const RequestTiming& timing, double inter_token_sum_ms,

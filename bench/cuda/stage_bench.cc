@@ -26,8 +26,8 @@
 #include "kernels/cuda/graph_edges.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
-#include "stage/cuda/cuda_model_slice.h"
 #include "ring/model_config.h"
+#include "stage/cuda/cuda_model_slice.h"
 
 namespace ringserve::cuda {
 namespace {

@@ -248,6 +248,14 @@ std::string RenderPrometheus(const ServingMetrics& metrics, const RingStats& sta
   w.Family("ringserve_preemptions_total", "counter",
            "Sequences preempted (KV cache full) and recomputed later.");
   w.Sample("ringserve_preemptions_total", "", static_cast<double>(req.preemptions));
+  w.Family("ringserve_prefix_cache_lookup_tokens_total", "counter",
+           "Prompt tokens of admitted requests looked up in the prefix cache.");
+  w.Sample("ringserve_prefix_cache_lookup_tokens_total", "",
+           static_cast<double>(req.prefix_lookup_tokens));
+  w.Family("ringserve_prefix_cache_hit_tokens_total", "counter",
+           "Prompt tokens found in the prefix cache (their prefill skipped).");
+  w.Sample("ringserve_prefix_cache_hit_tokens_total", "",
+           static_cast<double>(req.prefix_hit_tokens));
   w.Family("ringserve_ring_restarts_total", "counter",
            "Times the ring was formed again after a stage failure.");
   w.Sample("ringserve_ring_restarts_total", "", static_cast<double>(req.ring_restarts));

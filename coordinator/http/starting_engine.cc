@@ -1,6 +1,5 @@
 #include "coordinator/http/starting_engine.h"
 
-
 #include "fmt/format.h"
 
 namespace ringserve::http {

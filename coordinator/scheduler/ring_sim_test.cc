@@ -249,8 +249,11 @@ TEST(RingSimTest, CancellationFreesBlocksAndOthersFinish) {
   }
 }
 
+// Random rings, policies, caches and requests (half of them sharing prompt prefixes, prefix
+// caching on in most runs), with cancellations and preemption.
 TEST(RingSimTest, RandomStressKeepsInvariantsAndFinishesEveryRequest) {
   constexpr int32_t kEos = 0;
+  int64_t prefix_hits = 0;
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     std::mt19937 rng(seed);
@@ -266,6 +269,7 @@ TEST(RingSimTest, RandomStressKeepsInvariantsAndFinishesEveryRequest) {
     options.max_tokens_per_micro_batch = uniform(4, 256);
     options.max_running_sequences = uniform(2, 64);
     options.eos_token_ids = {kEos};
+    options.prefix_caching = uniform(0, 3) != 0;
     const int capacity = options.kv_num_blocks * options.kv_block_size;
 
     RingSimOptions sim = Costs(options.num_stages, 1.0, 0.01 * uniform(0, 5), 0.1 * uniform(0, 3));
@@ -283,6 +287,13 @@ TEST(RingSimTest, RandomStressKeepsInvariantsAndFinishesEveryRequest) {
       request.arrival_time = uniform(0, 200);
       request.prompt.resize(std::min(uniform(1, 120), capacity));
       for (int32_t& token : request.prompt) token = uniform(1, 1000);
+      // Half the requests share a prefix with an earlier one (a system prompt, a chat turn).
+      if (i > 0 && uniform(0, 1) == 1) {
+        const std::vector<int32_t>& earlier = requests[uniform(0, i - 1)].prompt;
+        const size_t shared = std::min(earlier.size(), request.prompt.size());
+        std::copy(earlier.begin(), earlier.begin() + uniform(0, static_cast<int>(shared)),
+                  request.prompt.begin());
+      }
       request.params.max_tokens = uniform(1, 40);
       request.params.ignore_eos = uniform(0, 9) == 0;
       if (uniform(0, 4) == 0) request.cancel_time = request.arrival_time + uniform(0, 100);
@@ -292,6 +303,7 @@ TEST(RingSimTest, RandomStressKeepsInvariantsAndFinishesEveryRequest) {
     SimResult result = SimulateRing(scheduler, sim, requests);
     ExpectClean(result);
     if (!result.violations.empty()) break;
+    prefix_hits += scheduler.Stats().prefix_hit_tokens;
     for (const SimRequest& request : requests) {
       const SimRequestResult& out = result.requests.at(request.seq_id);
       const int limit = std::min<int>(request.params.max_tokens,
@@ -316,6 +328,7 @@ TEST(RingSimTest, RandomStressKeepsInvariantsAndFinishesEveryRequest) {
       }
     }
   }
+  EXPECT_GT(prefix_hits, 0);  // the shared prefixes were found in the cache
 }
 
 }  // namespace

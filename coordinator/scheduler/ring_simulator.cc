@@ -209,9 +209,13 @@ class Simulation {
         }
       }
       if (alive) {
+        // Every earlier position must hold this sequence's token there (written by it, or by
+        // another sequence with the same prefix: a prefix-cache hit), so its K/V are right.
+        const std::vector<int32_t> history = History(chunk.seq_id);
         for (int32_t position = 0; position < chunk.start_position; ++position) {
           const KvEntry& entry = slot(position);
-          if (entry.seq_id != chunk.seq_id || entry.position != position) {
+          if (entry.position != position || position >= static_cast<int32_t>(history.size()) ||
+              entry.token != history[position]) {
             Violation(
                 fmt::format("stage {} plan {} seq {}: KV of position {} missing or "
                             "overwritten (holds seq {} position {})",

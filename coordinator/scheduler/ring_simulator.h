@@ -12,8 +12,9 @@
 //
 // The simulator also checks what a real ring relies on, and records a violation (never aborts):
 //   - each stage keeps a simulated KV cache (block, offset) -> (seq, position, token); a chunk
-//     must find its positions [0, start) in its block table written by its own sequence with
-//     the right tokens (catches clobbered or freed-and-reused blocks, bad block tables, wrong
+//     must find its positions [0, start) in its block table written with the sequence's own
+//     tokens at those positions (by itself, or by a sequence with the same prefix: a prefix-
+//     cache hit) (catches clobbered or freed-and-reused blocks, bad block tables, wrong
 //     re-prefill after preemption);
 //   - a chunk's token ids are the sequence's prompt + sampled tokens at those positions;
 //   - a sampling chunk's token_index equals the tokens generated so far;

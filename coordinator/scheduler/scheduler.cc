@@ -31,6 +31,10 @@ struct Scheduler::State {
     int in_flight = 0;            // plans in flight that name this sequence
     bool awaiting_token = false;  // its sampling chunk is in flight
     std::vector<int32_t> blocks;
+    // Prefix caching: its first `num_hashed` blocks are registered (or were found) in the
+    // cache, and `chain` is the last one's hash.
+    int num_hashed = 0;
+    uint64_t chain = kPrefixRoot;
 
     int num_generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
     int pending() const { return static_cast<int>(tokens.size()) - num_scheduled; }
@@ -80,10 +84,52 @@ struct Scheduler::State {
     blocks.Free(seq.blocks);
     seq.blocks.clear();
     seq.num_scheduled = 0;
+    seq.num_hashed = 0;
+    seq.chain = kPrefixRoot;
     seq.running = false;
     running.erase(seq.key());
     waiting.insert(seq.key());
     ++counters.preemptions;
+  }
+
+  // Prefix caching, on admission: takes the cached blocks that hold `seq`'s leading full
+  // blocks (at least its last token is left to compute, for its logits) and counts the hit.
+  void MatchPrefix(Sequence& seq) {
+    const int block_size = blocks.block_size();
+    const int max_blocks = static_cast<int>((seq.tokens.size() - 1) / block_size);
+    counters.prefix_lookup_tokens += static_cast<int64_t>(seq.tokens.size());
+    while (seq.num_hashed < max_blocks) {
+      std::span<const int32_t> tokens(seq.tokens.data() + seq.num_hashed * block_size, block_size);
+      std::optional<int32_t> block = blocks.Lookup(seq.chain, tokens);
+      if (!block) break;
+      seq.blocks.push_back(*block);
+      seq.chain = PrefixHash(seq.chain, tokens);
+      ++seq.num_hashed;
+    }
+    seq.num_scheduled = seq.num_hashed * block_size;
+    counters.prefix_hit_tokens += seq.num_scheduled;
+  }
+
+  // Gives back what MatchPrefix took (admission did not go through after all).
+  void UnmatchPrefix(Sequence& seq) {
+    counters.prefix_lookup_tokens -= static_cast<int64_t>(seq.tokens.size());
+    counters.prefix_hit_tokens -= seq.num_scheduled;
+    blocks.Free(seq.blocks);
+    seq.blocks.clear();
+    seq.num_scheduled = 0;
+    seq.num_hashed = 0;
+    seq.chain = kPrefixRoot;
+  }
+
+  // Registers `seq`'s blocks that its planned positions now fill completely.
+  void RegisterFullBlocks(Sequence& seq) {
+    const int block_size = blocks.block_size();
+    while ((seq.num_hashed + 1) * block_size <= seq.num_scheduled) {
+      std::span<const int32_t> tokens(seq.tokens.data() + seq.num_hashed * block_size, block_size);
+      blocks.Register(seq.blocks[seq.num_hashed], seq.chain, tokens);
+      seq.chain = PrefixHash(seq.chain, tokens);
+      ++seq.num_hashed;
+    }
   }
 
   // The youngest running sequence that no plan names (in flight or being built) and that is
@@ -276,6 +322,7 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
     record.entries.push_back(entry);
     record.arrivals.push_back(seq.arrival);
     seq.num_scheduled += static_cast<int>(num_tokens);
+    if (options_.prefix_caching) s.RegisterFullBlocks(seq);
     seq.awaiting_token = samples;
     ++seq.in_flight;
     budget -= num_tokens;
@@ -336,13 +383,17 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
          static_cast<int>(s.running.size()) < options_.max_running_sequences) {
     State::Sequence& seq = s.sequences.at(s.waiting.begin()->second);
     if (preempted_now.count(seq.id)) break;
-    int64_t want = std::min<int64_t>(seq.pending(), budget);
+    if (options_.prefix_caching) s.MatchPrefix(seq);
+    int64_t want = seq.num_scheduled + std::min<int64_t>(seq.pending(), budget);
     int64_t until = reserve(seq, want, false);
-    if (until < 0) break;
+    if (until < 0) {
+      if (options_.prefix_caching) s.UnmatchPrefix(seq);
+      break;
+    }
     s.waiting.erase(seq.key());
     s.running.insert(seq.key());
     seq.running = true;
-    add_chunk(seq, until, false);
+    add_chunk(seq, until - seq.num_scheduled, false);
   }
 
   if (plan.batch.chunks.empty()) {
@@ -430,6 +481,7 @@ SchedulerStats Scheduler::Stats() const {
   stats.running = static_cast<int>(state_->running.size());
   stats.micro_batches_in_flight = num_in_flight();
   stats.kv_blocks_used = state_->blocks.num_used();
+  stats.kv_blocks_cached = state_->blocks.num_cached_idle();
   stats.kv_blocks_total = state_->blocks.num_blocks();
   return stats;
 }
@@ -490,8 +542,13 @@ absl::Status Scheduler::CheckInvariants() const {
       if (block < 0 || block >= s.blocks.num_blocks() || !s.blocks.IsAllocated(block)) {
         return broken(fmt::format("{} holds block {} that is not allocated", name, block));
       }
-      if (owner[block]++ != 0) return broken(fmt::format("block {} has two owners", block));
-      ++owned;
+      if (owner[block]++ == 0) ++owned;
+    }
+  }
+  for (int block = 0; block < s.blocks.num_blocks(); ++block) {
+    if (owner[block] != s.blocks.holders(block)) {
+      return broken(fmt::format("block {} has {} holders but {} sequences hold it", block,
+                                s.blocks.holders(block), owner[block]));
     }
   }
   if (owned != s.blocks.num_used()) {

@@ -77,6 +77,9 @@ struct SchedulerOptions {
   int max_context = 0;  // positions per sequence (prompt + generated); 0 = no limit
   std::vector<int32_t> eos_token_ids;
   DecodePacking decode_packing = DecodePacking::kSpread;
+  // Reuse the KV blocks of identical prompt prefixes (kv_block_manager.h): a request whose
+  // leading full blocks are cached skips computing them.
+  bool prefix_caching = true;
 };
 
 // Token-level limits of one request (sampling parameters stay with the engine).
@@ -142,7 +145,10 @@ struct SchedulerStats {
   int kv_blocks_total = 0;
   int64_t preemptions = 0;  // cumulative
   int64_t micro_batches_planned = 0;
-  int64_t tokens_generated = 0;  // cumulative, sampled tokens accepted
+  int64_t tokens_generated = 0;      // cumulative, sampled tokens accepted
+  int kv_blocks_cached = 0;          // cached prefix blocks nobody holds (evictable)
+  int64_t prefix_lookup_tokens = 0;  // tokens of admitted sequences, cumulative
+  int64_t prefix_hit_tokens = 0;     // of those, found in the prefix cache (not computed)
 };
 
 class Scheduler {

@@ -19,6 +19,7 @@ SchedulerOptions Options(int stages, int blocks = 256, int block_size = 4, int b
   options.kv_num_blocks = blocks;
   options.kv_block_size = block_size;
   options.max_tokens_per_micro_batch = budget;
+  options.prefix_caching = false;  // on in the PrefixCache tests below
   return options;
 }
 
@@ -405,6 +406,107 @@ TEST(SchedulerTest, AdmissionIsFifoAndBoundedByRunningLimit) {
   plan = scheduler.NextMicroBatch();
   ASSERT_EQ(plan->batch.chunks.size(), 1u);
   EXPECT_EQ(plan->batch.chunks[0].seq_id, 3u);
+}
+
+// Runs every plan to completion, sampling token 7 for each sampling chunk; returns the plans.
+std::vector<MicroBatchPlan> RunToEnd(Scheduler& scheduler) {
+  std::vector<MicroBatchPlan> plans;
+  while (scheduler.HasWork()) {
+    std::optional<MicroBatchPlan> plan = scheduler.NextMicroBatch();
+    if (!plan) break;
+    EXPECT_TRUE(scheduler.OnMicroBatchDone(plan->id, Tokens(*plan, 7)).ok());
+    EXPECT_TRUE(scheduler.CheckInvariants().ok()) << scheduler.CheckInvariants();
+    plans.push_back(std::move(*plan));
+  }
+  return plans;
+}
+
+TEST(PrefixCacheTest, ChainHashDependsOnParentAndEveryToken) {
+  std::vector<int32_t> a = {1, 2, 3, 4}, b = {1, 2, 3, 5};
+  EXPECT_EQ(PrefixHash(kPrefixRoot, a), PrefixHash(kPrefixRoot, a));
+  EXPECT_NE(PrefixHash(kPrefixRoot, a), PrefixHash(kPrefixRoot, b));
+  EXPECT_NE(PrefixHash(kPrefixRoot, a), PrefixHash(PrefixHash(kPrefixRoot, b), a));
+}
+
+TEST(PrefixCacheTest, KvBlockManagerKeepsReleasedRegisteredBlocksUntilEvicted) {
+  KvBlockManager blocks(3, 2);
+  std::vector<int32_t> tokens = {5, 6};
+  std::vector<int32_t> got = *blocks.Allocate(1);
+  EXPECT_TRUE(blocks.Register(got[0], kPrefixRoot, tokens));
+  EXPECT_FALSE(blocks.Register(got[0], kPrefixRoot, tokens));  // already registered
+  blocks.Free(got);
+  EXPECT_EQ(blocks.num_cached_idle(), 1);
+  EXPECT_EQ(blocks.num_free(), 3);  // evictable counts as available
+  std::optional<int32_t> hit = blocks.Lookup(kPrefixRoot, tokens);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(*hit, got[0]);
+  EXPECT_EQ(blocks.holders(*hit), 1);
+  EXPECT_FALSE(blocks.Lookup(kPrefixRoot, std::vector<int32_t>{5, 7}).has_value());
+  EXPECT_FALSE(blocks.Lookup(42, tokens).has_value());  // another parent
+  blocks.Free(std::vector<int32_t>{*hit});
+  // Allocating everything evicts the cached block, and its entry goes with it.
+  EXPECT_EQ(blocks.Allocate(3)->size(), 3u);
+  EXPECT_EQ(blocks.num_cached_idle(), 0);
+  EXPECT_FALSE(blocks.Lookup(kPrefixRoot, tokens).has_value());
+}
+
+TEST(PrefixCacheTest, SharedPrefixIsComputedOnceAndItsBlocksShared) {
+  SchedulerOptions options = Options(1, 64, 4, 512);
+  options.prefix_caching = true;
+  Scheduler scheduler(options);
+  std::vector<int32_t> system = Prompt(10, 100);  // two full blocks and two tokens
+  std::vector<int32_t> first = system, second = system;
+  first.insert(first.end(), {1, 2, 3});
+  second.insert(second.end(), {9, 8});
+  ASSERT_TRUE(scheduler.AddRequest(1, first, MaxTokens(3)).ok());
+  std::vector<MicroBatchPlan> plans = RunToEnd(scheduler);
+  ASSERT_FALSE(plans.empty());
+  const std::vector<int32_t> first_blocks = plans.front().batch.chunks[0].block_table;
+
+  ASSERT_TRUE(scheduler.AddRequest(2, second, MaxTokens(3)).ok());
+  std::optional<MicroBatchPlan> plan = scheduler.NextMicroBatch();
+  ASSERT_TRUE(plan.has_value());
+  const SequenceChunk& chunk = plan->batch.chunks[0];
+  EXPECT_EQ(chunk.start_position, 8);  // two cached blocks skipped
+  EXPECT_EQ(chunk.num_tokens, 4);      // 2 system tokens + 2 of its own
+  EXPECT_EQ(chunk.block_table[0], first_blocks[0]);
+  EXPECT_EQ(chunk.block_table[1], first_blocks[1]);
+  EXPECT_TRUE(scheduler.CheckInvariants().ok()) << scheduler.CheckInvariants();
+  SchedulerStats stats = scheduler.Stats();
+  EXPECT_EQ(stats.prefix_hit_tokens, 8);
+  EXPECT_EQ(stats.prefix_lookup_tokens, static_cast<int64_t>(first.size() + second.size()));
+}
+
+TEST(PrefixCacheTest, APromptThatIsAllCachedStillComputesItsLastToken) {
+  SchedulerOptions options = Options(1, 64, 4, 512);
+  options.prefix_caching = true;
+  Scheduler scheduler(options);
+  ASSERT_TRUE(scheduler.AddRequest(1, Prompt(8, 50), MaxTokens(2)).ok());
+  RunToEnd(scheduler);
+  ASSERT_TRUE(scheduler.AddRequest(2, Prompt(8, 50), MaxTokens(2)).ok());
+  std::optional<MicroBatchPlan> plan = scheduler.NextMicroBatch();
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->batch.chunks[0].start_position, 4);  // block 2 is recomputed: it ends the prompt
+  EXPECT_EQ(plan->batch.chunks[0].num_tokens, 4);
+  EXPECT_EQ(plan->batch.chunks[0].logits, LogitsMode::kLastToken);
+}
+
+TEST(PrefixCacheTest, CachedBlocksAreEvictedWhenTheCacheIsFullAndInvariantsHold) {
+  SchedulerOptions options = Options(2, 12, 4, 16);
+  options.prefix_caching = true;
+  Scheduler scheduler(options);
+  // Many distinct prompts, some sharing a prefix, more than the cache holds at once.
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int32_t> prompt = Prompt(9, 1 + (i % 3) * 40);
+    prompt.push_back(1000 + i);
+    ASSERT_TRUE(scheduler.AddRequest(i + 1, prompt, MaxTokens(5)).ok());
+  }
+  RunToEnd(scheduler);
+  EXPECT_FALSE(scheduler.HasWork());
+  SchedulerStats stats = scheduler.Stats();
+  EXPECT_EQ(stats.kv_blocks_used, 0);
+  EXPECT_GT(stats.prefix_hit_tokens, 0);
+  EXPECT_LE(stats.kv_blocks_cached, 12);
 }
 
 }  // namespace

@@ -37,8 +37,8 @@ void FakeRingLink::Send(int stage, v1::StepPlan plan) {
       result.set_error("injected stage error");
       handlers_.on_result(std::move(result));
     } else {
-      handlers_.on_failure(absl::UnavailableError(
-          fmt::format("injected failure at micro-batch {}", id)));
+      handlers_.on_failure(
+          absl::UnavailableError(fmt::format("injected failure at micro-batch {}", id)));
     }
     return;
   }

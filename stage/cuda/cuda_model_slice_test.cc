@@ -253,5 +253,12 @@ TEST(CudaHeadDim128Test, DecodeMatchesCpuWithAndWithoutFusions) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
 
+// Quantized checkpoints (tests/fixtures/models/quant): dequantized at load by the loader the CPU
+// slice shares (stage/model/quantized_weights.h), then held in bf16.
+INSTANTIATE_TEST_SUITE_P(Quantized, CudaFixtureTest,
+                         ::testing::Values("quant/fp8_hf", "quant/fp8_block", "quant/ct_int4",
+                                           "quant/ct_fp8", "quant/gptq_int4", "quant/awq_int4"),
+                         [](const auto& info) { return info.param.substr(6); });
+
 }  // namespace
 }  // namespace ringserve::cuda

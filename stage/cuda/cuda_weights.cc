@@ -1,6 +1,8 @@
 // Loading a slice's checkpoint tensors straight into the CUDA slice's weight buffer: one tensor
 // at a time through a small pinned staging buffer (never the whole model in host memory),
 // converting fp32/fp16 to bf16 on the GPU, and fusing q/k/v and gate/up into one matrix each.
+// Quantized linear weights are dequantized on the host by the shared loader
+// (stage/model/quantized_weights.h), one tensor at a time, and uploaded as fp32 -> bf16.
 #include <cstring>
 #include <map>
 
@@ -9,6 +11,7 @@
 #include "fmt/format.h"
 #include "kernels/cuda/elementwise.h"
 #include "stage/cuda/cuda_model_slice.h"
+#include "stage/model/quantized_weights.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
 
@@ -32,6 +35,11 @@ class Uploader {
   // Copies the tensor's elements to dst[0, n) as bf16.
   absl::Status Upload(const TensorView& view, bf16* dst) {
     const DType dtype = view.info->dtype;
+    if (!IsFloatDType(dtype)) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: tensor \"{}\" has dtype {}, expected F32, F16 or BF16", view.file,
+                      view.info->name, DTypeName(dtype)));
+    }
     const int64_t elem = static_cast<int64_t>(DTypeSize(dtype));
     const int64_t n = view.info->NumElements();
     const int64_t chunk_elems = kStagingBytes / elem;
@@ -66,11 +74,25 @@ class Uploader {
 
 absl::Status CudaModelSlice::LoadWeights() {
   const ModelConfig& c = config_;
+  RS_ASSIGN_OR_RETURN(const quant::QuantConfig quant, quant::LoadQuantConfig(options_.model_dir));
   RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> weights,
                       SafetensorsModel::Open(options_.model_dir));
   Uploader uploader(stream_);
   RS_RETURN_IF_ERROR(uploader.Init());
   auto load = [&](const TensorSpec& spec, bf16* dst) -> absl::Status {
+    if (IsQuantizedWeight(quant, spec)) {
+      RS_ASSIGN_OR_RETURN(std::vector<float> values, ReadWeightFloat(*weights, quant, spec));
+      const TensorInfo info{.name = spec.name,
+                            .dtype = DType::kF32,
+                            .shape = spec.shape,
+                            .offset = 0,
+                            .num_bytes = values.size() * sizeof(float)};
+      return uploader.Upload(
+          {.info = &info,
+           .bytes = {reinterpret_cast<const uint8_t*>(values.data()), info.num_bytes},
+           .file = options_.model_dir},
+          dst);
+    }
     RS_ASSIGN_OR_RETURN(TensorView view, weights->Get(spec.name, spec.shape));
     return uploader.Upload(view, dst);
   };

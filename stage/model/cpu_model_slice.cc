@@ -9,6 +9,7 @@
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
 #include "stage/model/micro_batch_check.h"
+#include "stage/model/quantized_weights.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
 
@@ -32,6 +33,7 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
         fmt::format("kv_block_size ({}) and kv_num_blocks ({}) must be positive",
                     options.kv_block_size, options.kv_num_blocks));
   }
+  RS_ASSIGN_OR_RETURN(const quant::QuantConfig quant, quant::LoadQuantConfig(options.model_dir));
   RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> weights,
                       SafetensorsModel::Open(options.model_dir));
 
@@ -65,14 +67,14 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
     };
     for (const TensorSpec& spec : LayerTensorSpecs(config, layer)) {
       std::vector<float>* field = fields.at(spec.name.substr(prefix.size()));
-      RS_ASSIGN_OR_RETURN(*field, weights->ReadFloat(spec.name, spec.shape));
+      RS_ASSIGN_OR_RETURN(*field, ReadWeightFloat(*weights, quant, spec));
     }
   }
   if (slice->is_last()) {
     const TensorSpec norm = FinalNormSpec(config);
     RS_ASSIGN_OR_RETURN(slice->final_norm_, weights->ReadFloat(norm.name, norm.shape));
     const TensorSpec head = LmHeadSpec(config, *weights);
-    RS_ASSIGN_OR_RETURN(slice->lm_head_, weights->ReadFloat(head.name, head.shape));
+    RS_ASSIGN_OR_RETURN(slice->lm_head_, ReadWeightFloat(*weights, quant, head));
   }
   slice->kv_ = std::make_unique<PagedKvCache>(PagedKvCache::Options{
       .num_layers = layers.size(),
@@ -82,10 +84,11 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
       .head_dim = config.head_dim,
   });
   RS_LOG_INFO(
-      "loaded {} layers [{}, {}) of {} from {} ({} files mapped), KV {} blocks x {} ({} MB)",
+      "loaded {} layers [{}, {}) of {} from {} ({} files mapped, quantization {}), KV {} blocks x "
+      "{} ({} MB)",
       ArchitectureName(config.architecture), layers.first, layers.last, config.num_layers,
-      options.model_dir, weights->OpenedFiles().size(), options.kv_num_blocks,
-      options.kv_block_size, slice->kv_->bytes() >> 20);
+      options.model_dir, weights->OpenedFiles().size(), quant::QuantMethodName(quant.method),
+      options.kv_num_blocks, options.kv_block_size, slice->kv_->bytes() >> 20);
   return slice;
 }
 

@@ -11,15 +11,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ring/defaults.h"
 #include "ring/micro_batch.h"
 #include "ring/model_config.h"
-#include "ring/defaults.h"
 
 namespace ringserve {
 
 struct SliceOptions {
-  std::string model_dir;    // Hugging Face directory: config.json + *.safetensors
-  LayerRange layers;        // which decoder layers this slice runs
+  std::string model_dir;                    // Hugging Face directory: config.json + *.safetensors
+  LayerRange layers;                        // which decoder layers this slice runs
   int kv_block_size = kDefaultKvBlockSize;  // positions per KV block
   int kv_num_blocks = 256;  // blocks in this slice's pool (each holds K and V of every layer)
 };

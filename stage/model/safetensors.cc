@@ -48,7 +48,7 @@ absl::Status ParseEntry(const std::string& path, const std::string& name, const 
   std::optional<DType> parsed = ParseDType(dtype->get<std::string>());
   if (!parsed) {
     return Invalid(path, fmt::format("tensor \"{}\": unsupported dtype \"{}\" (supported: F32, "
-                                     "F16, BF16)",
+                                     "F16, BF16, F8_E4M3, F8_E8M0, I8, U8, I16, I32, I64)",
                                      name, dtype->get<std::string>()));
   }
   info.name = name;
@@ -292,8 +292,7 @@ absl::StatusOr<const SafetensorsFile*> SafetensorsModel::FileFor(const std::stri
   return file->second.get();
 }
 
-absl::StatusOr<TensorView> SafetensorsModel::Get(const std::string& name,
-                                                 std::span<const int64_t> expected_shape) {
+absl::StatusOr<TensorView> SafetensorsModel::GetAnyShape(const std::string& name) {
   RS_ASSIGN_OR_RETURN(const SafetensorsFile* file, FileFor(name));
   const TensorInfo* info = file->Find(name);
   if (info == nullptr) {
@@ -302,18 +301,30 @@ absl::StatusOr<TensorView> SafetensorsModel::Get(const std::string& name,
                     "the file",
                     file->path(), name));
   }
+  return TensorView{.info = info, .bytes = file->Bytes(*info), .file = file->path()};
+}
+
+absl::StatusOr<TensorView> SafetensorsModel::Get(const std::string& name,
+                                                 std::span<const int64_t> expected_shape) {
+  RS_ASSIGN_OR_RETURN(TensorView view, GetAnyShape(name));
+  const TensorInfo* info = view.info;
   if (!std::equal(info->shape.begin(), info->shape.end(), expected_shape.begin(),
                   expected_shape.end())) {
-    return Invalid(file->path(),
-                   fmt::format("tensor \"{}\" has shape {}, expected {}", name,
-                               ShapeString(info->shape), ShapeString(expected_shape)));
+    return Invalid(view.file, fmt::format("tensor \"{}\" has shape {}, expected {}", name,
+                                          ShapeString(info->shape), ShapeString(expected_shape)));
   }
-  return TensorView{.info = info, .bytes = file->Bytes(*info), .file = file->path()};
+  return view;
 }
 
 absl::StatusOr<std::vector<float>> SafetensorsModel::ReadFloat(
     const std::string& name, std::span<const int64_t> expected_shape) {
   RS_ASSIGN_OR_RETURN(TensorView view, Get(name, expected_shape));
+  if (!IsFloatDType(view.info->dtype)) {
+    return Invalid(view.file,
+                   fmt::format("tensor \"{}\" has dtype {}, expected F32, F16 or BF16 (a "
+                               "quantized checkpoint needs its quantization_config)",
+                               name, DTypeName(view.info->dtype)));
+  }
   std::vector<float> out(static_cast<size_t>(view.info->NumElements()));
   ConvertToFloat(view.info->dtype, view.bytes.data(), out.size(), out.data());
   return out;

@@ -88,7 +88,10 @@ class SafetensorsModel {
   // The tensor `name`, checked to have `expected_shape`. NotFound (naming the tensor and file)
   // if absent; InvalidArgument if its shard is malformed or the shape differs.
   absl::StatusOr<TensorView> Get(const std::string& name, std::span<const int64_t> expected_shape);
-  // Get, then converted to fp32 (from F32, F16 or BF16), row-major.
+  // The tensor `name` whatever its shape (the caller checks it). NotFound if absent.
+  absl::StatusOr<TensorView> GetAnyShape(const std::string& name);
+  // Get, then converted to fp32 (from F32, F16 or BF16), row-major. InvalidArgument for any other
+  // dtype (quantized storage is read through stage/model/quant).
   absl::StatusOr<std::vector<float>> ReadFloat(const std::string& name,
                                                std::span<const int64_t> expected_shape);
 

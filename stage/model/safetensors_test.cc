@@ -115,8 +115,30 @@ TEST(SafetensorsTest, UnknownDtype) {
   ExpectInvalid(
       OpenBytes(
           dir, RawSafetensorsBytes(
-                   R"({"t": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 4]}})", "abcd")),
-      "tensor \"t\": unsupported dtype \"F8_E4M3\"");
+                   R"({"t": {"dtype": "F8_E5M2", "shape": [4], "data_offsets": [0, 4]}})", "abcd")),
+      "tensor \"t\": unsupported dtype \"F8_E5M2\"");
+}
+
+// Quantized checkpoints store packed integers and FP8: their dtypes open, sized by element, but
+// ReadFloat refuses them (they are dequantized through stage/model/quant).
+TEST(SafetensorsTest, StorageDtypesOpenButAreNotReadAsFloat) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFile(dir.path() + "/model.safetensors",
+                        RawSafetensorsBytes(R"({"q": {"dtype": "I32", "shape": [2], )"
+                                            R"("data_offsets": [0, 8]}, "w": {"dtype": "F8_E4M3", )"
+                                            R"("shape": [3], "data_offsets": [8, 11]}})",
+                                            std::string(11, '\x38')))
+                  .ok());
+  auto model = SafetensorsModel::Open(dir.path());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int64_t> shape = {3};
+  auto w = (*model)->Get("w", shape);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->info->dtype, DType::kF8E4M3);
+  EXPECT_EQ(w->bytes.size(), 3u);
+  auto as_float = (*model)->ReadFloat("w", shape);
+  ASSERT_FALSE(as_float.ok());
+  EXPECT_THAT(as_float.status().message(), ::testing::HasSubstr("quantization_config"));
 }
 
 TEST(SafetensorsTest, ShapeSizeMismatch) {

@@ -12,22 +12,22 @@ std::vector<TensorSpec> LayerTensorSpecs(const ModelConfig& c, int layer) {
   const int64_t inter = c.intermediate_size;
   std::vector<TensorSpec> specs;
   specs.push_back({p + "input_layernorm.weight", {hidden}});
-  specs.push_back({p + "self_attn.q_proj.weight", {q, hidden}});
+  specs.push_back({p + "self_attn.q_proj.weight", {q, hidden}, true});
   if (c.qkv_bias) specs.push_back({p + "self_attn.q_proj.bias", {q}});
-  specs.push_back({p + "self_attn.k_proj.weight", {kv, hidden}});
+  specs.push_back({p + "self_attn.k_proj.weight", {kv, hidden}, true});
   if (c.qkv_bias) specs.push_back({p + "self_attn.k_proj.bias", {kv}});
-  specs.push_back({p + "self_attn.v_proj.weight", {kv, hidden}});
+  specs.push_back({p + "self_attn.v_proj.weight", {kv, hidden}, true});
   if (c.qkv_bias) specs.push_back({p + "self_attn.v_proj.bias", {kv}});
   if (c.qk_norm) {
     specs.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
     specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
   }
-  specs.push_back({p + "self_attn.o_proj.weight", {hidden, q}});
+  specs.push_back({p + "self_attn.o_proj.weight", {hidden, q}, true});
   if (c.o_bias) specs.push_back({p + "self_attn.o_proj.bias", {hidden}});
   specs.push_back({p + "post_attention_layernorm.weight", {hidden}});
-  specs.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
-  specs.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
-  specs.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
+  specs.push_back({p + "mlp.gate_proj.weight", {inter, hidden}, true});
+  specs.push_back({p + "mlp.up_proj.weight", {inter, hidden}, true});
+  specs.push_back({p + "mlp.down_proj.weight", {hidden, inter}, true});
   return specs;
 }
 
@@ -39,7 +39,7 @@ TensorSpec FinalNormSpec(const ModelConfig& c) { return {"model.norm.weight", {c
 
 TensorSpec LmHeadSpec(const ModelConfig& c, const SafetensorsModel& weights) {
   if (!weights.Contains("lm_head.weight") && c.tie_word_embeddings) return EmbeddingSpec(c);
-  return {"lm_head.weight", {c.vocab_size, c.hidden_size}};
+  return {"lm_head.weight", {c.vocab_size, c.hidden_size}, true};
 }
 
 std::vector<TensorSpec> SliceTensorSpecs(const ModelConfig& c, LayerRange layers,

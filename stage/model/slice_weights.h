@@ -15,6 +15,9 @@ namespace ringserve {
 struct TensorSpec {
   std::string name;  // checkpoint tensor name, e.g. "model.layers.3.self_attn.q_proj.weight"
   std::vector<int64_t> shape;
+  // A linear layer's weight [out_features, in_features] (the *_proj weights and a separate
+  // lm_head): what a quantized checkpoint may store quantized (stage/model/quantized_weights.h).
+  bool linear = false;
 };
 
 // The per-layer tensor name suffixes (after "model.layers.<i>."), in load order, as `config`

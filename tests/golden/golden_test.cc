@@ -38,9 +38,10 @@ struct Chain {
   }
 };
 
-// `num_slices` contiguous slices covering every layer.
+// `num_slices` contiguous slices covering every layer (one a layer when the model has fewer).
 absl::StatusOr<Chain> LoadChain(const std::string& dir, int num_slices) {
   RS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  num_slices = std::min(num_slices, config.num_layers);
   Chain chain;
   int first = 0;
   for (int s = 0; s < num_slices; ++s) {
@@ -240,6 +241,14 @@ TEST_P(GoldenTest, GreedyContinuationThroughThreeSlices) {
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3"),
                          [](const auto& info) { return info.param; });
+
+// Quantized checkpoints (tests/fixtures/models/quant, scripts/make_quant_fixtures.py): the slice
+// dequantizes at load; transformers ran on the same dequantized weights.
+INSTANTIATE_TEST_SUITE_P(Quantized, GoldenTest,
+                         ::testing::Values("quant/fp8_block", "quant/fp8_hf", "quant/ct_int4",
+                                           "quant/ct_int8", "quant/ct_fp8", "quant/gptq_int4",
+                                           "quant/gptq_int8", "quant/awq_int4"),
+                         [](const auto& info) { return info.param.substr(6); });
 
 // The conformance check can fail: one weight changed in a copy of a fixture breaks it.
 struct Perturbation {

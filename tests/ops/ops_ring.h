@@ -9,10 +9,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "coordinator/grpc_ring_engine.h"
 #include "coordinator/hosts/ring_config.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/local_stages.h"
-#include "coordinator/grpc_ring_engine.h"
 #include "tests/ops/ops_util.h"
 
 namespace ringserve::ops {

@@ -58,8 +58,8 @@ TEST(StageReadinessTest, ReadyOnlyAfterWeightsAreLoaded) {
                            .first_layer = 0,
                            .last_layer = 4});
   ASSERT_TRUE(ValidateRingConfig(config).ok()) << ValidateRingConfig(config);
-  absl::StatusOr<std::unique_ptr<RingEngine>> engine = StartGrpcRingEngine(
-      {.bring_up = {.ring = config, .connect_timeout = absl::Seconds(30)}});
+  absl::StatusOr<std::unique_ptr<RingEngine>> engine =
+      StartGrpcRingEngine({.bring_up = {.ring = config, .connect_timeout = absl::Seconds(30)}});
   ASSERT_TRUE(engine.ok()) << engine.status();
 
   std::vector<std::string> after;

@@ -61,9 +61,9 @@ TEST(RingChaosTest, KilledStagesLoseNoTokenUnderSixteenStreams) {
   for (auto& t : clients) t.join();
 
   for (int i = 0; i < kStreams; ++i) {
-    ASSERT_TRUE(got[i].status.ok()) << "request " << i << " (seed " << seed
-                                    << "): " << got[i].status.error_message() << "\n"
-                                    << (*ring)->CoordinatorLog();
+    ASSERT_TRUE(got[i].status.ok())
+        << "request " << i << " (seed " << seed << "): " << got[i].status.error_message() << "\n"
+        << (*ring)->CoordinatorLog();
     EXPECT_EQ(got[i].tokens, expected[i]) << "request " << i << " (seed " << seed << ")";
   }
   auto stats = (*ring)->Stats();

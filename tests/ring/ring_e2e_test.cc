@@ -1,6 +1,7 @@
 // The ring end to end: real stage and coordinator processes on loopback (CPU backend, tcp
 // channel), driven through the gRPC Generate API, checked against transformers' golden tokens
 // and the single-process reference.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -53,6 +54,7 @@ struct PartitionCase {
 
 std::string CaseName(const ::testing::TestParamInfo<PartitionCase>& info) {
   std::string name = info.param.arch;
+  std::replace(name.begin(), name.end(), '/', '_');
   for (int n : info.param.partition) name += "_" + std::to_string(n);
   return name;
 }
@@ -97,7 +99,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PartitionCase{"llama", {4}}, PartitionCase{"llama", {3, 1}},
                       PartitionCase{"llama", {2, 1, 1}}, PartitionCase{"llama", {1, 1, 1, 1}},
                       PartitionCase{"qwen3", {1, 2}}, PartitionCase{"qwen2", {2, 1}},
-                      PartitionCase{"mistral", {1, 1, 1}}),
+                      PartitionCase{"mistral", {1, 1, 1}},
+                      // compressed-tensors int4 (group, asymmetric, actorder), dequantized by
+                      // each stage at load.
+                      PartitionCase{"quant/ct_int4", {1, 1}}),
     CaseName);
 
 std::vector<int32_t> RandomPrompt(std::mt19937& rng, int length, int vocab) {
@@ -232,6 +237,45 @@ TEST(RingE2ETest, CancelledRequestFreesItsKvBlocks) {
   Generation next = (*ring)->Generate(IdsRequest({3, 4, 5}, 4));
   EXPECT_TRUE(next.status.ok()) << next.status.error_message();
   EXPECT_EQ(next.tokens.size(), 4u);
+}
+
+// Requests that share a long prefix (a system prompt) reuse its KV blocks through the prefix
+// cache, through a real 3-stage ring, and still get the reference's tokens.
+TEST(RingE2ETest, SharedPrefixIsServedFromThePrefixCacheWithTheReferenceTokens) {
+  const std::string model = FixtureModel("llama");
+  auto reference = Reference::Load(model);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto ring = Ring::Start({.model_dir = model, .partition = {2, 1, 1}});
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::mt19937 rng(77);
+  const std::vector<int32_t> system = RandomPrompt(rng, 45, (*reference)->config().vocab_size);
+  std::vector<v1::GenerateRequest> requests;
+  std::vector<std::vector<int32_t>> expected;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> prompt = system;
+    std::vector<int32_t> own = RandomPrompt(rng, 1 + i, (*reference)->config().vocab_size);
+    prompt.insert(prompt.end(), own.begin(), own.end());
+    auto want = (*reference)->Generate(prompt, 8);
+    ASSERT_TRUE(want.ok()) << want.status();
+    expected.push_back(*want);
+    requests.push_back(IdsRequest(prompt, 8));
+    requests.back().set_request_id("shared-" + std::to_string(i));
+  }
+  // The first alone (it fills the cache), then the rest at once.
+  Generation first = (*ring)->Generate(requests[0]);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  EXPECT_EQ(first.tokens, expected[0]);
+  std::vector<v1::GenerateRequest> rest(requests.begin() + 1, requests.end());
+  std::vector<Generation> got = GenerateAll(**ring, rest);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens, expected[i + 1]) << "request " << i + 1;
+  }
+  auto stats = (*ring)->SettledStats();
+  ASSERT_TRUE(stats.ok());
+  // 7 later requests x the 2 full 16-token blocks of the 45-token system prompt.
+  EXPECT_GE(stats->prefix_hit_tokens(), 7 * 32);
+  for (const auto& stage : stats->stages()) EXPECT_EQ(stage.kv_blocks_used(), 0);
 }
 
 // A model directory with the qwen2 fixture's weights and the real Qwen3 tokenizer: its ids

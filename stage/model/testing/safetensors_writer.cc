@@ -15,6 +15,7 @@ std::string SafetensorsBytes(const std::vector<TensorToWrite>& tensors) {
   std::string data;
   for (const TensorToWrite& t : tensors) {
     const size_t begin = data.size();
+    data += t.raw;
     for (float value : t.values) {
       switch (t.dtype) {
         case DType::kF32:
@@ -30,6 +31,8 @@ std::string SafetensorsBytes(const std::vector<TensorToWrite>& tensors) {
           data.append(reinterpret_cast<const char*>(&bits), 2);
           break;
         }
+        default:  // storage types are written from `raw`
+          break;
       }
     }
     header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},

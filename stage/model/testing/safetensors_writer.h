@@ -16,6 +16,9 @@ struct TensorToWrite {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   std::vector<float> values;  // converted to `dtype` when written; size = product of shape
+  // For storage dtypes (integers, FP8): the little-endian bytes as written, used instead of
+  // `values`; size = product of shape x DTypeSize(dtype).
+  std::string raw = {};
 };
 
 // The bytes of a valid safetensors file holding `tensors` in order (header padded to 8 bytes).

@@ -1,0 +1,40 @@
+#include "stage/model/quant/fp8_block.h"
+
+#include "common/status_macros.h"
+#include "fmt/format.h"
+
+namespace ringserve::quant {
+
+absl::StatusOr<std::vector<float>> DequantizeFp8(const QTensor& weight, const QTensor& scale,
+                                                 Fp8BlockGrid grid) {
+  RS_RETURN_IF_ERROR(CheckDType(weight, {DType::kF8E4M3}));
+  if (weight.shape.size() != 2) {
+    return absl::InvalidArgumentError(
+        fmt::format("FP8 weight \"{}\" has rank {}, expected 2", weight.name, weight.shape.size()));
+  }
+  if (grid.block_rows <= 0 || grid.block_cols <= 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("FP8 weight \"{}\": block size [{}, {}] is not "
+                    "positive",
+                    weight.name, grid.block_rows, grid.block_cols));
+  }
+  const int64_t rows = weight.shape[0], cols = weight.shape[1];
+  const int64_t grid_rows = CeilDiv(rows, grid.block_rows);
+  const int64_t grid_cols = CeilDiv(cols, grid.block_cols);
+  RS_RETURN_IF_ERROR(
+      CheckGridShape(scale, grid_rows, grid_cols,
+                     fmt::format("FP8 weight \"{}\" [{}, {}] in blocks of [{}, {}]", weight.name,
+                                 rows, cols, grid.block_rows, grid.block_cols)));
+  RS_ASSIGN_OR_RETURN(std::vector<float> scales, ReadScales(scale));
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* scale_row = scales.data() + (r / grid.block_rows) * grid_cols;
+    const uint8_t* in = weight.bytes.data() + r * cols;
+    float* dst = out.data() + r * cols;
+    for (int64_t c = 0; c < cols; ++c)
+      dst[c] = Fp8E4M3ToFloat(in[c]) * scale_row[c / grid.block_cols];
+  }
+  return out;
+}
+
+}  // namespace ringserve::quant

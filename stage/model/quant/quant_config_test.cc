@@ -1,0 +1,130 @@
+#include "stage/model/quant/quant_config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ringserve::quant {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<QuantConfig> Parse(const std::string& quantization_config) {
+  return ParseQuantConfig(
+      nlohmann::json::parse(R"({"model_type": "llama", "quantization_config": )" +
+                            quantization_config + "}"),
+      "config.json");
+}
+
+std::string ErrorOf(const std::string& quantization_config) {
+  auto config = Parse(quantization_config);
+  EXPECT_FALSE(config.ok());
+  return config.ok() ? "" : std::string(config.status().message());
+}
+
+TEST(QuantConfigTest, NoQuantizationConfigIsNone) {
+  auto config = ParseQuantConfig(nlohmann::json::parse(R"({"model_type": "llama"})"), "c");
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*config, "model.layers.0.mlp.up_proj").method, QuantMethod::kNone);
+}
+
+TEST(QuantConfigTest, DeepSeekFp8WithUe8m0AndModulesToNotConvert) {
+  auto config = Parse(R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+      "scale_fmt": "ue8m0", "weight_block_size": [128, 64],
+      "modules_to_not_convert": ["model.layers.*.self_attn.o_proj", "mlp.gate."]})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->method, QuantMethod::kFp8);
+  EXPECT_EQ(config->block_rows, 128);
+  EXPECT_EQ(config->block_cols, 64);
+  EXPECT_TRUE(config->scale_ue8m0);
+  EXPECT_EQ(StorageOf(*config, "model.layers.3.self_attn.q_proj").method, QuantMethod::kFp8);
+  EXPECT_EQ(StorageOf(*config, "model.layers.12.self_attn.o_proj").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*config, "model.layers.1.mlp.gate_proj").method, QuantMethod::kFp8);
+  EXPECT_EQ(StorageOf(*config, "lm_head").method, QuantMethod::kNone);  // always, as transformers
+}
+
+TEST(QuantConfigTest, Fp8DefaultsToBlocksOf128) {
+  auto config = Parse(R"({"quant_method": "fp8"})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->block_rows, 128);
+  EXPECT_FALSE(config->scale_ue8m0);
+}
+
+TEST(QuantConfigTest, CompressedTensorsGroupsTargetsAndIgnore) {
+  auto config = Parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+    "quantization_status": "compressed", "kv_cache_scheme": null, "sparsity_config": {},
+    "ignore": ["lm_head", "re:.*layers\\.1\\.mlp\\.down_proj$"],
+    "config_groups": {
+      "group_0": {"targets": ["re:.*self_attn\\.(q|k|v)_proj$"], "input_activations": null,
+        "weights": {"num_bits": 4, "type": "int", "symmetric": false, "strategy": "group",
+                    "group_size": 32, "actorder": "group", "dynamic": false}},
+      "group_1": {"targets": ["Linear"], "format": "float-quantized",
+        "weights": {"num_bits": 8, "type": "float", "symmetric": true, "strategy": "block",
+                    "block_structure": [32, 16]}}}})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->schemes.size(), 2u);
+  const LinearStorage q = StorageOf(*config, "model.layers.0.self_attn.q_proj");
+  ASSERT_NE(q.scheme, nullptr);
+  EXPECT_EQ(q.scheme->storage, CompressedScheme::Storage::kPacked);
+  EXPECT_EQ(q.scheme->strategy, CompressedScheme::Strategy::kGroup);
+  EXPECT_EQ(q.scheme->group_size, 32);
+  EXPECT_FALSE(q.scheme->symmetric);
+  const LinearStorage o = StorageOf(*config, "model.layers.0.self_attn.o_proj");
+  ASSERT_NE(o.scheme, nullptr);
+  EXPECT_EQ(o.scheme->storage, CompressedScheme::Storage::kFloat);
+  EXPECT_EQ(o.scheme->block_rows, 32);
+  EXPECT_EQ(o.scheme->block_cols, 16);
+  EXPECT_EQ(StorageOf(*config, "model.layers.1.mlp.down_proj").method, QuantMethod::kNone);
+  EXPECT_NE(StorageOf(*config, "model.layers.11.mlp.down_proj").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*config, "lm_head").method, QuantMethod::kNone);
+}
+
+TEST(QuantConfigTest, GptqAndAwq) {
+  auto gptq = Parse(R"({"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": true,
+                        "sym": false, "checkpoint_format": "gptq_v2"})");
+  ASSERT_TRUE(gptq.ok()) << gptq.status();
+  EXPECT_EQ(gptq->bits, 8);
+  EXPECT_EQ(gptq->group_size, -1);
+  EXPECT_TRUE(gptq->desc_act);
+  EXPECT_EQ(gptq->gptq_zero_offset, 0);
+  EXPECT_EQ(StorageOf(*gptq, "model.layers.0.mlp.up_proj").method, QuantMethod::kGptq);
+  EXPECT_EQ(StorageOf(*gptq, "lm_head").method, QuantMethod::kNone);
+  auto awq = Parse(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true,
+                       "version": "GEMM", "modules_to_not_convert": ["v_proj"]})");
+  ASSERT_TRUE(awq.ok()) << awq.status();
+  EXPECT_EQ(StorageOf(*awq, "model.layers.0.self_attn.v_proj").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*awq, "model.layers.0.self_attn.k_proj").method, QuantMethod::kAwq);
+}
+
+TEST(QuantConfigTest, UnsupportedSchemesNameTheKey) {
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "bitsandbytes"})"), HasSubstr("quant_method"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "gptq", "bits": 3})"),
+              HasSubstr("quantization_config.bits: 3"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "awq", "version": "gemv"})"), HasSubstr("version"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "gptq", "checkpoint_format": "marlin"})"),
+              HasSubstr("checkpoint_format"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "fp8", "fmt": "e5m2"})"), HasSubstr("fmt"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "fp8", "modules_to_convert": ["q_proj"]})"),
+              HasSubstr("modules_to_convert"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "fp8", "weight_block_size": null})"),
+              HasSubstr("weight_block_size"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+      "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group"}}}})"),
+              HasSubstr("config_groups.group_0.weights.num_bits"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": {"num_bits": 4, "type": "int", "strategy": "token"}}}})"),
+              HasSubstr("config_groups.group_0.weights.strategy"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "sparsity_config": {"format": "sparse-24-bitmask"},
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})"),
+              HasSubstr("sparsity_config"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "ignore": ["re:(unclosed"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})"),
+              HasSubstr("ignore"));
+}
+
+}  // namespace
+}  // namespace ringserve::quant

@@ -1,0 +1,225 @@
+#include "stage/model/quantized_weights.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "stage/model/quant/awq.h"
+#include "stage/model/quant/compressed_tensors.h"
+#include "stage/model/quant/fp8_block.h"
+#include "stage/model/quant/gptq.h"
+#include "stage/model/quant/mxfp4.h"
+
+namespace ringserve {
+namespace {
+
+using quant::CompressedScheme;
+using quant::QTensor;
+using quant::QuantConfig;
+using quant::QuantMethod;
+
+constexpr std::string_view kWeightSuffix = ".weight";
+
+std::string ModuleOf(const TensorSpec& spec) {
+  return spec.name.substr(0, spec.name.size() - kWeightSuffix.size());
+}
+
+class ModuleReader {
+ public:
+  ModuleReader(SafetensorsModel& weights, std::string module)
+      : weights_(weights), module_(std::move(module)) {}
+
+  absl::StatusOr<QTensor> Get(const std::string& suffix) {
+    RS_ASSIGN_OR_RETURN(TensorView view, weights_.GetAnyShape(module_ + "." + suffix));
+    return QTensor{.name = view.info->name,
+                   .dtype = view.info->dtype,
+                   .shape = view.info->shape,
+                   .bytes = view.bytes};
+  }
+  bool Has(const std::string& suffix) const { return weights_.Contains(module_ + "." + suffix); }
+
+ private:
+  SafetensorsModel& weights_;
+  std::string module_;
+};
+
+quant::Fp8BlockGrid GridOf(const CompressedScheme& s, int64_t out, int64_t in) {
+  switch (s.strategy) {
+    case CompressedScheme::Strategy::kTensor:
+      return {out, in};
+    case CompressedScheme::Strategy::kChannel:
+      return {1, in};
+    case CompressedScheme::Strategy::kGroup:
+      return {1, s.group_size};
+    case CompressedScheme::Strategy::kBlock:
+      return {s.block_rows, s.block_cols};
+  }
+  return {out, in};
+}
+
+absl::StatusOr<std::vector<int8_t>> ToInt8(const std::vector<int64_t>& values, const QTensor& t) {
+  std::vector<int8_t> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i] < -128 || values[i] > 127) {
+      return absl::InvalidArgumentError(
+          fmt::format("tensor \"{}\": value {} at {} is outside int8", t.name, values[i], i));
+    }
+    out[i] = static_cast<int8_t>(values[i]);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> ReadCompressed(ModuleReader& m, const CompressedScheme& s,
+                                                  int64_t out, int64_t in) {
+  const quant::Fp8BlockGrid grid = GridOf(s, out, in);
+  const std::vector<int64_t> shape = {out, in};
+  if (s.storage == CompressedScheme::Storage::kFloat) {
+    RS_ASSIGN_OR_RETURN(QTensor weight, m.Get("weight"));
+    RS_RETURN_IF_ERROR(quant::CheckShape(weight, shape));
+    RS_ASSIGN_OR_RETURN(QTensor scale, m.Get("weight_scale"));
+    return quant::DequantizeFp8(weight, scale, grid);
+  }
+  quant::IntDequantArgs args{.rows = out, .cols = in, .grid = grid, .zero_points = {}, .g_idx = {}};
+  const int64_t grid_rows = quant::CeilDiv(out, grid.block_rows);
+  const int64_t grid_cols = quant::CeilDiv(in, grid.block_cols);
+  std::vector<int8_t> q;
+  if (s.storage == CompressedScheme::Storage::kPacked) {
+    RS_ASSIGN_OR_RETURN(QTensor packed, m.Get("weight_packed"));
+    RS_ASSIGN_OR_RETURN(q, quant::UnpackCompressedInt32(packed, s.num_bits, out, in, 1));
+    if (m.Has("weight_shape")) {
+      RS_ASSIGN_OR_RETURN(QTensor stored_shape, m.Get("weight_shape"));
+      RS_ASSIGN_OR_RETURN(std::vector<int64_t> dims, quant::ReadIntegers(stored_shape));
+      if (dims != shape) {
+        return absl::InvalidArgumentError(
+            fmt::format("tensor \"{}\" says [{}], the model needs [{}, {}]", stored_shape.name,
+                        fmt::join(dims, ", "), out, in));
+      }
+    }
+  } else {
+    RS_ASSIGN_OR_RETURN(QTensor weight, m.Get("weight"));
+    RS_RETURN_IF_ERROR(quant::CheckDType(weight, {DType::kI8}));
+    RS_RETURN_IF_ERROR(quant::CheckShape(weight, shape));
+    q.assign(reinterpret_cast<const int8_t*>(weight.bytes.data()),
+             reinterpret_cast<const int8_t*>(weight.bytes.data()) + weight.bytes.size());
+  }
+  if (!s.symmetric) {
+    RS_ASSIGN_OR_RETURN(QTensor zero, m.Get("weight_zero_point"));
+    if (zero.dtype == DType::kI32) {  // packed along the rows (pack-quantized group / channel)
+      RS_ASSIGN_OR_RETURN(args.zero_points,
+                          quant::UnpackCompressedInt32(zero, s.num_bits, grid_rows, grid_cols, 0));
+    } else {
+      RS_RETURN_IF_ERROR(quant::CheckGridShape(zero, grid_rows, grid_cols, "zero points"));
+      RS_ASSIGN_OR_RETURN(std::vector<int64_t> values, quant::ReadIntegers(zero));
+      RS_ASSIGN_OR_RETURN(args.zero_points, ToInt8(values, zero));
+    }
+  }
+  if (s.strategy == CompressedScheme::Strategy::kGroup && m.Has("weight_g_idx")) {
+    RS_ASSIGN_OR_RETURN(QTensor g_idx, m.Get("weight_g_idx"));
+    RS_RETURN_IF_ERROR(quant::CheckShape(g_idx, std::vector<int64_t>{in}));
+    RS_ASSIGN_OR_RETURN(args.g_idx, quant::ReadIntegers(g_idx));
+  }
+  RS_ASSIGN_OR_RETURN(QTensor scale, m.Get("weight_scale"));
+  return quant::DequantizeCompressedInt(q, scale, args);
+}
+
+absl::StatusOr<std::vector<float>> ReadQuantized(SafetensorsModel& weights,
+                                                 const QuantConfig& config,
+                                                 const quant::LinearStorage& storage,
+                                                 const TensorSpec& spec) {
+  ModuleReader m(weights, ModuleOf(spec));
+  const int64_t out = spec.shape[0], in = spec.shape[1];
+  switch (storage.method) {
+    case QuantMethod::kFp8: {
+      RS_ASSIGN_OR_RETURN(QTensor weight, m.Get("weight"));
+      RS_RETURN_IF_ERROR(quant::CheckShape(weight, spec.shape));
+      RS_ASSIGN_OR_RETURN(QTensor scale, m.Get("weight_scale_inv"));
+      return quant::DequantizeFp8(weight, scale, {config.block_rows, config.block_cols});
+    }
+    case QuantMethod::kCompressedTensors:
+      return ReadCompressed(m, *storage.scheme, out, in);
+    case QuantMethod::kGptq: {
+      RS_ASSIGN_OR_RETURN(QTensor qweight, m.Get("qweight"));
+      RS_ASSIGN_OR_RETURN(QTensor qzeros, m.Get("qzeros"));
+      RS_ASSIGN_OR_RETURN(QTensor scales, m.Get("scales"));
+      std::optional<QTensor> g_idx;
+      if (m.Has("g_idx")) {
+        RS_ASSIGN_OR_RETURN(g_idx, m.Get("g_idx"));
+      } else if (config.desc_act) {
+        return absl::NotFoundError(fmt::format(
+            "tensor \"{}.g_idx\" not found: GPTQ with desc_act needs it", ModuleOf(spec)));
+      }
+      return quant::DequantizeGptq(qweight, qzeros, scales, g_idx ? &*g_idx : nullptr,
+                                   {.out_features = out,
+                                    .in_features = in,
+                                    .bits = config.bits,
+                                    .group_size = config.group_size,
+                                    .zero_offset = config.gptq_zero_offset});
+    }
+    case QuantMethod::kAwq: {
+      RS_ASSIGN_OR_RETURN(QTensor qweight, m.Get("qweight"));
+      RS_ASSIGN_OR_RETURN(QTensor qzeros, m.Get("qzeros"));
+      RS_ASSIGN_OR_RETURN(QTensor scales, m.Get("scales"));
+      return quant::DequantizeAwq(
+          qweight, qzeros, scales,
+          {.out_features = out, .in_features = in, .group_size = config.group_size});
+    }
+    case QuantMethod::kNone:
+    case QuantMethod::kMxfp4:
+      break;
+  }
+  return absl::InternalError(fmt::format("{}: no dequantization for quant_method {}", spec.name,
+                                         quant::QuantMethodName(storage.method)));
+}
+
+}  // namespace
+
+bool IsQuantizedWeight(const quant::QuantConfig& quant, const TensorSpec& spec) {
+  if (!spec.linear || spec.shape.size() != 2 || !spec.name.ends_with(kWeightSuffix)) return false;
+  return quant::StorageOf(quant, ModuleOf(spec)).method != QuantMethod::kNone;
+}
+
+absl::StatusOr<std::vector<float>> ReadWeightFloat(SafetensorsModel& weights,
+                                                   const quant::QuantConfig& quant,
+                                                   const TensorSpec& spec) {
+  if (!IsQuantizedWeight(quant, spec)) return weights.ReadFloat(spec.name, spec.shape);
+  const quant::LinearStorage storage = quant::StorageOf(quant, ModuleOf(spec));
+  absl::StatusOr<std::vector<float>> w = ReadQuantized(weights, quant, storage, spec);
+  if (!w.ok()) {
+    return absl::Status(
+        w.status().code(),
+        fmt::format("{} (quant_method {}{}{})", std::string(w.status().message()),
+                    quant::QuantMethodName(storage.method), storage.scheme ? ", config group " : "",
+                    storage.scheme ? storage.scheme->group_name : ""));
+  }
+  return w;
+}
+
+absl::StatusOr<std::vector<float>> ReadMxfp4Float(SafetensorsModel& weights,
+                                                  const std::string& name,
+                                                  std::span<const int64_t> expected_shape) {
+  auto q = [&](const std::string& suffix) -> absl::StatusOr<QTensor> {
+    RS_ASSIGN_OR_RETURN(TensorView view, weights.GetAnyShape(name + suffix));
+    return QTensor{.name = view.info->name,
+                   .dtype = view.info->dtype,
+                   .shape = view.info->shape,
+                   .bytes = view.bytes};
+  };
+  RS_ASSIGN_OR_RETURN(QTensor blocks, q("_blocks"));
+  RS_ASSIGN_OR_RETURN(QTensor scales, q("_scales"));
+  std::vector<int64_t> shape(blocks.shape.begin(), blocks.shape.end());
+  if (shape.size() >= 2) {
+    shape.pop_back();
+    shape.back() *= 32;
+  }
+  if (!std::equal(shape.begin(), shape.end(), expected_shape.begin(), expected_shape.end())) {
+    return absl::InvalidArgumentError(fmt::format(
+        "MXFP4 tensor \"{}_blocks\" [{}] dequantizes to [{}], expected [{}]", name,
+        fmt::join(blocks.shape, ", "), fmt::join(shape, ", "), fmt::join(expected_shape, ", ")));
+  }
+  return quant::DequantizeMxfp4(blocks, scales);
+}
+
+}  // namespace ringserve

@@ -1,0 +1,47 @@
+// Reading a slice's weights from a quantized checkpoint: each linear weight that config.json's
+// quantization_config says is quantized is read from the tensors its format stores, as the hub
+// stores them, and dequantized at load by that format's one rule (stage/model/quant/). Shared by
+// the CPU slice (fp32 weights) and the CUDA weight loader (which converts the result to bf16).
+//
+// Tensors read per linear module M ("model.layers.3.mlp.down_proj"), [out, in]:
+//   fp8                 M.weight F8_E4M3 [out, in], M.weight_scale_inv [ceil(out/br), ceil(in/bc)]
+//   compressed-tensors  pack-quantized: M.weight_packed I32, M.weight_scale, M.weight_shape
+//                       (checked when present), M.weight_zero_point (asymmetric), M.weight_g_idx
+//                       (when present); int-quantized: M.weight I8, M.weight_scale,
+//                       [M.weight_zero_point]; float-quantized: M.weight F8_E4M3, M.weight_scale
+//   gptq                M.qweight, M.qzeros, M.scales, M.g_idx (required with desc_act)
+//   awq                 M.qweight, M.qzeros, M.scales
+// Modules the config leaves unquantized (modules_to_not_convert, ignore, lm_head) are read from
+// M.weight in F32/F16/BF16. Thread-compatible (SafetensorsModel is not thread-safe).
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "stage/model/quant/quant_config.h"
+#include "stage/model/safetensors.h"
+#include "stage/model/slice_weights.h"
+
+namespace ringserve {
+
+// Whether `spec` is a linear weight that `quant` stores quantized.
+bool IsQuantizedWeight(const quant::QuantConfig& quant, const TensorSpec& spec);
+
+// `spec` as fp32, row-major, spec.shape: dequantized when IsQuantizedWeight, else converted from
+// F32/F16/BF16. NotFound naming the missing tensor; InvalidArgument naming the tensor and the
+// format for wrong dtypes or shapes.
+absl::StatusOr<std::vector<float>> ReadWeightFloat(SafetensorsModel& weights,
+                                                   const quant::QuantConfig& quant,
+                                                   const TensorSpec& spec);
+
+// An MXFP4 tensor as gpt-oss stores its experts: `name`_blocks U8 [..., G, 16] and `name`_scales U8
+// [..., G] ("model.layers.0.mlp.experts.down_proj" -> [E, rows, G * 32] fp32, the stored rows
+// first; quant/mxfp4.h). `expected_shape` is the result's shape. NotFound / InvalidArgument
+// naming the tensor.
+absl::StatusOr<std::vector<float>> ReadMxfp4Float(SafetensorsModel& weights,
+                                                  const std::string& name,
+                                                  std::span<const int64_t> expected_shape);
+
+}  // namespace ringserve
