@@ -98,6 +98,8 @@ struct Scheduler::State {
     const int block_size = blocks.block_size();
     const int max_blocks = static_cast<int>((seq.tokens.size() - 1) / block_size);
     counters.prefix_lookup_tokens += static_cast<int64_t>(seq.tokens.size());
+    // Prompt log-probabilities need the logits of every prompt position: nothing is skipped.
+    if (seq.params.prompt_logprobs) return;
     while (seq.num_hashed < max_blocks) {
       std::span<const int32_t> tokens(seq.tokens.data() + seq.num_hashed * block_size, block_size);
       std::optional<int32_t> block = blocks.Lookup(seq.chain, tokens);

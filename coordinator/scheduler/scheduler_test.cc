@@ -557,5 +557,37 @@ TEST(SchedulerTest, PromptLogprobChunksScoreEveryPromptPositionOnce) {
   EXPECT_TRUE(saw_other);
 }
 
+TEST(SchedulerTest, PromptLogprobsComputeACachedPrefixAgain) {
+  SchedulerOptions options = Options(1, 64, 4, 64);
+  options.prefix_caching = true;
+  Scheduler scheduler(options);
+  ASSERT_TRUE(scheduler.AddRequest(1, Prompt(13, 50), MaxTokens(1)).ok());
+  RunToEnd(scheduler);
+  // The same prompt again: without prompt log-probabilities its first 12 positions come from
+  // the cache; with them, every position is computed and scored.
+  ASSERT_TRUE(scheduler.AddRequest(2, Prompt(13, 50), MaxTokens(1)).ok());
+  SequenceParams params = MaxTokens(1);
+  params.prompt_logprobs = true;
+  ASSERT_TRUE(scheduler.AddRequest(3, Prompt(13, 50), params).ok());
+  std::map<uint64_t, const SequenceChunk*> first_chunk;
+  std::map<uint64_t, std::vector<int32_t>> scored;
+  std::vector<MicroBatchPlan> plans = RunToEnd(scheduler);
+  for (const MicroBatchPlan& plan : plans) {
+    for (size_t c = 0; c < plan.batch.chunks.size(); ++c) {
+      const SequenceChunk& chunk = plan.batch.chunks[c];
+      first_chunk.emplace(chunk.seq_id, &chunk);
+      const auto& ids = plan.entries[c].score_token_ids;
+      scored[chunk.seq_id].insert(scored[chunk.seq_id].end(), ids.begin(), ids.end());
+    }
+  }
+  ASSERT_EQ(first_chunk.count(2), 1u);
+  ASSERT_EQ(first_chunk.count(3), 1u);
+  EXPECT_EQ(first_chunk[2]->start_position, 12);
+  EXPECT_EQ(first_chunk[3]->start_position, 0);
+  std::vector<int32_t> expected = Prompt(12, 51);
+  EXPECT_EQ(scored[3], expected);
+  EXPECT_TRUE(scored[2].empty());
+}
+
 }  // namespace
 }  // namespace ringserve
