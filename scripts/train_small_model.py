@@ -18,8 +18,8 @@ Reproducible: fixed seeds, the corpus digest is checked against SHA256SUMS and l
 hyperparameter and library version is logged. GPU kernels (bf16 matmuls, attention backward) are
 not bitwise deterministic, so a rerun matches the logged losses to about 1e-3, not bit for bit.
 
-Perplexity windows (shared with bench/perplexity, ringserve_perplexity): the text is split into documents at
-blank lines ("\\n\\n"); each document is encoded with the BOS token prepended and cut into
+Perplexity windows (shared with bench/perplexity, ringserve_perplexity): the text is split into
+documents at blank lines ("\\n\\n"); each document is encoded with the BOS token prepended and cut into
 windows of --window tokens; each window is scored alone, every token but the window's first
 given the tokens before it in the window. Perplexity = exp(sum of NLL / scored tokens).
 
