@@ -46,7 +46,7 @@
 #include "ring/model_config.h"
 
 #ifndef RINGSERVE_DEFAULT_MODEL_DIR
-#define RINGSERVE_DEFAULT_MODEL_DIR "tests/fixtures/models/llama"
+#define RINGSERVE_DEFAULT_MODEL_DIR "models/ringserve-tiny"
 #endif
 
 ABSL_FLAG(std::string, stages, "",
