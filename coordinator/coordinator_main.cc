@@ -51,7 +51,7 @@
 #include "ring/partition_by_cost.h"
 
 #ifndef RINGSERVE_DEFAULT_MODEL_DIR
-#define RINGSERVE_DEFAULT_MODEL_DIR "tests/fixtures/models/llama"
+#define RINGSERVE_DEFAULT_MODEL_DIR "models/ringserve-tiny"
 #endif
 
 ABSL_FLAG(std::string, stages, "",

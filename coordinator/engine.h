@@ -28,6 +28,9 @@ struct GenerateRequest {
   std::string request_id;  // unique per running request; names it in logs and errors
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
+  // Report log p(prompt[i + 1] | prompt[0..i]) for every prompt token after the first
+  // (GenerateEvent::prompt_logprobs). Needs a CPU last stage.
+  bool prompt_logprobs = false;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -45,6 +48,9 @@ struct GenerateEvent {
   FinishReason finish_reason = FinishReason::kNone;
   Usage usage;
   absl::Status error;  // set when finish_reason == kError
+  // When the request asked for them: on the first event that carries a token, entry i =
+  // log p(prompt[i + 1] | prompt[0..i]) from the raw logits; prompt length - 1 entries.
+  std::vector<float> prompt_logprobs;
 };
 
 struct StageStats {

@@ -80,6 +80,7 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
   r.sampling.stop.assign(s.stop().begin(), s.stop().end());
   r.sampling.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   r.sampling.ignore_eos = s.ignore_eos();
+  r.prompt_logprobs = request->prompt_logprobs();
   const std::string id = r.request_id;
 
   absl::Status submitted = engine_->Submit(std::move(r), [queue](const GenerateEvent& event) {
@@ -109,6 +110,8 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
       v1::GenerateResponse response;
       response.set_request_id(id);
       response.mutable_token_ids()->Add(event.token_ids.begin(), event.token_ids.end());
+      response.mutable_prompt_logprobs()->Add(event.prompt_logprobs.begin(),
+                                              event.prompt_logprobs.end());
       response.set_text(std::move(event.text_delta));
       response.set_finished(event.finished);
       response.set_finish_reason(ToProto(event.finish_reason));

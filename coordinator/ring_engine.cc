@@ -1,6 +1,7 @@
 #include "coordinator/ring_engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "common/logging.h"
@@ -24,6 +25,8 @@ struct RingEngine::Request {
   uint64_t seed = 0;
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> generated_ids;  // every token the client has been sent, in order
+  bool want_prompt_logprobs = false;
+  std::vector<float> prompt_logprobs;  // by target position - 1, filled as results arrive
   std::unique_ptr<TextStream> text;
   absl::Time submitted;
   std::optional<absl::Time> scheduled;
@@ -121,7 +124,9 @@ absl::Status RingEngine::InstallRingLocked(FormedRing formed, uint64_t generatio
 absl::Status RingEngine::AdmitLocked(Request& r) {
   SequenceParams params{.max_tokens = r.sampling.max_tokens,
                         .stop_token_ids = r.sampling.stop_token_ids,
-                        .ignore_eos = r.sampling.ignore_eos};
+                        .ignore_eos = r.sampling.ignore_eos,
+                        // Once a token went out, so did the prompt's log-probabilities.
+                        .prompt_logprobs = r.want_prompt_logprobs && r.generated_ids.empty()};
   absl::Status added = scheduler_->AddRequest(r.seq_id, r.prompt_ids, params, r.generated_ids);
   if (!added.ok()) {
     return absl::Status(added.code(),
@@ -237,6 +242,10 @@ absl::Status RingEngine::Submit(GenerateRequest request, EventCallback on_event)
     r->sampling = s;
     r->seed = s.seed.has_value() ? *s.seed : seed_rng_();
     r->prompt_ids = std::move(request.prompt_ids);
+    r->want_prompt_logprobs = request.prompt_logprobs;
+    if (request.prompt_logprobs) {
+      r->prompt_logprobs.assign(r->prompt_ids.size() - 1, std::numeric_limits<float>::quiet_NaN());
+    }
     r->text = std::make_unique<TextStream>(options_.tokenizer.get(), s.stop);
     r->submitted = absl::Now();
     if (ring_up_) RS_RETURN_IF_ERROR(AdmitLocked(*r));  // else admitted when the ring is back
@@ -387,6 +396,8 @@ std::vector<std::pair<int, v1::StepPlan>> RingEngine::PlanLocked() {
                                           .top_p = r.sampling.top_p,
                                           .seed = r.seed};
       sampling[i].token_index = entry.token_index;
+      sampling[i].samples = entry.samples;
+      sampling[i].score_token_ids = entry.score_token_ids;
     }
     for (int s = 0; s < num_stages; ++s) {
       plans.emplace_back(
@@ -414,6 +425,7 @@ absl::Status RingEngine::HandleResult(const v1::StepResult& result, std::vector<
   telemetry_.OnStepResult(result, now);
   if (index != num_stages - 1) return absl::OkStatus();
 
+  for (const v1::PromptLogprobs& scores : result.prompt_logprobs()) StorePromptLogprobs(scores);
   std::vector<int32_t> tokens;
   tokens.reserve(result.tokens_size());
   for (const auto& t : result.tokens()) tokens.push_back(t.token_id());
@@ -426,6 +438,18 @@ absl::Status RingEngine::HandleResult(const v1::StepResult& result, std::vector<
   telemetry_.OnTokens(static_cast<int>(done->tokens.size()), now);
   for (const TokenUpdate& update : done->tokens) HandleToken(update, out);
   return absl::OkStatus();
+}
+
+void RingEngine::StorePromptLogprobs(const v1::PromptLogprobs& scores) {
+  auto it = requests_.find(scores.seq_id());
+  if (it == requests_.end() || !it->second->want_prompt_logprobs) return;
+  std::vector<float>& out = it->second->prompt_logprobs;
+  // Entry i scores position start + 1 + i; a re-prefill after preemption repeats positions,
+  // and positions past the prompt (generated tokens) are not reported.
+  for (int i = 0; i < scores.logprobs_size(); ++i) {
+    const int64_t slot = static_cast<int64_t>(scores.start_position()) + i;
+    if (slot >= 0 && slot < static_cast<int64_t>(out.size())) out[slot] = scores.logprobs(i);
+  }
 }
 
 void RingEngine::HandleToken(const TokenUpdate& update, std::vector<Delivery>* out) {
@@ -447,6 +471,7 @@ void RingEngine::HandleToken(const TokenUpdate& update, std::vector<Delivery>* o
   const bool hidden = update.finish_reason == FinishReason::kStop;  // EOS / stop token id
   TextStream::Piece piece = r.text->Add(update.token, hidden);
   GenerateEvent event;
+  if (r.want_prompt_logprobs && r.generated() == 1) event.prompt_logprobs = r.prompt_logprobs;
   event.token_ids.push_back(update.token);
   event.text_delta = std::move(piece.text);
   if (piece.stopped) {

@@ -109,6 +109,8 @@ class RingEngine final : public Engine {
   // An error means the ring cannot go on (a stage error, a result the scheduler refuses).
   absl::Status HandleResult(const v1::StepResult& result, std::vector<Delivery>* out);
   void HandleToken(const TokenUpdate& update, std::vector<Delivery>* out);
+  // Files one ALL_TOKENS chunk's scores under its request (prompt log-probabilities).
+  void StorePromptLogprobs(const v1::PromptLogprobs& scores);
   void FinishRequest(Request& request, FinishReason reason, absl::Status error,
                      std::vector<Delivery>* out, GenerateEvent event);
   void FailAll(const absl::Status& status, std::vector<Delivery>* out);

@@ -41,11 +41,26 @@ absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_fir
       case v1::LOGITS_LAST_TOKEN:
         chunk.logits = LogitsMode::kLastToken;
         break;
+      case v1::LOGITS_ALL_TOKENS:
+        chunk.logits = LogitsMode::kAllTokens;
+        break;
       default:
         return absl::InvalidArgumentError(fmt::format(
             "{}: logits mode {} is not supported in plans", where, static_cast<int>(c.logits())));
     }
-    if (is_last && chunk.logits == LogitsMode::kLastToken) {
+    ChunkOutput output;
+    output.samples = chunk.logits == LogitsMode::kLastToken ||
+                     (chunk.logits == LogitsMode::kAllTokens && c.has_sampling());
+    if (chunk.logits == LogitsMode::kAllTokens) {
+      const int expected = c.num_tokens() - (output.samples ? 1 : 0);
+      if (is_last && c.score_token_ids_size() != expected) {
+        return absl::InvalidArgumentError(fmt::format(
+            "{}: {} score token ids for {} tokens (the chunk {})", where, c.score_token_ids_size(),
+            c.num_tokens(), output.samples ? "samples" : "does not sample"));
+      }
+      output.score_token_ids.assign(c.score_token_ids().begin(), c.score_token_ids().end());
+    }
+    if (is_last && output.samples) {
       RowSampling row;
       row.config.temperature = c.sampling().temperature();
       row.config.top_k = c.sampling().top_k();
@@ -61,6 +76,7 @@ absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_fir
     }
     total += c.num_tokens();
     out.batch.chunks.push_back(std::move(chunk));
+    if (is_last) out.outputs.push_back(std::move(output));
   }
   if (is_first) {
     if (plan.token_ids_size() != total) {
@@ -87,7 +103,14 @@ v1::StepPlan EncodeStepPlan(uint64_t micro_batch_id, const MicroBatch& batch,
     c->set_logits(chunk.logits == LogitsMode::kLastToken   ? v1::LOGITS_LAST_TOKEN
                   : chunk.logits == LogitsMode::kAllTokens ? v1::LOGITS_ALL_TOKENS
                                                            : v1::LOGITS_NONE);
-    if (is_last && chunk.logits != LogitsMode::kNone && i < sampling.size()) {
+    const bool samples =
+        chunk.logits == LogitsMode::kLastToken ||
+        (chunk.logits == LogitsMode::kAllTokens && i < sampling.size() && sampling[i].samples);
+    if (is_last && chunk.logits == LogitsMode::kAllTokens && i < sampling.size()) {
+      c->mutable_score_token_ids()->Add(sampling[i].score_token_ids.begin(),
+                                        sampling[i].score_token_ids.end());
+    }
+    if (is_last && samples && i < sampling.size()) {
       v1::ChunkSampling* s = c->mutable_sampling();
       s->set_temperature(sampling[i].config.temperature);
       s->set_top_k(sampling[i].config.top_k);

@@ -12,17 +12,27 @@
 
 namespace ringserve {
 
+// What the last stage reports for one chunk.
+struct ChunkOutput {
+  bool samples = false;  // one token sampled from the chunk's last logits row
+  // ALL_TOKENS chunks (prompt log-probabilities): row i is scored against score_token_ids[i].
+  std::vector<int32_t> score_token_ids;
+};
+
 // What a stage runs for one plan: the micro-batch and, on the last stage, one sampling request
-// per chunk whose logits are LAST_TOKEN (in chunk order).
+// per chunk that samples (LAST_TOKEN logits, or ALL_TOKENS with sampling; in chunk order) and
+// one output entry per chunk.
 struct DecodedPlan {
   MicroBatch batch;
   std::vector<RowSampling> sampling;
+  std::vector<ChunkOutput> outputs;  // last stage only: one per chunk
 };
 
 // Checks and converts a plan. `is_first`: token ids must cover every chunk's tokens exactly;
-// `is_last`: chunks with LAST_TOKEN logits carry valid sampling parameters. InvalidArgument
-// naming the micro-batch and chunk otherwise (non-positive token count, negative position,
-// a block table too short for the positions, ALL_TOKENS logits, ...).
+// `is_last`: chunks with LAST_TOKEN logits carry valid sampling parameters, ALL_TOKENS chunks
+// num_tokens score ids (num_tokens - 1 when they also sample). InvalidArgument naming the
+// micro-batch and chunk otherwise (non-positive token count, negative position, a block table
+// too short for the positions, score ids that do not fit, ...).
 absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_first, bool is_last,
                                            int kv_block_size);
 
@@ -30,6 +40,8 @@ absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_fir
 struct ChunkSamplingWire {
   SamplingConfig config;
   int32_t token_index = 0;
+  bool samples = true;  // kAllTokens chunks: whether the last row also samples a token
+  std::vector<int32_t> score_token_ids;  // kAllTokens chunks: see ChunkOutput
 };
 
 // Builds the plan for one stage. Token ids go to the first stage only; `sampling` (one entry

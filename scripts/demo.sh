@@ -5,8 +5,8 @@
 #
 # Usage: scripts/demo.sh [--num_stages N] [--model DIR] [ringserve_client flags...]
 #   e.g. scripts/demo.sh --num_stages 3 --prompt "The ring" --max_tokens 32 --temperature 0.8
-# Without --model it uses a tiny random model with a real tokenizer when bench/model's
-# make_random_model is built (text in, text out), else the llama test fixture (token ids).
+# Without --model it uses models/ringserve-tiny: a small Llama trained on the King James Bible
+# and The Devil's Dictionary (scripts/train_small_model.py), so the output reads as English.
 # RINGSERVE_BUILD_DIR (default build) picks another build tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,17 +46,8 @@ trap cleanup EXIT
 
 default_prompt=()
 if [ -z "$model" ]; then
-  if [ -x "$build"/bench/model/make_random_model ]; then
-    model="$build/demo-model"
-    if [ ! -f "$model/config.json" ]; then
-      echo "demo: writing a tiny random-weight model with the real Qwen3 tokenizer to $model"
-      "$build"/bench/model/make_random_model --shape tiny-qwen3 --layers 4 --out "$model"
-    fi
-    default_prompt=(--prompt "The ring of stages passes activations")
-  else
-    model="tests/fixtures/models/llama"
-    default_prompt=(--prompt_ids "303,211,294,53,204")
-  fi
+  model="models/ringserve-tiny"
+  default_prompt=(--prompt "And God said unto Moses," --temperature 0.7 --top_p 0.9 --seed 7)
 fi
 has_prompt=0
 for a in "${client_args[@]+"${client_args[@]}"}"; do
@@ -83,7 +74,7 @@ if [ -z "$address" ]; then echo "demo: the coordinator did not start within 60 s
 
 echo "demo: generating through ringserve.v1.Generate on $address"
 echo "----"
-"$build"/coordinator/ringserve_client --target "$address" --max_tokens 24 "${client_args[@]}"
+"$build"/coordinator/ringserve_client --target "$address" --max_tokens 48 "${client_args[@]}"
 echo "----"
 "$build"/coordinator/ringserve_client --target "$address" --stats
 

@@ -274,6 +274,9 @@ grpc::Status StageService::Steps(grpc::ServerContext*,
         return;
       }
       for (auto& token : outcome->tokens) *result.add_tokens() = std::move(token);
+      for (auto& scores : outcome->prompt_logprobs) {
+        *result.add_prompt_logprobs() = std::move(scores);
+      }
       result.set_busy_us(outcome->busy_us);
       result.set_wait_us(outcome->wait_us);
       result.set_bytes_sent(outcome->bytes_sent);

@@ -5,6 +5,8 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
+#include "stage/last_stage_outputs.h"
+#include "stage/sampling/sampler.h"
 
 namespace ringserve {
 namespace {
@@ -80,6 +82,19 @@ absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
 }
 
 absl::Status StepExecutor::SampleInto(const DecodedPlan& decoded, StepOutcome* outcome) {
+  if (HasAllTokensChunk(decoded.batch)) {
+    // Prompt log-probabilities: every row's logits on the host, scored and sampled there.
+    if (slice_->activations().memory() == MemorySpace::kDevice) {
+      return absl::UnimplementedError(
+          "prompt log-probabilities (ALL_TOKENS logits) need a CPU last stage");
+    }
+    RS_ASSIGN_OR_RETURN(std::vector<float> logits, slice_->LogitsToHost());
+    RS_ASSIGN_OR_RETURN(LastStageOutputs outputs,
+                        SampleAndScore(logits, slice_->config().vocab_size, decoded));
+    outcome->tokens = std::move(outputs.tokens);
+    outcome->prompt_logprobs = std::move(outputs.prompt_logprobs);
+    return absl::OkStatus();
+  }
   RS_ASSIGN_OR_RETURN(SampledRows sampled, slice_->Sample(decoded.batch, decoded.sampling));
   if (sampled.tokens.size() != decoded.sampling.size() ||
       sampled.logprobs.size() != sampled.tokens.size()) {

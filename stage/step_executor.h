@@ -26,6 +26,7 @@ namespace ringserve {
 
 struct StepOutcome {
   std::vector<v1::SampledToken> tokens;  // last stage: one per sampling chunk, in chunk order
+  std::vector<v1::PromptLogprobs> prompt_logprobs;  // last stage: one per ALL_TOKENS chunk
   // Slice forward + sending or sampling (ModelSlice::TakeStepMicros). A GPU slice: the GPU
   // time of the steps that finished on the GPU since the previous outcome (the CPU only
   // enqueues; usually the previous step's time, this step's own on the last stage, which waits

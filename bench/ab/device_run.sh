@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (binaries from bench/ab/make_carry.sh): the gpu tests of the new
 # build (and of the extra build, e.g. compute_80 code only, when carried), then an A/B of the
-# old and new binaries in the same call: stage_bench --decode_only (alternating, ROUNDS times),
-# stage_bench --quick --prefill_only once each, and a 1-stage ring through the real coordinator
-# with ringserve_loadgen at 1 and 32 streams (old, new, old, new). Results under $OUT.
+# old and new binaries in the same call: stage_bench --decode_only (alternating, ROUNDS times,
+# default 1), stage_bench --quick --prefill_only once each (PREFILL=1), and a 1-stage ring
+# through the real coordinator with ringserve_loadgen at 1 and 32 streams (RING_ORDER, default
+# "old new"). SKIP_TESTS=1, SKIP_RING=1 leave those out. Results under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/ab_out}
@@ -19,8 +20,12 @@ run_tests() {  # dir label
   mkdir -p "$PWD/.carry/tree_$label/stage" "$PWD/.carry/tree_$label/coordinator"
   ln -sf "$dir/stage" "$PWD/.carry/tree_$label/stage/stage"
   ln -sf "$dir/coordinator" "$PWD/.carry/tree_$label/coordinator/coordinator"
-  for t in kernels_cuda_ops_test kernels_cuda_attention_test kernels_cuda_sampling_test \
-      stage_cuda_model_slice_test stage_cuda_gpu_step_timer_test ring_gpu_test; do
+  local tests="kernels_cuda_ops_test kernels_cuda_attention_test kernels_cuda_sampling_test
+    stage_cuda_model_slice_test stage_cuda_gpu_step_timer_test ring_gpu_test"
+  # The extra build (another architecture list) runs the kernel and slice tests only.
+  [ "${TESTS_EXTRA:-0}" = 1 ] && tests="kernels_cuda_ops_test kernels_cuda_attention_test
+    stage_cuda_model_slice_test"
+  for t in $tests; do
     [ -x "$dir/$t" ] || continue
     local start=$(date +%s)
     RINGSERVE_BINARY_DIR="$PWD/.carry/tree_$label" timeout 280 "$dir/$t" --gtest_brief=1 \
@@ -32,9 +37,9 @@ run_tests() {  # dir label
   done
 }
 [ "${SKIP_TESTS:-0}" = 1 ] || run_tests "$PWD/.carry/ab/new" new
-[ -d .carry/ab/extra ] && [ "${SKIP_TESTS:-0}" != 1 ] && run_tests "$PWD/.carry/ab/extra" extra
+[ -d .carry/ab/extra ] && [ "${SKIP_TESTS:-0}" != 1 ] && TESTS_EXTRA=1 run_tests "$PWD/.carry/ab/extra" extra
 
-rounds=${ROUNDS:-2}
+rounds=${ROUNDS:-1}
 for r in $(seq 1 "$rounds"); do
   for v in old new; do
     echo "=== $v decode round $r" | tee -a "$out/decode.txt"
@@ -42,7 +47,7 @@ for r in $(seq 1 "$rounds"); do
       | tee -a "$out/decode_$v.log" | grep -E "decode|tok/s" | tail -6 | tee -a "$out/decode.txt"
   done
 done
-for v in old new; do
+[ "${PREFILL:-0}" = 1 ] && for v in old new; do
   echo "=== $v prefill" | tee -a "$out/prefill.txt"
   timeout 240 ".carry/ab/$v/stage_bench" --quick --prefill_only 2>&1 | grep -v "^\[" \
     | tee "$out/prefill_$v.log" | grep -E "prefill" | tail -6 | tee -a "$out/prefill.txt"
@@ -55,7 +60,7 @@ if [ "${SKIP_RING:-0}" != 1 ]; then
     --out "$model" --dtype bf16 --no-tokenizer >"$out/make_model.log" 2>&1 \
     || { echo "make_random_model failed"; tail -5 "$out/make_model.log"; }
   port=50151
-  for v in old new old new; do
+  for v in ${RING_ORDER:-old new}; do
     bin=.carry/ab/$v
     port=$((port + 1))
     log=$out/coord_$v.$port.log

@@ -307,7 +307,9 @@ class Simulation {
                            .num_chunks = static_cast<int>(plan->batch.chunks.size()),
                            .num_preempted = static_cast<int>(plan->preempted.size())};
       for (size_t c = 0; c < plan->entries.size(); ++c) {
-        const bool samples = plan->batch.chunks[c].logits != LogitsMode::kNone;
+        const LogitsMode mode = plan->batch.chunks[c].logits;
+        const bool samples = mode == LogitsMode::kLastToken ||
+                             (mode == LogitsMode::kAllTokens && plan->entries[c].samples);
         if (samples != plan->entries[c].samples) {
           Violation(
               fmt::format("plan {}: chunk {} logits mode disagrees with samples", plan->id, c));

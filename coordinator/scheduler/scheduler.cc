@@ -98,6 +98,8 @@ struct Scheduler::State {
     const int block_size = blocks.block_size();
     const int max_blocks = static_cast<int>((seq.tokens.size() - 1) / block_size);
     counters.prefix_lookup_tokens += static_cast<int64_t>(seq.tokens.size());
+    // Prompt log-probabilities need the logits of every prompt position: nothing is skipped.
+    if (seq.params.prompt_logprobs) return;
     while (seq.num_hashed < max_blocks) {
       std::span<const int32_t> tokens(seq.tokens.data() + seq.num_hashed * block_size, block_size);
       std::optional<int32_t> block = blocks.Lookup(seq.chain, tokens);
@@ -303,13 +305,21 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
     chunk.block_table = seq.blocks;
     const bool samples = seq.num_scheduled + num_tokens == static_cast<int64_t>(seq.tokens.size());
     chunk.logits = samples ? LogitsMode::kLastToken : LogitsMode::kNone;
+    std::vector<int32_t> score_ids;
+    if (seq.params.prompt_logprobs && !is_decode && seq.num_scheduled < seq.prompt_len) {
+      chunk.logits = LogitsMode::kAllTokens;
+      const int64_t end = std::min<int64_t>(seq.num_scheduled + num_tokens + 1,
+                                            static_cast<int64_t>(seq.tokens.size()));
+      score_ids.assign(seq.tokens.begin() + seq.num_scheduled + 1, seq.tokens.begin() + end);
+    }
     plan.batch.token_ids.insert(plan.batch.token_ids.end(), seq.tokens.begin() + seq.num_scheduled,
                                 seq.tokens.begin() + seq.num_scheduled + num_tokens);
     plan.batch.chunks.push_back(std::move(chunk));
     PlannedChunk entry{.seq_id = seq.id,
                        .is_decode = is_decode,
                        .samples = samples,
-                       .token_index = samples ? seq.num_generated() : 0};
+                       .token_index = samples ? seq.num_generated() : 0,
+                       .score_token_ids = std::move(score_ids)};
     plan.entries.push_back(entry);
     record.entries.push_back(entry);
     record.arrivals.push_back(seq.arrival);

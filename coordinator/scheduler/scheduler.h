@@ -87,6 +87,9 @@ struct SequenceParams {
   int max_tokens = 16;                  // >= 1
   std::vector<int32_t> stop_token_ids;  // finish (kStop) after sampling one of these
   bool ignore_eos = false;              // do not stop on SchedulerOptions::eos_token_ids
+  // Prompt log-probabilities: chunks that hold prompt positions ask for every row's logits
+  // (kAllTokens) and carry the ids their rows are scored against (PlannedChunk).
+  bool prompt_logprobs = false;
 };
 
 // One chunk of a plan, parallel to MicroBatchPlan::batch.chunks.
@@ -97,11 +100,16 @@ struct PlannedChunk {
   // When `samples`: the index of the token to be generated within its request (tokens
   // generated so far). Keys the sampler's RNG, so it survives preemption and re-prefill.
   int32_t token_index = 0;
+  // kAllTokens chunks (SequenceParams::prompt_logprobs): the tokens at positions start + 1 ..
+  // of the chunk, one per row that has a known next token (num_tokens, or num_tokens - 1 when
+  // the chunk samples).
+  std::vector<int32_t> score_token_ids;
 };
 
 struct MicroBatchPlan {
   uint64_t id = 0;  // increasing from 1; names the plan in OnMicroBatchDone and in logs
   // What the stages run: chunks (seq id, start position, tokens, block table, logits mode:
+  // kAllTokens for prompt chunks of a sequence that asked for prompt log-probabilities, else
   // kLastToken where a token is sampled, else kNone) and stage 0's token ids, chunk after chunk.
   MicroBatch batch;
   std::vector<PlannedChunk> entries;  // one per batch.chunks entry, same order

@@ -511,3 +511,83 @@ TEST(PrefixCacheTest, CachedBlocksAreEvictedWhenTheCacheIsFullAndInvariantsHold)
 
 }  // namespace
 }  // namespace ringserve
+
+namespace ringserve {
+namespace {
+
+TEST(SchedulerTest, PromptLogprobChunksScoreEveryPromptPositionOnce) {
+  Scheduler scheduler(Options(1, 64, 4, /*budget=*/4));
+  SequenceParams params = MaxTokens(2);
+  params.prompt_logprobs = true;
+  ASSERT_TRUE(scheduler.AddRequest(7, Prompt(10, 100), params).ok());
+  ASSERT_TRUE(scheduler.AddRequest(8, Prompt(3, 200), MaxTokens(1)).ok());
+
+  // Chunked prefill of 7 (4 + 4 + 2 tokens): every row is scored against the next prompt
+  // token; the last chunk's last row samples instead.
+  std::vector<std::vector<int32_t>> scored;
+  for (int step = 0; step < 3; ++step) {
+    std::optional<MicroBatchPlan> plan = scheduler.NextMicroBatch();
+    ASSERT_TRUE(plan.has_value());
+    ASSERT_FALSE(plan->batch.chunks.empty());
+    const SequenceChunk& chunk = plan->batch.chunks[0];
+    const PlannedChunk& entry = plan->entries[0];
+    ASSERT_EQ(chunk.seq_id, 7u);
+    EXPECT_EQ(chunk.logits, LogitsMode::kAllTokens);
+    EXPECT_EQ(entry.samples, step == 2);
+    EXPECT_EQ(static_cast<int>(entry.score_token_ids.size()),
+              chunk.num_tokens - (entry.samples ? 1 : 0));
+    scored.push_back(entry.score_token_ids);
+    ASSERT_TRUE(scheduler.OnMicroBatchDone(plan->id, Tokens(*plan, 5)).ok());
+  }
+  EXPECT_THAT(scored, ElementsAre(ElementsAre(101, 102, 103, 104), ElementsAre(105, 106, 107, 108),
+                                  ElementsAre(109)));
+
+  // The decode of 7 and the prompt of 8 (which did not ask) carry no scores.
+  bool saw_decode = false, saw_other = false;
+  while (std::optional<MicroBatchPlan> plan = scheduler.NextMicroBatch()) {
+    for (size_t c = 0; c < plan->batch.chunks.size(); ++c) {
+      EXPECT_NE(plan->batch.chunks[c].logits, LogitsMode::kAllTokens);
+      EXPECT_TRUE(plan->entries[c].score_token_ids.empty());
+      saw_decode |= plan->batch.chunks[c].seq_id == 7;
+      saw_other |= plan->batch.chunks[c].seq_id == 8;
+    }
+    ASSERT_TRUE(scheduler.OnMicroBatchDone(plan->id, Tokens(*plan, 5)).ok());
+  }
+  EXPECT_TRUE(saw_decode);
+  EXPECT_TRUE(saw_other);
+}
+
+TEST(SchedulerTest, PromptLogprobsComputeACachedPrefixAgain) {
+  SchedulerOptions options = Options(1, 64, 4, 64);
+  options.prefix_caching = true;
+  Scheduler scheduler(options);
+  ASSERT_TRUE(scheduler.AddRequest(1, Prompt(13, 50), MaxTokens(1)).ok());
+  RunToEnd(scheduler);
+  // The same prompt again: without prompt log-probabilities its first 12 positions come from
+  // the cache; with them, every position is computed and scored.
+  ASSERT_TRUE(scheduler.AddRequest(2, Prompt(13, 50), MaxTokens(1)).ok());
+  SequenceParams params = MaxTokens(1);
+  params.prompt_logprobs = true;
+  ASSERT_TRUE(scheduler.AddRequest(3, Prompt(13, 50), params).ok());
+  std::map<uint64_t, const SequenceChunk*> first_chunk;
+  std::map<uint64_t, std::vector<int32_t>> scored;
+  std::vector<MicroBatchPlan> plans = RunToEnd(scheduler);
+  for (const MicroBatchPlan& plan : plans) {
+    for (size_t c = 0; c < plan.batch.chunks.size(); ++c) {
+      const SequenceChunk& chunk = plan.batch.chunks[c];
+      first_chunk.emplace(chunk.seq_id, &chunk);
+      const auto& ids = plan.entries[c].score_token_ids;
+      scored[chunk.seq_id].insert(scored[chunk.seq_id].end(), ids.begin(), ids.end());
+    }
+  }
+  ASSERT_EQ(first_chunk.count(2), 1u);
+  ASSERT_EQ(first_chunk.count(3), 1u);
+  EXPECT_EQ(first_chunk[2]->start_position, 12);
+  EXPECT_EQ(first_chunk[3]->start_position, 0);
+  std::vector<int32_t> expected = Prompt(12, 51);
+  EXPECT_EQ(scored[3], expected);
+  EXPECT_TRUE(scored[2].empty());
+}
+
+}  // namespace
+}  // namespace ringserve

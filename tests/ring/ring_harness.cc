@@ -152,6 +152,8 @@ Generation Ring::Generate(const ringserve::v1::GenerateRequest& request) {
     out.events++;
     out.tokens.insert(out.tokens.end(), response.token_ids().begin(), response.token_ids().end());
     out.text += response.text();
+    out.prompt_logprobs.insert(out.prompt_logprobs.end(), response.prompt_logprobs().begin(),
+                               response.prompt_logprobs().end());
     if (response.finished()) out.finish_reason = response.finish_reason();
   }
   out.status = reader->Finish();

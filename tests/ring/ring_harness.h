@@ -35,6 +35,7 @@ struct RingOptions {
 struct Generation {
   std::vector<int32_t> tokens;
   std::string text;
+  std::vector<float> prompt_logprobs;  // when the request asked for them
   ringserve::v1::FinishReason finish_reason = ringserve::v1::FINISH_REASON_UNSPECIFIED;
   int events = 0;
   grpc::Status status;
