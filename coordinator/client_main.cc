@@ -7,8 +7,10 @@
 //
 // Streams the generated text to stdout (token ids, when the model has no tokenizer); the
 // finish reason and usage go to stderr. Exit code 0 on success, 1 on an error.
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,7 @@ constexpr char kUsage[] =
     "usage: ringserve_client [--server HOST:PORT] (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "         [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "         [--stop STR]... [--stop-token-id ID]... [--ignore-eos] [--no-special-tokens]\n"
-    "         [--request-id ID] [--print-ids]\n"
+    "         [--request-id ID] [--print-ids] [--api-key-file PATH]\n"
     "       ringserve_client [--server HOST:PORT] --info | --stats | --health | --tokenize TEXT\n";
 
 int Fail(const std::string& message) {
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
   v1::GenerateRequest request;
   request.set_add_special_tokens(true);
   v1::SamplingParams* sampling = request.mutable_sampling();
+  std::string api_key;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -113,6 +116,13 @@ int main(int argc, char** argv) {
       request.set_add_special_tokens(false);
     } else if (arg == "--request-id") {
       request.set_request_id(value());
+    } else if (arg == "--api-key-file") {
+      std::ifstream in(value());
+      std::getline(in, api_key);
+      while (!api_key.empty() && std::isspace(static_cast<unsigned char>(api_key.back()))) {
+        api_key.pop_back();
+      }
+      if (api_key.empty()) return Fail("--api-key-file: cannot read a key from the file");
     } else if (arg == "--print-ids") {
       print_ids = true;
     } else if (arg == "--info" || arg == "--stats" || arg == "--health") {
@@ -132,6 +142,7 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
   auto stub = v1::Generate::NewStub(channel);
   grpc::ClientContext context;
+  if (!api_key.empty()) context.AddMetadata("authorization", "Bearer " + api_key);
   if (mode == "info") {
     v1::ModelInfoResponse info;
     grpc::Status status = stub->ModelInfo(&context, v1::ModelInfoRequest(), &info);

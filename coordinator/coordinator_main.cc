@@ -53,14 +53,16 @@ constexpr char kUsage[] =
     "       coordinator [--model DIR] [--num-stages N | --partition SPEC] [--device cpu|cuda:N]\n"
     "                   [--channel tcp|cuda_ipc|nccl] [--max-batch-tokens N] [--micro-batches M]\n"
     "                   [--listen HOST:PORT]\n"
-    "other flags: --http-listen HOST:PORT, --api-key-file PATH (Bearer key for /v1/*),\n"
+    "other flags: --http-listen HOST:PORT, --api-key-file PATH (Bearer key for /v1/* and gRPC),\n"
+    "             --protect-metrics=true (/metrics and /dashboard/data need the key too),\n"
     "             --stage-binary PATH, --packing spread|packed, --ready-fd N\n";
 
 struct Flags {
   std::string stages_file;
   std::string listen;
   std::string http_listen;
-  std::string api_key_file;  // empty: the HTTP API needs no key
+  std::string api_key_file;      // empty: the HTTP API needs no key
+  bool protect_metrics = false;  // --protect-metrics: /metrics needs the API key too
   std::string model_dir = RINGSERVE_DEFAULT_MODEL_DIR;
   int num_stages = 2;
   std::vector<int> partition;  // --partition; empty = --num-stages even split
@@ -101,6 +103,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       flags.http_listen = value;
     } else if (arg == "--api-key-file") {
       flags.api_key_file = value;
+    } else if (arg == "--protect-metrics") {
+      flags.protect_metrics = value == "true" || value == "1";
     } else if (arg == "--model") {
       flags.model_dir = value;
     } else if (arg == "--num-stages") {
@@ -243,9 +247,11 @@ int Run(int argc, char** argv) {
     api_key = *std::move(key);
   }
   if (!http_listen.empty()) {
-    auto started = http::StartHttpApi(
-        front, ring->model_dir,
-        {.listen = http_listen, .api_key = api_key, .metrics = &serving_metrics});
+    auto started = http::StartHttpApi(front, ring->model_dir,
+                                      {.listen = http_listen,
+                                       .api_key = api_key,
+                                       .metrics = &serving_metrics,
+                                       .protect_metrics = flags->protect_metrics});
     if (!started.ok()) {
       if (local) local->TerminateAll();
       return fail(started.status());
@@ -280,7 +286,8 @@ int Run(int argc, char** argv) {
   GenerateService service(
       e, {.num_stages = ring->num_stages(),
           .health = [e] { return std::make_pair(e->healthy(), e->health_message()); },
-          .metrics = &serving_metrics});
+          .metrics = &serving_metrics,
+          .api_key = api_key});  // the HTTP API's key protects gRPC too
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(ring->grpc_listen, grpc::InsecureServerCredentials(), &port);
