@@ -221,6 +221,7 @@ int Run(int argc, char** argv) {
     auto launched = LocalStages::Launch(binary, *ring, absl::Seconds(30));
     if (!launched.ok()) return fail(launched.status());
     local.emplace(std::move(*launched));
+    ring->ring_secret_file = local->secret_file();
   }
 
   // The HTTP front (dashboard, /health, /metrics) starts before the ring does, on a stand-in

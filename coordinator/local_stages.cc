@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/logging.h"
+#include "common/ring_secret.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 
@@ -29,9 +30,20 @@ absl::StatusOr<std::string> FindStageBinary(const std::string& self_path) {
 absl::StatusOr<LocalStages> LocalStages::Launch(const std::string& stage_binary,
                                                 const RingConfig& ring, absl::Duration timeout) {
   LocalStages stages;
+  std::string dir_template =
+      (std::filesystem::temp_directory_path() / "ringserve-ring-XXXXXX").string();
+  if (mkdtemp(dir_template.data()) == nullptr) {
+    return absl::UnavailableError(
+        fmt::format("cannot make a private directory for the ring secret: {}", dir_template));
+  }
+  stages.secret_dir_ = dir_template;
+  stages.secret_file_ = dir_template + "/ring.secret";
+  RS_RETURN_IF_ERROR(RingSecret::Create(stages.secret_file_).status());
   for (const StageConfig& stage : ring.stages) {
     SubprocessOptions options;
-    options.argv = {stage_binary, "--listen", stage.endpoint(), "--ready-fd", "3"};
+    options.argv = {stage_binary,    "--listen",          stage.endpoint(),
+                    "--ring-secret", stages.secret_file_, "--model-root",
+                    ring.model_dir,  "--ready-fd",        "3"};
     options.ready_fd = true;
     RS_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(options));
     stages.processes_.push_back(std::move(process));
@@ -46,6 +58,14 @@ absl::StatusOr<LocalStages> LocalStages::Launch(const std::string& stage_binary,
     RS_LOG_INFO("local stage {} is {} on {}", i, stages.processes_[i].name(), *line);
   }
   return stages;
+}
+
+LocalStages::~LocalStages() {
+  TerminateAll();
+  if (!secret_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(secret_dir_, ignored);
+  }
 }
 
 void LocalStages::TerminateAll(absl::Duration grace) {

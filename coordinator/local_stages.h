@@ -1,11 +1,15 @@
 // The embedded default: stage processes on this machine, one per stage of a RingConfig whose
 // stages are all on 127.0.0.1 (DefaultRingConfig). Each is `stage --listen 127.0.0.1:PORT
-// --ready-fd 3`, started with fork/exec and waited for until it listens.
+// --ring-secret FILE --model-root MODEL_DIR --ready-fd 3`, started with fork/exec and waited
+// for until it listens. FILE is a fresh secret in a private directory made for this ring (so
+// that another user's or another ring's coordinator on the same host is refused); the
+// coordinator names it in RingConfig::ring_secret_file (secret_file()).
 //
 // Not thread-safe. The destructor terminates every stage still running.
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,9 +28,15 @@ class LocalStages {
   // listens on its control port.
   static absl::StatusOr<LocalStages> Launch(const std::string& stage_binary, const RingConfig& ring,
                                             absl::Duration timeout);
-  LocalStages(LocalStages&&) = default;
-  LocalStages& operator=(LocalStages&&) = default;
-  ~LocalStages() { TerminateAll(); }
+  LocalStages(LocalStages&& other) noexcept
+      : processes_(std::move(other.processes_)),
+        secret_dir_(std::exchange(other.secret_dir_, {})),
+        secret_file_(std::exchange(other.secret_file_, {})) {}
+  LocalStages& operator=(LocalStages&&) = delete;
+  ~LocalStages();
+
+  // The ring secret these stages were started with.
+  const std::string& secret_file() const { return secret_file_; }
 
   // Waits up to `grace` for each stage to exit (after the coordinator asked them to), then
   // terminates the rest.
@@ -35,6 +45,8 @@ class LocalStages {
  private:
   LocalStages() = default;
   std::vector<Subprocess> processes_;
+  std::string secret_dir_;  // removed with the stages
+  std::string secret_file_;
 };
 
 }  // namespace ringserve

@@ -138,9 +138,11 @@ absl::Status RingEngine::Connect() {
   stages_.resize(num_stages);
   progress(fmt::format("connecting to {} stage(s) (waiting up to {} each)", num_stages,
                        absl::FormatDuration(options_.connect_timeout)));
+  RS_ASSIGN_OR_RETURN(const ControlCredentials creds,
+                      MakeControlCredentials(ring.ring_secret_file));
   RS_RETURN_IF_ERROR(parallel([&](int i) -> absl::Status {
-    RS_ASSIGN_OR_RETURN(
-        stages_[i], StageClient::Connect(i, ring.stages[i].endpoint(), options_.connect_timeout));
+    RS_ASSIGN_OR_RETURN(stages_[i], StageClient::Connect(i, ring.stages[i].endpoint(),
+                                                         options_.connect_timeout, creds));
     return absl::OkStatus();
   }));
 

@@ -15,7 +15,7 @@ DEBIAN_PACKAGES=(
   libgtest-dev libgmock-dev
   libyaml-cpp-dev nlohmann-json3-dev libpcre2-dev libicu-dev
   libcpp-httplib-dev libsystemd-dev
-  zlib1g-dev
+  zlib1g-dev libssl-dev
   clang-format
   prometheus chromium systemd
 )

@@ -42,6 +42,7 @@ struct StageChannels {
 absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& request,
                                                    const ModelSlice& slice, TcpListener* listener,
                                                    const std::string& next_endpoint,
-                                                   absl::Duration timeout);
+                                                   absl::Duration timeout,
+                                                   const RingSecret* secret = nullptr);
 
 }  // namespace ringserve

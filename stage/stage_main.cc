@@ -2,9 +2,15 @@
 // coordinator to configure it (stage/stage_service.h). Exits on SIGTERM/SIGINT or a Shutdown
 // RPC. Under systemd (Type=notify) it reports READY=1 once its weights are loaded.
 //
+// --ring-secret PATH: the ring secret (a file only its owner may read; common/ring_secret.h).
+//   Every control call and activation connection must then prove knowledge of it. Without
+//   one the stage listens on loopback addresses only, unless --insecure says otherwise.
+// --model-root DIR: Configure loads models only from under DIR.
+// --insecure: allows listening beyond loopback without a ring secret (trusted networks only).
 // --debug-step-delay-ms N: testing aid, every step takes N ms longer (a slow stage).
 // --ready-fd N: once serving, writes the bound control address ("host:port\n") to file
 // descriptor N and closes it; how a parent that asked for port 0 learns the port.
+#include <arpa/inet.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -25,11 +31,19 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: stage --listen HOST:PORT [--ready-fd N] [--debug-step-delay-ms N]\n";
+    "usage: stage --listen HOST:PORT [--ring-secret PATH] [--model-root DIR] [--insecure]\n"
+    "             [--ready-fd N] [--debug-step-delay-ms N]\n";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "stage: %s\n", message.c_str());
   return 2;
+}
+
+// Whether `host` names only this machine (a loopback address or "localhost").
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  in_addr addr{};
+  return inet_pton(AF_INET, host.c_str(), &addr) == 1 && (ntohl(addr.s_addr) >> 24) == 127;
 }
 
 }  // namespace
@@ -39,6 +53,9 @@ int main(int argc, char** argv) {
   std::string listen;
   int ready_fd = -1;
   int debug_step_delay_ms = 0;
+  std::string secret_path;
+  std::string model_root;
+  bool insecure = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -56,6 +73,12 @@ int main(int argc, char** argv) {
       const char* v = value("--ready-fd");
       if (v == nullptr) return Fail("--ready-fd needs a number");
       ready_fd = std::atoi(v);
+    } else if (arg == "--ring-secret" || arg == "--model-root") {
+      const char* v = value(arg.c_str());
+      if (v == nullptr) return Fail(arg + " needs a path");
+      (arg == "--ring-secret" ? secret_path : model_root) = v;
+    } else if (arg == "--insecure") {
+      insecure = true;
     } else if (arg == "--debug-step-delay-ms") {
       const char* v = value("--debug-step-delay-ms");
       if (v == nullptr) return Fail("--debug-step-delay-ms needs a number");
@@ -72,6 +95,22 @@ int main(int argc, char** argv) {
   int port = 0;
   if (absl::Status s = SplitHostPort(listen, "--listen", &host, &port); !s.ok()) {
     return Fail(std::string(s.message()));
+  }
+
+  std::optional<RingSecret> secret;
+  if (!secret_path.empty()) {
+    absl::StatusOr<RingSecret> loaded = RingSecret::Load(secret_path);
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    secret = std::move(*loaded);
+  } else if (!IsLoopbackHost(host) && !insecure) {
+    return Fail(fmt::format(
+        "refusing to listen on {} without a ring secret: anyone who can reach it could drive "
+        "this stage. Pass --ring-secret PATH (the file hosts.yaml names as ring_secret), listen "
+        "on 127.0.0.1, or pass --insecure on a network you trust.",
+        host));
+  }
+  if (!secret.has_value() && insecure) {
+    std::fprintf(stderr, "stage: --insecure: control and activations are unauthenticated\n");
   }
 
   // Signals go to a dedicated thread (sigwait); every other thread blocks them.
@@ -98,6 +137,8 @@ int main(int argc, char** argv) {
   options.on_ready = [](const std::string& status) { (void)NotifyReady(status); };
   options.on_shutdown = request_stop;
   options.debug_step_delay = absl::Milliseconds(debug_step_delay_ms);
+  options.secret = std::move(secret);
+  options.model_root = model_root;
   StageService service(options);
 
   grpc::ServerBuilder builder;

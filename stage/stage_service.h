@@ -11,9 +11,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "common/ring_secret.h"
 #include "proto/stage.grpc.pb.h"
+#include "stage/stage_auth.h"
 #include "stage/step_executor.h"
 #include "stage/tcp_channel.h"
 
@@ -28,6 +31,13 @@ struct StageServiceOptions {
   std::function<void(const std::string& status)> on_ready;
   // Called when a Shutdown RPC arrives; the owner stops the server (not from this call).
   std::function<void()> on_shutdown;
+  // The ring secret: when set, every call must prove knowledge of it (stage_auth.h), the stage
+  // belongs to the coordinator that configured it until its ring ends, and the activation
+  // channels authenticate their peers with it.
+  std::optional<RingSecret> secret;
+  // When not empty, Configure refuses model directories outside this directory (after
+  // resolving symlinks and "..").
+  std::string model_root;
   // Testing aid (stage --debug-step-delay-ms): extra time in every step.
   absl::Duration debug_step_delay = absl::ZeroDuration();
 };
@@ -37,6 +47,8 @@ class StageService final : public v1::StageControl::Service {
   explicit StageService(StageServiceOptions options);
   ~StageService() override;
 
+  grpc::Status Challenge(grpc::ServerContext* context, const v1::ChallengeRequest* request,
+                         v1::ChallengeResponse* response) override;
   grpc::Status Configure(grpc::ServerContext* context, const v1::ConfigureRequest* request,
                          grpc::ServerWriter<v1::LoadProgress>* writer) override;
   grpc::Status ConnectPeers(grpc::ServerContext* context, const v1::ConnectPeersRequest* request,
@@ -54,7 +66,12 @@ class StageService final : public v1::StageControl::Service {
   void SetStatus(const std::string& status);
   void ResetLocked();
 
+  // The caller's coordinator id, or the status to answer with (unauthenticated; with
+  // `owner_only`, another coordinator's call while the stage belongs to one).
+  absl::StatusOr<std::string> Caller(const grpc::ServerContext& context, bool owner_only);
+
   const StageServiceOptions options_;
+  StageAuthenticator auth_;
   const absl::Time start_time_ = absl::Now();
 
   std::mutex mu_;
