@@ -16,7 +16,7 @@ DEBIAN_PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libpcre2-dev libicu-dev
   libcpp-httplib-dev libsystemd-dev
   zlib1g-dev libssl-dev
-  clang-format
+  clang-format clang libclang-rt-14-dev
   prometheus chromium systemd
 )
 

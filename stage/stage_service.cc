@@ -180,7 +180,21 @@ grpc::Status StageService::Configure(grpc::ServerContext* context,
 
   absl::Time start = absl::Now();
   std::string summary;
-  auto slice = LoadStageSlice(*request, &summary);
+  // A request the loader cannot satisfy (e.g. 2^30 KV blocks: bad_alloc) must fail this call
+  // and leave the stage configurable, not escape and leave it "configuring" forever.
+  absl::StatusOr<std::unique_ptr<ModelSlice>> slice =
+      absl::InternalError("loading the slice did not finish");
+  try {
+    slice = LoadStageSlice(*request, &summary);
+  } catch (const std::bad_alloc&) {
+    slice = absl::ResourceExhaustedError(
+        fmt::format("stage {}: out of memory loading layers [{}, {}) with {} KV blocks of {}",
+                    request->stage_index(), request->first_layer(), request->last_layer(),
+                    request->kv_num_blocks(), request->kv_block_size()));
+  } catch (const std::exception& e) {
+    slice = absl::InternalError(
+        fmt::format("stage {}: loading failed: {}", request->stage_index(), e.what()));
+  }
   if (!slice.ok()) return finish(ToGrpcStatus(slice.status()));
   const bool want_first = request->stage_index() == 0;
   const bool want_last = request->stage_index() == request->num_stages() - 1;

@@ -221,6 +221,19 @@ TEST_F(StrangerTest, ModelsOutsideTheModelRootAreRefused) {
   EXPECT_TRUE(owner.Configure(LastStageOfTwo(ModelDir()), nullptr).ok());
 }
 
+TEST_F(StrangerTest, AConfigureThatCannotBeMetLeavesTheStageConfigurable) {
+  std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
+  int mode = 0;
+  overcommit >> mode;
+  if (mode == 1) GTEST_SKIP() << "vm.overcommit_memory=1: a huge KV pool would be OOM-killed";
+  ControlClient owner(endpoint_, Owner());
+  v1::ConfigureRequest huge = LastStageOfTwo(ModelDir());
+  huge.set_kv_num_blocks(1 << 30);
+  grpc::Status status = owner.Configure(huge, nullptr);
+  EXPECT_FALSE(status.ok());
+  EXPECT_TRUE(owner.Configure(LastStageOfTwo(ModelDir()), nullptr).ok());
+}
+
 TEST_F(StrangerTest, AnActivationConnectionWithoutTheSecretIsRefused) {
   ControlClient owner(endpoint_, Owner());
   std::string data_endpoint;
