@@ -31,15 +31,17 @@
 
 #include "absl/strings/numbers.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "coordinator/generate_service.h"
 #include "coordinator/hosts/ring_config.h"
 #include "coordinator/http/http_api.h"
 #include "coordinator/http/starting_engine.h"
 #include "coordinator/local_stages.h"
-#include "coordinator/ring_engine.h"
+#include "coordinator/grpc_ring_engine.h"
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
+#include "ring/defaults.h"
 
 #ifndef RINGSERVE_DEFAULT_MODEL_DIR
 #define RINGSERVE_DEFAULT_MODEL_DIR "tests/fixtures/models/llama"
@@ -50,6 +52,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: coordinator --stages hosts.yaml [--listen HOST:PORT] [--connect-timeout S]\n"
+    "       [--ring-down-timeout S]\n"
     "       coordinator [--model DIR] [--num-stages N | --partition SPEC] [--device cpu|cuda:N]\n"
     "                   [--channel tcp|cuda_ipc|nccl] [--max-batch-tokens N] [--micro-batches M]\n"
     "                   [--listen HOST:PORT]\n"
@@ -70,7 +73,8 @@ struct Flags {
   ChannelKind channel = ChannelKind::kTcp;
   int max_batch_tokens = 0;  // --max-batch-tokens: scheduler max_tokens_per_micro_batch
   int micro_batches = 0;     // --micro-batches: scheduler micro_batches_in_flight
-  double connect_timeout_s = 10;
+  double connect_timeout_s = kDefaultConnectTimeoutSeconds;
+  double ring_down_timeout_s = kDefaultRingDownTimeoutSeconds;
   std::string stage_binary;
   std::string packing = "spread";
   int ready_fd = -1;
@@ -142,6 +146,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       flags.micro_batches = static_cast<int>(n);
     } else if (arg == "--connect-timeout") {
       if (absl::Status s = number(&flags.connect_timeout_s); !s.ok()) return s;
+    } else if (arg == "--ring-down-timeout") {
+      if (absl::Status s = number(&flags.ring_down_timeout_s); !s.ok()) return s;
     } else if (arg == "--stage-binary") {
       flags.stage_binary = value;
     } else if (arg == "--packing") {
@@ -267,16 +273,23 @@ int Run(int argc, char** argv) {
     if (http_server) http_server->Stop();
   };
 
-  RingEngineOptions engine_options;
-  engine_options.ring = *ring;
-  engine_options.connect_timeout = absl::Seconds(flags->connect_timeout_s);
-  engine_options.decode_packing =
-      flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread;
-  engine_options.on_progress = [&front](const std::string& line) {
-    std::fprintf(stderr, "coordinator: %s\n", line.c_str());
-    front.OnProgressLine(line);
+  BringUpOptions bring_up{.ring = *ring, .connect_timeout = absl::Seconds(flags->connect_timeout_s)};
+  bring_up.on_progress = [&front](const StageProgress& p) {
+    if (p.stage < 0) {
+      std::fprintf(stderr, "coordinator: %s\n", p.message.c_str());
+      return;
+    }
+    std::fprintf(stderr, "coordinator: stage %d (%s): %s\n", p.stage, p.endpoint.c_str(),
+                 p.message.c_str());
+    front.SetStageStatus(p.stage, p.ready ? "ready" : p.message);
   };
-  auto engine = RingEngine::Start(engine_options);
+  // A failed ring is formed again: local stages that died are started again first; stages of
+  // a hosts file come back under their supervisor (systemd Restart=on-failure).
+  auto engine = StartGrpcRingEngine(
+      {.bring_up = bring_up,
+       .packing = flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread,
+       .local_stages = local ? &*local : nullptr,
+       .ring_down_timeout = absl::Seconds(flags->ring_down_timeout_s)});
   if (!engine.ok()) {
     front.Fail(engine.status());
     stop_http();
@@ -311,9 +324,8 @@ int Run(int argc, char** argv) {
     close(flags->ready_fd);
   }
 
-  // Serve until signalled, checking the engine's health every second: once a stage has failed
-  // the ring cannot serve again, so exit non-zero and let the supervisor (systemd
-  // Restart=on-failure) restart the coordinator, which configures the whole ring again.
+  // Serve until signalled. A failed ring re-forms by itself (the engine keeps the APIs up);
+  // only an engine that can never serve again ends the process, non-zero, for the supervisor.
   int exit_code = 0;
   while (true) {
     const timespec poll = {.tv_sec = 1, .tv_nsec = 0};
@@ -322,8 +334,8 @@ int Run(int argc, char** argv) {
       std::fprintf(stderr, "coordinator: signal %d, shutting down\n", sig);
       break;
     }
-    if (!e->healthy()) {
-      std::fprintf(stderr, "coordinator: the ring is unhealthy (%s), exiting\n",
+    if (e->stopped()) {
+      std::fprintf(stderr, "coordinator: the engine stopped (%s), exiting\n",
                    e->health_message().c_str());
       exit_code = 3;
       break;

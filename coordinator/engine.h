@@ -87,6 +87,9 @@ struct RequestStats {
   double mean_inter_token_ms = 0;   // between consecutive generated tokens
   int micro_batches_in_flight = 0;  // plans sent and not yet returned by the last stage
   int64_t preemptions = 0;          // cumulative
+  int64_t ring_restarts = 0;        // the ring re-formed after a stage failure, cumulative
+  int64_t resumed_requests = 0;     // requests resumed by recomputation after a re-form
+  int64_t rejected = 0;             // refused by the engine (ring down and its queue full)
 };
 
 // One finished request's timings (recent ones, for the dashboard and /metrics).

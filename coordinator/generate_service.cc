@@ -285,6 +285,10 @@ grpc::Status GenerateService::Stats(grpc::ServerContext* context, const v1::Stat
   response->set_tokens_per_second(r.tokens_per_second);
   response->set_mean_queue_ms(r.mean_queue_ms);
   response->set_mean_ttft_ms(r.mean_ttft_ms);
+  response->set_preemptions(r.preemptions);
+  response->set_ring_restarts(r.ring_restarts);
+  response->set_resumed_requests(r.resumed_requests);
+  response->set_rejected(r.rejected);
   response->set_mean_inter_token_ms(r.mean_inter_token_ms);
   response->set_micro_batches_in_flight(r.micro_batches_in_flight);
   return grpc::Status::OK;

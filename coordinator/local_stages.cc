@@ -39,23 +39,15 @@ absl::StatusOr<LocalStages> LocalStages::Launch(const std::string& stage_binary,
   stages.secret_dir_ = dir_template;
   stages.secret_file_ = dir_template + "/ring.secret";
   RS_RETURN_IF_ERROR(RingSecret::Create(stages.secret_file_).status());
-  for (const StageConfig& stage : ring.stages) {
-    SubprocessOptions options;
-    options.argv = {stage_binary,    "--listen",          stage.endpoint(),
-                    "--ring-secret", stages.secret_file_, "--model-root",
-                    ring.model_dir,  "--ready-fd",        "3"};
-    options.ready_fd = true;
-    RS_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(options));
+  stages.stage_binary_ = stage_binary;
+  stages.model_dir_ = ring.model_dir;
+  for (const StageConfig& stage : ring.stages) stages.endpoints_.push_back(stage.endpoint());
+  for (size_t i = 0; i < stages.endpoints_.size(); ++i) {
+    RS_ASSIGN_OR_RETURN(Subprocess process, stages.Spawn(static_cast<int>(i)));
     stages.processes_.push_back(std::move(process));
   }
   for (size_t i = 0; i < stages.processes_.size(); ++i) {
-    auto line = stages.processes_[i].ReadReadyLine(timeout);
-    if (!line.ok()) {
-      return absl::Status(line.status().code(),
-                          fmt::format("local stage {} ({}): {}", i, ring.stages[i].endpoint(),
-                                      std::string(line.status().message())));
-    }
-    RS_LOG_INFO("local stage {} is {} on {}", i, stages.processes_[i].name(), *line);
+    RS_RETURN_IF_ERROR(stages.WaitListening(static_cast<int>(i), timeout));
   }
   return stages;
 }
@@ -66,6 +58,37 @@ LocalStages::~LocalStages() {
     std::error_code ignored;
     std::filesystem::remove_all(secret_dir_, ignored);
   }
+}
+
+absl::StatusOr<Subprocess> LocalStages::Spawn(int index) const {
+  SubprocessOptions options;
+  options.argv = {stage_binary_, "--listen",   endpoints_[index], "--ring-secret", secret_file_,
+                  "--model-root", model_dir_, "--ready-fd",        "3"};
+  options.ready_fd = true;
+  return Subprocess::Spawn(options);
+}
+
+absl::Status LocalStages::WaitListening(int index, absl::Duration timeout) {
+  auto line = processes_[index].ReadReadyLine(timeout);
+  if (!line.ok()) {
+    return absl::Status(line.status().code(),
+                        fmt::format("local stage {} ({}): {}", index, endpoints_[index],
+                                    std::string(line.status().message())));
+  }
+  RS_LOG_INFO("local stage {} is {} on {}", index, processes_[index].name(), *line);
+  return absl::OkStatus();
+}
+
+absl::Status LocalStages::RespawnExited(absl::Duration timeout) {
+  for (size_t i = 0; i < processes_.size(); ++i) {
+    absl::StatusOr<int> exit_code = processes_[i].Wait(absl::ZeroDuration());
+    if (!exit_code.ok()) continue;  // still running
+    RS_LOG_WARN("local stage {} ({}) exited with {}; starting it again", i, endpoints_[i],
+                *exit_code);
+    RS_ASSIGN_OR_RETURN(processes_[i], Spawn(static_cast<int>(i)));
+    RS_RETURN_IF_ERROR(WaitListening(static_cast<int>(i), timeout));
+  }
+  return absl::OkStatus();
 }
 
 void LocalStages::TerminateAll(absl::Duration grace) {

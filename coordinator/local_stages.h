@@ -29,7 +29,10 @@ class LocalStages {
   static absl::StatusOr<LocalStages> Launch(const std::string& stage_binary, const RingConfig& ring,
                                             absl::Duration timeout);
   LocalStages(LocalStages&& other) noexcept
-      : processes_(std::move(other.processes_)),
+      : stage_binary_(std::move(other.stage_binary_)),
+        endpoints_(std::move(other.endpoints_)),
+        model_dir_(std::move(other.model_dir_)),
+        processes_(std::move(other.processes_)),
         secret_dir_(std::exchange(other.secret_dir_, {})),
         secret_file_(std::exchange(other.secret_file_, {})) {}
   LocalStages& operator=(LocalStages&&) = delete;
@@ -38,12 +41,22 @@ class LocalStages {
   // The ring secret these stages were started with.
   const std::string& secret_file() const { return secret_file_; }
 
+  // Starts again, on the same control port, every stage process that has exited (killed,
+  // crashed), waiting up to `timeout` for each to listen. The ring is then formed again.
+  absl::Status RespawnExited(absl::Duration timeout);
+
   // Waits up to `grace` for each stage to exit (after the coordinator asked them to), then
   // terminates the rest.
   void TerminateAll(absl::Duration grace = absl::Seconds(3));
 
  private:
   LocalStages() = default;
+  absl::StatusOr<Subprocess> Spawn(int index) const;
+  absl::Status WaitListening(int index, absl::Duration timeout);
+
+  std::string stage_binary_;
+  std::vector<std::string> endpoints_;
+  std::string model_dir_;  // each stage's --model-root
   std::vector<Subprocess> processes_;
   std::string secret_dir_;  // removed with the stages
   std::string secret_file_;

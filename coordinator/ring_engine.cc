@@ -1,22 +1,16 @@
 #include "coordinator/ring_engine.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <utility>
 
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
-#include "stage/plan_proto.h"
-#include "stage/sampling/sampler.h"
+#include "ring/plan_codec.h"
+#include "ring/sampling_config.h"
 
 namespace ringserve {
 namespace {
-
-constexpr int64_t kSpanWindowUs = 5'000'000;    // recent spans and busy fractions
-constexpr int64_t kTokenWindowUs = 10'000'000;  // tokens/s
-constexpr size_t kMaxSpans = 4096;
-constexpr size_t kMaxRecentRequests = 256;
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
@@ -28,8 +22,8 @@ struct RingEngine::Request {
   EventCallback callback;
   SamplingParams sampling;
   uint64_t seed = 0;
-  int prompt_tokens = 0;
-  int generated = 0;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;  // every token the client has been sent, in order
   std::unique_ptr<TextStream> text;
   absl::Time submitted;
   std::optional<absl::Time> scheduled;
@@ -37,198 +31,102 @@ struct RingEngine::Request {
   absl::Time last_token;
   double inter_token_sum_ms = 0;
   double inter_token_max_ms = 0;
-};
 
-struct RingEngine::StageTrack {
-  std::string endpoint;
-  int first_layer = 0;
-  int last_layer = 0;
-  std::string load_status = "connecting";
-  int in_flight = 0;
-  int64_t steps = 0;
-  int64_t bytes_sent = 0;
-  std::deque<StageSpan> spans;                    // recent, oldest first
-  std::deque<std::pair<int64_t, int64_t>> waits;  // (end us, wait us), recent
+  int generated() const { return static_cast<int>(generated_ids.size()); }
+  int prompt_tokens() const { return static_cast<int>(prompt_ids.size()); }
 };
 
 RingEngine::RingEngine(RingEngineOptions options)
-    : options_(std::move(options)), seed_rng_(std::random_device{}()) {}
+    : options_(std::move(options)),
+      seed_rng_(std::random_device{}()),
+      telemetry_(options_.stages) {}
 
 int64_t RingEngine::NowUs() const { return absl::ToInt64Microseconds(absl::Now() - start_time_); }
 
 absl::StatusOr<std::unique_ptr<RingEngine>> RingEngine::Start(RingEngineOptions options) {
-  RS_RETURN_IF_ERROR(ValidateRingConfig(options.ring));
+  if (!options.form_ring) return absl::InvalidArgumentError("RingEngineOptions.form_ring: empty");
   std::unique_ptr<RingEngine> engine(new RingEngine(std::move(options)));
-  RS_RETURN_IF_ERROR(engine->Connect());
+  RS_ASSIGN_OR_RETURN(FormedRing formed, engine->options_.form_ring(0));
+  RS_RETURN_IF_ERROR(engine->OpenAndInstall(std::move(formed)));
   engine->engine_thread_ = std::thread([e = engine.get()] { e->EngineLoop(); });
   return engine;
 }
 
-absl::Status RingEngine::Connect() {
-  const RingConfig& ring = options_.ring;
-  auto progress = [this](const std::string& line) {
-    if (options_.on_progress) {
-      options_.on_progress(line);
-    } else {
-      RS_LOG_INFO("{}", line);
-    }
+absl::Status RingEngine::OpenAndInstall(FormedRing formed) {
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation = ++next_generation_;
+  }
+  auto push = [this, generation](LinkEvent event) {
+    event.generation = generation;
+    std::lock_guard<std::mutex> lock(mu_);
+    link_events_.push_back(std::move(event));
+    wake_ = true;
+    cv_.notify_all();
   };
-  RS_ASSIGN_OR_RETURN(model_, LoadModelConfig(ring.model_dir));
-  if (model_.num_layers != ring.num_layers) {
-    return absl::InvalidArgumentError(fmt::format("{}: validated for {} layers, but {} has {}",
-                                                  ring.source, ring.num_layers, ring.model_dir,
-                                                  model_.num_layers));
+  // Outside mu_: the link calls its handlers under its own lock.
+  absl::Status opened = formed.link->Open(
+      {.on_result = [push](v1::StepResult result) { push({.result = std::move(result)}); },
+       .on_failure = [push](absl::Status status) { push({.failure = std::move(status)}); }});
+  if (!opened.ok()) {
+    formed.link->Close(/*stop_stages=*/false);
+    return opened;
   }
-  if (std::filesystem::exists(std::filesystem::path(ring.model_dir) / "tokenizer.json")) {
-    RS_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromDirectory(ring.model_dir));
-  } else {
-    progress(fmt::format("{} has no tokenizer.json: token-id prompts only, no text output",
-                         ring.model_dir));
+  std::vector<Delivery> out;
+  absl::Status installed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    installed = InstallRingLocked(std::move(formed), generation, &out);
   }
+  for (auto& [callback, event] : out) callback(event);
+  return installed;
+}
 
-  // KV pool per stage: capacity is the minimum over stages (the scheduler's global view).
-  // kv_blocks fixes it; kv_budget converts bytes with each stage's KV element size (fp32 on
-  // the CPU, bf16 on CUDA); otherwise CUDA stages size their pools from memory (0 asks them
-  // to) and CPU stages take the engine's default. The stages report what they hold.
-  const int block_size = ring.scheduler.kv_block_size;
-  std::vector<int> stage_kv_blocks(ring.num_stages());
-  for (int i = 0; i < ring.num_stages(); ++i) {
-    const StageConfig& stage = ring.stages[i];
-    int blocks = options_.default_kv_blocks;
-    if (stage.device.is_cuda()) blocks = 0;
-    if (ring.scheduler.kv_blocks > 0) blocks = ring.scheduler.kv_blocks;
-    if (ring.scheduler.kv_budget_bytes > 0) {
-      const int64_t element_bytes = stage.device.is_cuda() ? 2 : 4;
-      const int64_t block_bytes = static_cast<int64_t>(block_size) * 2 * model_.kv_size() *
-                                  element_bytes * stage.num_layers();
-      blocks = static_cast<int>(std::min<int64_t>(
-          ring.scheduler.kv_budget_bytes / std::max<int64_t>(block_bytes, 1), 1 << 24));
-      if (blocks < 1) {
-        return absl::InvalidArgumentError(
-            fmt::format("{}: scheduler.kv_budget: {} bytes hold no {}-byte KV block of stage {}",
-                        ring.source, ring.scheduler.kv_budget_bytes, block_bytes, i));
-      }
-    }
-    stage_kv_blocks[i] = blocks;
-  }
-  // Stages sharing one GPU split its memory.
-  std::map<std::pair<std::string, int>, int> stages_per_gpu;
-  for (const StageConfig& stage : ring.stages) {
-    if (stage.device.is_cuda()) stages_per_gpu[{stage.host, stage.device.index}]++;
-  }
-
-  const int num_stages = ring.num_stages();
-  for (int i = 0; i < num_stages; ++i) {
-    auto track = std::make_unique<StageTrack>();
-    track->endpoint = ring.stages[i].endpoint();
-    track->first_layer = ring.stages[i].first_layer;
-    track->last_layer = ring.stages[i].last_layer;
-    tracks_.push_back(std::move(track));
-  }
-
-  // Connect, configure and join every stage, all stages at once at each step.
-  auto parallel = [num_stages](const std::function<absl::Status(int)>& fn) {
-    std::vector<absl::Status> statuses(num_stages);
-    std::vector<std::thread> threads;
-    for (int i = 0; i < num_stages; ++i) threads.emplace_back([&, i] { statuses[i] = fn(i); });
-    for (auto& t : threads) t.join();
-    for (const auto& s : statuses) RS_RETURN_IF_ERROR(s);
-    return absl::OkStatus();
-  };
-  stages_.resize(num_stages);
-  progress(fmt::format("connecting to {} stage(s) (waiting up to {} each)", num_stages,
-                       absl::FormatDuration(options_.connect_timeout)));
-  RS_ASSIGN_OR_RETURN(const ControlCredentials creds,
-                      MakeControlCredentials(ring.ring_secret_file));
-  RS_RETURN_IF_ERROR(parallel([&](int i) -> absl::Status {
-    RS_ASSIGN_OR_RETURN(stages_[i], StageClient::Connect(i, ring.stages[i].endpoint(),
-                                                         options_.connect_timeout, creds));
-    return absl::OkStatus();
-  }));
-
-  std::vector<std::string> data_endpoints(num_stages);
-  std::mutex progress_mu;
-  RS_RETURN_IF_ERROR(parallel([&](int i) -> absl::Status {
-    const StageConfig& stage = ring.stages[i];
-    v1::ConfigureRequest request;
-    request.set_stage_index(i);
-    request.set_num_stages(num_stages);
-    request.set_model_dir(ring.model_dir);
-    request.set_first_layer(stage.first_layer);
-    request.set_last_layer(stage.last_layer);
-    request.set_device(stage.device.ToString());
-    request.set_kv_block_size(block_size);
-    request.set_kv_num_blocks(stage_kv_blocks[i]);
-    request.set_max_batch_tokens(ring.scheduler.max_tokens_per_micro_batch);
-    if (stage.device.is_cuda()) {
-      request.set_memory_fraction(options_.gpu_memory_utilization /
-                                  stages_per_gpu[{stage.host, stage.device.index}]);
-    }
-    request.set_channel(std::string(ChannelKindName(ring.channel)));
-    request.set_data_host(stage.host == "localhost" ? "127.0.0.1" : stage.host);
-    request.set_recv_timeout_ms(
-        static_cast<int32_t>(absl::ToInt64Milliseconds(options_.step_timeout)));
-    RS_ASSIGN_OR_RETURN(
-        data_endpoints[i],
-        stages_[i]->Configure(request, options_.configure_timeout, [&](const v1::LoadProgress& p) {
-          std::lock_guard<std::mutex> lock(progress_mu);
-          tracks_[i]->load_status = p.message();
-          if (p.ready()) stage_kv_blocks[i] = p.kv_num_blocks();
-          progress(fmt::format("stage {} ({}): {}", i, stage.endpoint(), p.message()));
-        }));
-    return absl::OkStatus();
-  }));
-  kv_num_blocks_ = *std::min_element(stage_kv_blocks.begin(), stage_kv_blocks.end());
-  if (kv_num_blocks_ < 1) {
-    return absl::ResourceExhaustedError(fmt::format(
-        "{}: a stage reported an empty KV pool ({} blocks)", ring.source, kv_num_blocks_));
-  }
-  RS_RETURN_IF_ERROR(parallel([&](int i) -> absl::Status {
-    v1::ConnectPeersRequest request;
-    if (i > 0) request.set_prev_data_endpoint(data_endpoints[i]);
-    if (i + 1 < num_stages) request.set_next_data_endpoint(data_endpoints[i + 1]);
-    request.set_timeout_ms(
-        static_cast<int32_t>(absl::ToInt64Milliseconds(options_.connect_timeout)));
-    return stages_[i]->ConnectPeers(request, options_.connect_timeout + absl::Seconds(5));
-  }));
-  progress(fmt::format("ring of {} stage(s) connected ({} channel, {} KV blocks of {} per stage)",
-                       num_stages, ChannelKindName(ring.channel), kv_num_blocks_, block_size));
-
-  SchedulerOptions sched;
-  sched.num_stages = num_stages;
-  sched.max_micro_batches_in_flight = ring.effective_micro_batches_in_flight();
-  sched.max_tokens_per_micro_batch = ring.scheduler.max_tokens_per_micro_batch;
-  sched.kv_block_size = block_size;
-  sched.kv_num_blocks = kv_num_blocks_;
-  sched.max_context = model_.max_position_embeddings;
-  sched.eos_token_ids = model_.eos_token_ids;
-  if (sched.eos_token_ids.empty() && tokenizer_ && tokenizer_->eos_token_id()) {
-    sched.eos_token_ids.push_back(*tokenizer_->eos_token_id());
-  }
-  sched.decode_packing = options_.decode_packing;
+absl::Status RingEngine::InstallRingLocked(FormedRing formed, uint64_t generation,
+                                           std::vector<Delivery>* out) {
+  SchedulerOptions sched = options_.scheduler;
+  sched.kv_num_blocks = formed.kv_num_blocks;
   RS_RETURN_IF_ERROR(Scheduler::Validate(sched));
+  const bool reformed = scheduler_ != nullptr;
+  if (reformed) telemetry_.CarryPreemptions(scheduler_->Stats().preemptions);
   scheduler_ = std::make_unique<Scheduler>(sched);
-
-  for (int i = 0; i < num_stages; ++i) {
-    RS_RETURN_IF_ERROR(stages_[i]->StartSteps(
-        [this](v1::StepResult result) {
-          std::lock_guard<std::mutex> lock(mu_);
-          results_.push_back(std::move(result));
-          wake_ = true;
-          cv_.notify_all();
-        },
-        [this](absl::Status status) {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (shut_down_ && status.ok()) return;
-          if (status.ok()) status = absl::UnavailableError("a stage closed its Steps stream");
-          stage_errors_.push_back(status);
-          wake_ = true;
-          cv_.notify_all();
-        }));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& track : tracks_) track->load_status = "ready";
+  kv_num_blocks_ = formed.kv_num_blocks;
+  link_ = std::move(formed.link);
+  generation_ = generation;
+  ring_up_ = true;
   health_ = "serving";
+  // Re-admit what was running or waiting, oldest first, each with the tokens it has generated.
+  std::vector<uint64_t> ids;
+  for (const auto& [seq, r] : requests_) ids.push_back(seq);
+  std::sort(ids.begin(), ids.end());
+  int resumed = 0;
+  for (uint64_t seq : ids) {
+    Request& r = *requests_.at(seq);
+    if (r.generated() > 0) ++resumed;
+    if (absl::Status admitted = AdmitLocked(r); !admitted.ok()) {
+      FinishRequest(r, FinishReason::kError, admitted, out, {});
+    }
+  }
+  if (reformed) {
+    telemetry_.OnRingReformed(resumed);
+    RS_LOG_INFO("ring re-formed (attempt {}); {} request(s) resumed, {} waiting", reform_attempt_,
+                resumed, ids.size() - resumed);
+  }
+  telemetry_.SetAllLoadStatus("ready");
+  wake_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status RingEngine::AdmitLocked(Request& r) {
+  SequenceParams params{.max_tokens = r.sampling.max_tokens,
+                        .stop_token_ids = r.sampling.stop_token_ids,
+                        .ignore_eos = r.sampling.ignore_eos};
+  absl::Status added = scheduler_->AddRequest(r.seq_id, r.prompt_ids, params, r.generated_ids);
+  if (!added.ok()) {
+    return absl::Status(added.code(),
+                        fmt::format("request {}: {}", r.id, std::string(added.message())));
+  }
   return absl::OkStatus();
 }
 
@@ -236,6 +134,7 @@ RingEngine::~RingEngine() { Shutdown(/*stop_stages=*/false); }
 
 void RingEngine::Shutdown(bool stop_stages) {
   std::vector<Delivery> out;
+  std::unique_ptr<RingLink> link;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return;
@@ -247,22 +146,18 @@ void RingEngine::Shutdown(bool stop_stages) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     FailAll(absl::UnavailableError("the server is shutting down"), &out);
+    stopped_ = true;
+    ring_up_ = false;
     health_ = "shut down";
+    link = std::move(link_);
   }
   for (auto& [callback, event] : out) callback(event);
-  for (auto& stage : stages_) {
-    if (stage) stage->CloseSteps(absl::Seconds(5));
-  }
-  if (stop_stages) {
-    for (auto& stage : stages_) {
-      if (stage) (void)stage->Shutdown(absl::Seconds(2));
-    }
-  }
+  if (link) link->Close(stop_stages);
 }
 
 bool RingEngine::healthy() {
   std::lock_guard<std::mutex> lock(mu_);
-  return !failed_ && !shut_down_;
+  return ring_up_ && !stopped_;
 }
 
 std::string RingEngine::health_message() {
@@ -270,19 +165,30 @@ std::string RingEngine::health_message() {
   return health_;
 }
 
+bool RingEngine::stopped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopped_;
+}
+
+int RingEngine::kv_num_blocks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kv_num_blocks_;
+}
+
 absl::Status RingEngine::Submit(GenerateRequest request, EventCallback on_event) {
   const SamplingParams& s = request.sampling;
   const std::string& id = request.request_id;
+  const ModelConfig& model = options_.model;
   if (id.empty()) return absl::InvalidArgumentError("request_id: empty");
   if (request.prompt_ids.empty()) {
     return absl::InvalidArgumentError(fmt::format("request {}: prompt: empty", id));
   }
   for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
     int32_t t = request.prompt_ids[i];
-    if (t < 0 || t >= model_.vocab_size) {
+    if (t < 0 || t >= model.vocab_size) {
       return absl::InvalidArgumentError(fmt::format(
           "request {}: prompt token {} at position {} is outside the vocabulary [0, {})", id, t, i,
-          model_.vocab_size));
+          model.vocab_size));
     }
   }
   SamplingConfig config{.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p};
@@ -298,13 +204,20 @@ absl::Status RingEngine::Submit(GenerateRequest request, EventCallback on_event)
     if (stop.empty())
       return absl::InvalidArgumentError(fmt::format("request {}: stop: empty string", id));
   }
-  if (!s.stop.empty() && tokenizer_ == nullptr) {
-    return absl::InvalidArgumentError(fmt::format(
-        "request {}: stop strings need a tokenizer, and {} has none", id, options_.ring.model_dir));
+  if (!s.stop.empty() && options_.tokenizer == nullptr) {
+    return absl::InvalidArgumentError(
+        fmt::format("request {}: stop strings need a tokenizer, and {} has none", id,
+                    options_.model_id));
+  }
+  const int max_context = options_.scheduler.max_context;
+  if (max_context > 0 && static_cast<int64_t>(request.prompt_ids.size()) >= max_context) {
+    return absl::InvalidArgumentError(
+        fmt::format("request {}: prompt of {} tokens leaves no room in the context of {}", id,
+                    request.prompt_ids.size(), max_context));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failed_ || shut_down_) {
+    if (stopped_) {
       return absl::UnavailableError(
           fmt::format("request {}: the ring is not serving: {}", id, health_));
     }
@@ -312,22 +225,22 @@ absl::Status RingEngine::Submit(GenerateRequest request, EventCallback on_event)
       return absl::InvalidArgumentError(
           fmt::format("request {}: request_id is already running", id));
     }
+    if (!ring_up_ && static_cast<int>(requests_.size()) >= options_.max_waiting_while_down) {
+      telemetry_.OnRejected();
+      return absl::UnavailableError(fmt::format(
+          "request {}: the ring is down ({}) and {} requests already wait for it", id, health_,
+          requests_.size()));
+    }
     auto r = std::make_unique<Request>();
     r->id = id;
     r->seq_id = next_seq_id_++;
     r->callback = std::move(on_event);
     r->sampling = s;
     r->seed = s.seed.has_value() ? *s.seed : seed_rng_();
-    r->prompt_tokens = static_cast<int>(request.prompt_ids.size());
-    r->text = std::make_unique<TextStream>(tokenizer_.get(), s.stop);
+    r->prompt_ids = std::move(request.prompt_ids);
+    r->text = std::make_unique<TextStream>(options_.tokenizer.get(), s.stop);
     r->submitted = absl::Now();
-    SequenceParams params{
-        .max_tokens = s.max_tokens, .stop_token_ids = s.stop_token_ids, .ignore_eos = s.ignore_eos};
-    absl::Status added = scheduler_->AddRequest(r->seq_id, std::move(request.prompt_ids), params);
-    if (!added.ok()) {
-      return absl::Status(added.code(),
-                          fmt::format("request {}: {}", id, std::string(added.message())));
-    }
+    if (ring_up_) RS_RETURN_IF_ERROR(AdmitLocked(*r));  // else admitted when the ring is back
     seq_by_request_id_[id] = r->seq_id;
     requests_[r->seq_id] = std::move(r);
     wake_ = true;
@@ -345,27 +258,26 @@ void RingEngine::Cancel(const std::string& request_id) {
 
 absl::StatusOr<std::vector<int32_t>> RingEngine::Tokenize(const std::string& text,
                                                           bool add_special_tokens) {
-  if (tokenizer_ == nullptr) {
+  if (options_.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
-        fmt::format("{} has no tokenizer.json; send token ids", options_.ring.model_dir));
+        fmt::format("{} has no tokenizer.json; send token ids", options_.model_id));
   }
-  return tokenizer_->Encode(text, add_special_tokens);
+  return options_.tokenizer->Encode(text, add_special_tokens);
 }
 
 std::string RingEngine::Detokenize(const std::vector<int32_t>& ids) {
-  if (tokenizer_ == nullptr) return "";
-  return tokenizer_->Decode(ids, /*skip_special_tokens=*/false);
+  if (options_.tokenizer == nullptr) return "";
+  return options_.tokenizer->Decode(ids, /*skip_special_tokens=*/false);
 }
 
 ModelInfo RingEngine::Info() {
   ModelInfo info;
-  info.model_id = std::filesystem::path(options_.ring.model_dir).filename().string();
-  if (info.model_id.empty()) info.model_id = options_.ring.model_dir;
-  info.architecture = ArchitectureName(model_.architecture);
-  info.num_layers = model_.num_layers;
-  info.vocab_size = model_.vocab_size;
-  info.max_context = model_.max_position_embeddings;
-  info.eos_token_ids = scheduler_ ? scheduler_->options().eos_token_ids : model_.eos_token_ids;
+  info.model_id = options_.model_id;
+  info.architecture = ArchitectureName(options_.model.architecture);
+  info.num_layers = options_.model.num_layers;
+  info.vocab_size = options_.model.vocab_size;
+  info.max_context = options_.model.max_position_embeddings;
+  info.eos_token_ids = options_.scheduler.eos_token_ids;
   return info;
 }
 
@@ -373,20 +285,21 @@ void RingEngine::EngineLoop() {
   while (true) {
     std::vector<Delivery> out;
     std::vector<std::pair<int, v1::StepPlan>> plans;
+    std::unique_ptr<RingLink> failed_link;
+    RingLink* link = nullptr;
+    bool reform = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return wake_ || stop_; });
       if (stop_) return;
       wake_ = false;
-      while (!stage_errors_.empty()) {
-        absl::Status error = stage_errors_.front();
-        stage_errors_.pop_front();
-        if (!failed_) FailAll(error, &out);
-      }
-      while (!results_.empty()) {
-        v1::StepResult result = std::move(results_.front());
-        results_.pop_front();
-        if (!failed_) HandleResult(result, &out);
+      while (!link_events_.empty()) {
+        LinkEvent event = std::move(link_events_.front());
+        link_events_.pop_front();
+        if (event.generation != generation_ || !ring_up_) continue;  // a ring already gone
+        absl::Status status = event.failure;
+        if (event.result) status = HandleResult(*event.result, &out);
+        if (!status.ok()) failed_link = RingDownLocked(status, &out);
       }
       while (!cancels_.empty()) {
         std::string id = std::move(cancels_.front());
@@ -394,22 +307,73 @@ void RingEngine::EngineLoop() {
         auto it = seq_by_request_id_.find(id);
         if (it == seq_by_request_id_.end()) continue;
         Request& request = *requests_.at(it->second);
-        scheduler_->Cancel(request.seq_id);
-        counters_.requests_cancelled++;
+        if (scheduler_) scheduler_->Cancel(request.seq_id);
         FinishRequest(request, FinishReason::kCancelled, absl::OkStatus(), &out, {});
       }
-      if (!failed_) plans = PlanLocked();
+      if (ring_up_) {
+        plans = PlanLocked();
+        link = link_.get();
+      }
+      reform = !ring_up_ && !stopped_;
     }
     // Plans first: the stages (and their GPUs) start the next step while the clients' events
     // are delivered.
-    for (auto& [stage, plan] : plans) stages_[stage]->SendPlan(std::move(plan));
+    for (auto& [stage, plan] : plans) link->Send(stage, std::move(plan));
     for (auto& [callback, event] : out) callback(event);
+    if (failed_link) failed_link->Close(/*stop_stages=*/false);
+    if (reform) TryReform();
   }
+}
+
+void RingEngine::TryReform() {
+  int attempt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    attempt = ++reform_attempt_;
+  }
+  absl::StatusOr<FormedRing> formed = options_.form_ring(attempt);
+  absl::Status status = formed.ok() ? OpenAndInstall(std::move(*formed)) : formed.status();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (status.ok()) return;
+  RS_LOG_WARN("re-forming the ring (attempt {}) failed: {}", attempt,
+              std::string(status.message()));
+  health_ = fmt::format("recovering: attempt {} failed: {}", attempt,
+                        std::string(status.message()));
+  if (!requests_.empty() && absl::Now() - down_since_ >= options_.ring_down_timeout) {
+    std::vector<Delivery> out;
+    FailAll(absl::UnavailableError(fmt::format(
+                "the ring has been down for {} ({})",
+                absl::FormatDuration(absl::Now() - down_since_), std::string(status.message()))),
+            &out);
+    lock.unlock();
+    for (auto& [callback, event] : out) callback(event);
+    lock.lock();
+  }
+  cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.reform_backoff), [&] { return stop_; });
+  wake_ = true;  // try again
+}
+
+std::unique_ptr<RingLink> RingEngine::RingDownLocked(const absl::Status& status,
+                                                     std::vector<Delivery>* out) {
+  ring_up_ = false;
+  down_since_ = absl::Now();
+  generation_ = 0;  // every queued event of the failed ring is stale now
+  telemetry_.OnRingFailed();
+  if (!options_.recover) {
+    stopped_ = true;
+    health_ = fmt::format("failed: {}", std::string(status.message()));
+    RS_LOG_ERROR("ring failed: {}", std::string(status.message()));
+    FailAll(status, out);
+  } else {
+    health_ = fmt::format("recovering: {}", std::string(status.message()));
+    RS_LOG_WARN("ring failed, re-forming it: {}", std::string(status.message()));
+  }
+  return std::move(link_);
 }
 
 std::vector<std::pair<int, v1::StepPlan>> RingEngine::PlanLocked() {
   std::vector<std::pair<int, v1::StepPlan>> plans;
-  const int num_stages = static_cast<int>(stages_.size());
+  const int num_stages = link_->num_stages();
   const absl::Time now = absl::Now();
   while (std::optional<MicroBatchPlan> plan = scheduler_->NextMicroBatch()) {
     std::vector<ChunkSamplingWire> sampling(plan->entries.size());
@@ -428,59 +392,41 @@ std::vector<std::pair<int, v1::StepPlan>> RingEngine::PlanLocked() {
     for (int s = 0; s < num_stages; ++s) {
       plans.emplace_back(
           s, EncodeStepPlan(plan->id, plan->batch, sampling, s == 0, s == num_stages - 1));
-      tracks_[s]->in_flight++;
     }
-    plan_sent_us_[plan->id] = NowUs();
+    telemetry_.OnPlanSent();
     RS_LOG_DEBUG("micro-batch {}: {} chunks, {} tokens, {} decodes", plan->id,
                  plan->batch.chunks.size(), plan->num_tokens(), plan->num_decodes());
   }
   return plans;
 }
 
-void RingEngine::HandleResult(const v1::StepResult& result, std::vector<Delivery>* out) {
-  const int num_stages = static_cast<int>(stages_.size());
+absl::Status RingEngine::HandleResult(const v1::StepResult& result, std::vector<Delivery>* out) {
+  const int num_stages = link_->num_stages();
   const int index = result.stage_index();
-  if (index < 0 || index >= num_stages) return;
+  if (index < 0 || index >= num_stages) {
+    return absl::InternalError(fmt::format("a step result names stage {} of {}", index,
+                                           num_stages));
+  }
   if (!result.error().empty()) {
-    FailAll(absl::InternalError(result.error()), out);
-    return;
+    return absl::InternalError(fmt::format("stage {}: micro-batch {}: {}", index,
+                                           result.micro_batch_id(), result.error()));
   }
-  StageTrack& track = *tracks_[index];
   const int64_t now = NowUs();
-  track.in_flight = std::max(0, track.in_flight - 1);
-  track.steps++;
-  track.bytes_sent += result.bytes_sent();
-  // The stage reports durations on its own clock; place the span so it ends now.
-  StageSpan span{.micro_batch_id = result.micro_batch_id(),
-                 .stage_index = index,
-                 .start_us = now - result.busy_us(),
-                 .end_us = now,
-                 .num_tokens = result.num_tokens()};
-  track.spans.push_back(span);
-  track.waits.emplace_back(now, result.wait_us());
-  while (!track.spans.empty() &&
-         (track.spans.front().end_us < now - kSpanWindowUs || track.spans.size() > kMaxSpans)) {
-    track.spans.pop_front();
-  }
-  while (!track.waits.empty() && track.waits.front().first < now - kSpanWindowUs) {
-    track.waits.pop_front();
-  }
-  if (index != num_stages - 1) return;
+  telemetry_.OnStepResult(result, now);
+  if (index != num_stages - 1) return absl::OkStatus();
 
-  plan_sent_us_.erase(result.micro_batch_id());
   std::vector<int32_t> tokens;
   tokens.reserve(result.tokens_size());
   for (const auto& t : result.tokens()) tokens.push_back(t.token_id());
   absl::StatusOr<MicroBatchResult> done =
       scheduler_->OnMicroBatchDone(result.micro_batch_id(), tokens);
   if (!done.ok()) {
-    FailAll(absl::InternalError(fmt::format("micro-batch {}: {}", result.micro_batch_id(),
-                                            std::string(done.status().message()))),
-            out);
-    return;
+    return absl::InternalError(fmt::format("micro-batch {}: {}", result.micro_batch_id(),
+                                           std::string(done.status().message())));
   }
-  recent_tokens_.emplace_back(now, static_cast<int>(done->tokens.size()));
+  telemetry_.OnTokens(static_cast<int>(done->tokens.size()), now);
   for (const TokenUpdate& update : done->tokens) HandleToken(update, out);
+  return absl::OkStatus();
 }
 
 void RingEngine::HandleToken(const TokenUpdate& update, std::vector<Delivery>* out) {
@@ -496,8 +442,8 @@ void RingEngine::HandleToken(const TokenUpdate& update, std::vector<Delivery>* o
     r.inter_token_max_ms = std::max(r.inter_token_max_ms, gap);
   }
   r.last_token = now;
-  r.generated++;
-  counters_.generated_tokens++;
+  r.generated_ids.push_back(update.token);
+  telemetry_.OnGeneratedToken();
 
   const bool hidden = update.finish_reason == FinishReason::kStop;  // EOS / stop token id
   TextStream::Piece piece = r.text->Add(update.token, hidden);
@@ -516,7 +462,7 @@ void RingEngine::HandleToken(const TokenUpdate& update, std::vector<Delivery>* o
                   out, std::move(event));
     return;
   }
-  event.usage = Usage{r.prompt_tokens, r.generated};
+  event.usage = Usage{r.prompt_tokens(), r.generated()};
   out->emplace_back(r.callback, std::move(event));
 }
 
@@ -524,36 +470,20 @@ void RingEngine::FinishRequest(Request& r, FinishReason reason, absl::Status err
                                std::vector<Delivery>* out, GenerateEvent event) {
   event.finished = true;
   event.finish_reason = reason;
-  event.usage = Usage{r.prompt_tokens, r.generated};
+  event.usage = Usage{r.prompt_tokens(), r.generated()};
   event.error = std::move(error);
-  if (reason == FinishReason::kError) {
-    counters_.requests_failed++;
-  } else if (reason != FinishReason::kCancelled) {
-    counters_.requests_finished++;
-  }
-  counters_.prompt_tokens += r.prompt_tokens;
 
   const absl::Time now = absl::Now();
   RequestTiming timing;
   timing.request_id = r.id;
   timing.queue_ms = Ms((r.scheduled ? *r.scheduled : now) - r.submitted);
   timing.ttft_ms = r.first_token ? Ms(*r.first_token - r.submitted) : 0;
-  timing.mean_inter_token_ms = r.generated > 1 ? r.inter_token_sum_ms / (r.generated - 1) : 0;
+  timing.mean_inter_token_ms = r.generated() > 1 ? r.inter_token_sum_ms / (r.generated() - 1) : 0;
   timing.max_inter_token_ms = r.inter_token_max_ms;
-  timing.prompt_tokens = r.prompt_tokens;
-  timing.completion_tokens = r.generated;
+  timing.prompt_tokens = r.prompt_tokens();
+  timing.completion_tokens = r.generated();
   timing.finish_reason = reason;
-  sum_queue_ms_ += timing.queue_ms;
-  if (r.first_token) {
-    sum_ttft_ms_ += timing.ttft_ms;
-    timed_requests_++;
-  }
-  if (r.generated > 1) {
-    sum_inter_token_ms_ += r.inter_token_sum_ms;
-    inter_token_samples_ += r.generated - 1;
-  }
-  recent_requests_.push_back(std::move(timing));
-  if (recent_requests_.size() > kMaxRecentRequests) recent_requests_.pop_front();
+  telemetry_.OnRequestFinished(timing, r.inter_token_sum_ms, r.first_token.has_value());
 
   out->emplace_back(std::move(r.callback), std::move(event));
   const uint64_t seq_id = r.seq_id;
@@ -562,17 +492,12 @@ void RingEngine::FinishRequest(Request& r, FinishReason reason, absl::Status err
 }
 
 void RingEngine::FailAll(const absl::Status& status, std::vector<Delivery>* out) {
-  if (!shut_down_) {
-    failed_ = true;
-    health_ = fmt::format("failed: {}", std::string(status.message()));
-    RS_LOG_ERROR("ring failed: {}", std::string(status.message()));
-  }
   std::vector<uint64_t> ids;
   for (const auto& [seq, r] : requests_) ids.push_back(seq);
   std::sort(ids.begin(), ids.end());
   for (uint64_t seq : ids) {
     Request& r = *requests_.at(seq);
-    scheduler_->Cancel(seq);
+    if (scheduler_) scheduler_->Cancel(seq);
     FinishRequest(r, FinishReason::kError,
                   absl::Status(status.code(),
                                fmt::format("request {}: {}", r.id, std::string(status.message()))),
@@ -582,60 +507,8 @@ void RingEngine::FailAll(const absl::Status& status, std::vector<Delivery>* out)
 
 RingStats RingEngine::Stats() {
   std::lock_guard<std::mutex> lock(mu_);
-  RingStats stats;
-  const int64_t now = NowUs();
-  const int64_t window = std::min<int64_t>(kSpanWindowUs, std::max<int64_t>(now, 1));
-  SchedulerStats sched = scheduler_ ? scheduler_->Stats() : SchedulerStats{};
-  for (size_t i = 0; i < tracks_.size(); ++i) {
-    const StageTrack& t = *tracks_[i];
-    StageStats s;
-    s.index = static_cast<int>(i);
-    s.endpoint = t.endpoint;
-    s.first_layer = t.first_layer;
-    s.last_layer = t.last_layer;
-    int64_t busy = 0;
-    int n = 0;
-    for (const StageSpan& span : t.spans) {
-      if (span.end_us < now - window) continue;
-      busy += span.end_us - std::max(span.start_us, now - window);
-      ++n;
-    }
-    s.busy_fraction = std::min(1.0, static_cast<double>(busy) / static_cast<double>(window));
-    s.mean_step_ms = n > 0 ? static_cast<double>(busy) / n / 1000.0 : 0;
-    int64_t wait = 0;
-    for (const auto& [end, w] : t.waits) wait += w;
-    s.mean_wait_ms = t.waits.empty() ? 0 : static_cast<double>(wait) / t.waits.size() / 1000.0;
-    s.micro_batches_in_flight = t.in_flight;
-    s.kv_blocks_used = sched.kv_blocks_used;
-    s.kv_blocks_total = kv_num_blocks_;
-    s.bytes_sent = t.bytes_sent;
-    s.load_status = t.load_status;
-    s.steps = t.steps;
-    stats.stages.push_back(std::move(s));
-    for (const StageSpan& span : t.spans) stats.recent_spans.push_back(span);
-  }
-  std::sort(stats.recent_spans.begin(), stats.recent_spans.end(),
-            [](const StageSpan& a, const StageSpan& b) { return a.start_us < b.start_us; });
-  stats.requests = counters_;
-  stats.requests.queue_depth = sched.waiting;
-  stats.requests.running = sched.running;
-  stats.requests.micro_batches_in_flight = sched.micro_batches_in_flight;
-  stats.requests.preemptions = sched.preemptions;
-  while (!recent_tokens_.empty() && recent_tokens_.front().first < now - kTokenWindowUs) {
-    recent_tokens_.pop_front();
-  }
-  int64_t tokens = 0;
-  for (const auto& [t, n] : recent_tokens_) tokens += n;
-  const int64_t token_window = std::min<int64_t>(kTokenWindowUs, std::max<int64_t>(now, 1));
-  stats.requests.tokens_per_second = static_cast<double>(tokens) * 1e6 / token_window;
-  const int64_t finished = static_cast<int64_t>(
-      counters_.requests_finished + counters_.requests_failed + counters_.requests_cancelled);
-  stats.requests.mean_queue_ms = finished > 0 ? sum_queue_ms_ / finished : 0;
-  stats.requests.mean_ttft_ms = timed_requests_ > 0 ? sum_ttft_ms_ / timed_requests_ : 0;
-  stats.requests.mean_inter_token_ms =
-      inter_token_samples_ > 0 ? sum_inter_token_ms_ / inter_token_samples_ : 0;
-  stats.recent_requests.assign(recent_requests_.begin(), recent_requests_.end());
-  return stats;
+  return telemetry_.Snapshot(NowUs(), scheduler_ ? scheduler_->Stats() : SchedulerStats{},
+                             kv_num_blocks_);
 }
 
 }  // namespace ringserve

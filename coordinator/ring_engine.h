@@ -1,12 +1,19 @@
-// RingEngine: the Engine (coordinator/engine.h) over a ring of stage processes.
+// RingEngine: the Engine (coordinator/engine.h) over a formed ring of stages.
 //
-// Start() connects to every stage named in the RingConfig (bounded wait), configures them
-// (model slice, KV pool, activation channel; load progress goes to `on_progress`), connects
-// the stages into a ring and opens one Steps stream per stage. One engine thread then owns the
-// Scheduler: it admits requests, sends every micro-batch's plan to every stage in order (up to
-// M in flight), feeds the last stage's sampled tokens back into the scheduler, detokenizes,
-// matches stop strings, and emits GenerateEvents. A stage failure fails every running request
-// with kError and the engine stops serving (healthy() == false).
+// One engine thread owns the Scheduler: it admits requests, sends every micro-batch's plan to
+// every stage through the RingLink (up to M in flight), feeds the last stage's sampled tokens
+// back into the scheduler, detokenizes, matches stop strings and emits GenerateEvents.
+// Statistics go to one RingTelemetry.
+//
+// Failure: when the link fails (a stage died, its stream broke, a keepalive went unanswered, a
+// stage reported an error), the engine keeps its API up, drops the plans in flight and calls
+// the RingFormer again (with a backoff) until the ring is back. The requests that were running
+// then resume by recomputation: each is re-admitted with its prompt plus the tokens it has
+// generated so far, and its sampling continues at the same token index, so the client's stream
+// neither loses nor repeats a token and greedy (or seeded) output equals an undisturbed run.
+// While the ring is down, new requests wait, up to `max_waiting_while_down`; beyond that they
+// get Unavailable; once it has been down for `ring_down_timeout`, the waiting requests fail
+// (Unavailable) while re-forming goes on. With `recover` false a failure fails every request and ends serving.
 //
 // Thread-safe (see Engine). Callbacks run on the engine thread.
 #pragma once
@@ -14,10 +21,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -26,40 +32,39 @@
 
 #include "absl/time/time.h"
 #include "coordinator/engine.h"
-#include "coordinator/hosts/ring_config.h"
+#include "coordinator/ring_link.h"
+#include "coordinator/ring_telemetry.h"
 #include "coordinator/scheduler/scheduler.h"
-#include "coordinator/stage_client.h"
 #include "coordinator/text_stream.h"
 #include "coordinator/tokenizer/tokenizer.h"
-#include "stage/model/model_config.h"
+#include "ring/defaults.h"
+#include "ring/model_config.h"
 
 namespace ringserve {
 
 struct RingEngineOptions {
-  RingConfig ring;  // validated (hosts.yaml or the embedded default)
-  // Bounded wait for each stage's control endpoint to accept a connection.
-  absl::Duration connect_timeout = absl::Seconds(10);
-  // Bound on configuring (loading) one stage.
-  absl::Duration configure_timeout = absl::Minutes(30);
-  // Bound on a stage waiting for its neighbour's activations during a step.
-  absl::Duration step_timeout = absl::Seconds(120);
-  // Per-stage KV pool of CPU stages when the RingConfig sets neither kv_blocks nor kv_budget
-  // (CUDA stages then size theirs from memory).
-  int default_kv_blocks = 512;
-  // Share of each GPU's memory the CUDA stages on it may take together (split evenly).
-  double gpu_memory_utilization = 0.9;
-  DecodePacking decode_packing = DecodePacking::kSpread;
-  // Start-up progress, e.g. "stage 1 (127.0.0.1:7001): loading layers [2, 4) ...".
-  std::function<void(const std::string& line)> on_progress;
+  std::string model_id{};  // shown by ModelInfo
+  ModelConfig model{};
+  std::shared_ptr<const Tokenizer> tokenizer{};  // null: token-id prompts only, no text
+  // The scheduler's policy; kv_num_blocks is taken from each formed ring.
+  SchedulerOptions scheduler{};
+  RingFormer form_ring{};
+  std::vector<StageLayout> stages{};  // for statistics
+  bool recover = true;
+  int max_waiting_while_down = 1024;
+  // Requests fail (Unavailable) once the ring has been down this long; re-forming goes on.
+  absl::Duration ring_down_timeout = absl::Seconds(kDefaultRingDownTimeoutSeconds);
+  absl::Duration reform_backoff = absl::Seconds(1);
 };
 
 class RingEngine final : public Engine {
  public:
+  // Forms the ring (form_ring(0)) and starts the engine thread. The former's error otherwise.
   static absl::StatusOr<std::unique_ptr<RingEngine>> Start(RingEngineOptions options);
   ~RingEngine() override;
 
-  // Fails every unfinished request (kError "shutting down"), closes the stage streams and,
-  // with `stop_stages`, asks every stage process to exit. Idempotent.
+  // Fails every unfinished request (kError "shutting down"), closes the ring and, with
+  // `stop_stages`, asks every stage process to exit. Idempotent.
   void Shutdown(bool stop_stages);
 
   absl::Status Submit(GenerateRequest request, EventCallback on_event) override;
@@ -70,23 +75,38 @@ class RingEngine final : public Engine {
   ModelInfo Info() override;
   RingStats Stats() override;
 
-  // False once a stage failed or after Shutdown; `health_message` says why.
+  // True while the ring is formed and serving; `health_message` says why not.
   bool healthy();
   std::string health_message();
-  const RingConfig& ring() const { return options_.ring; }
-  int kv_num_blocks() const { return kv_num_blocks_; }
+  // True once the engine can never serve again (Shutdown, or a failure with recover off).
+  bool stopped();
+  int kv_num_blocks();
 
  private:
   struct Request;
-  struct StageTrack;
   using Delivery = std::pair<EventCallback, GenerateEvent>;
+  // A queued link event, tagged with the ring generation that produced it.
+  struct LinkEvent {
+    uint64_t generation = 0;
+    std::optional<v1::StepResult> result{};
+    absl::Status failure{};
+  };
 
   explicit RingEngine(RingEngineOptions options);
-  absl::Status Connect();
   void EngineLoop();
-  // The helpers below run on the engine thread with mu_ held; events are collected in `out`
-  // and delivered after mu_ is released.
-  void HandleResult(const v1::StepResult& result, std::vector<Delivery>* out);
+  // Engine thread, mu_ not held: forms the ring again; on failure waits the backoff.
+  void TryReform();
+  // Opens the formed ring's link (mu_ not held) and installs it.
+  absl::Status OpenAndInstall(FormedRing formed);
+  // Installs a formed ring: a fresh scheduler sized for it, every unfinished request
+  // re-admitted with the tokens it has generated. mu_ held.
+  absl::Status InstallRingLocked(FormedRing formed, uint64_t generation,
+                                 std::vector<Delivery>* out);
+  absl::Status AdmitLocked(Request& request);
+  // The ring failed: returns its link for closing outside mu_.
+  std::unique_ptr<RingLink> RingDownLocked(const absl::Status& status, std::vector<Delivery>* out);
+  // An error means the ring cannot go on (a stage error, a result the scheduler refuses).
+  absl::Status HandleResult(const v1::StepResult& result, std::vector<Delivery>* out);
   void HandleToken(const TokenUpdate& update, std::vector<Delivery>* out);
   void FinishRequest(Request& request, FinishReason reason, absl::Status error,
                      std::vector<Delivery>* out, GenerateEvent event);
@@ -94,37 +114,31 @@ class RingEngine final : public Engine {
   std::vector<std::pair<int, v1::StepPlan>> PlanLocked();
   int64_t NowUs() const;
 
-  RingEngineOptions options_;
-  ModelConfig model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<std::unique_ptr<StageClient>> stages_;
-  int kv_num_blocks_ = 0;
+  const RingEngineOptions options_;
   const absl::Time start_time_ = absl::Now();
 
   std::mutex mu_;
   std::condition_variable cv_;
   bool wake_ = false;
   bool stop_ = false;
-  bool failed_ = false;
   bool shut_down_ = false;
+  bool stopped_ = false;  // Shutdown, or a failure without recovery
+  bool ring_up_ = false;
+  int reform_attempt_ = 0;
+  absl::Time down_since_;
   std::string health_ = "starting";
+  uint64_t generation_ = 0;  // of the installed ring; 0 while down
+  uint64_t next_generation_ = 0;
+  std::unique_ptr<RingLink> link_;
+  int kv_num_blocks_ = 0;
   std::unique_ptr<Scheduler> scheduler_;
   uint64_t next_seq_id_ = 1;
   std::mt19937_64 seed_rng_;
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;  // by seq id
   std::unordered_map<std::string, uint64_t> seq_by_request_id_;
   std::deque<std::string> cancels_;
-  std::deque<v1::StepResult> results_;
-  std::deque<absl::Status> stage_errors_;
-  std::vector<std::unique_ptr<StageTrack>> tracks_;
-  std::map<uint64_t, int64_t> plan_sent_us_;  // micro-batch id -> coordinator clock
-
-  // Request statistics.
-  RequestStats counters_;
-  std::deque<RequestTiming> recent_requests_;
-  std::deque<std::pair<int64_t, int>> recent_tokens_;  // (us, tokens) for tokens/s
-  double sum_queue_ms_ = 0, sum_ttft_ms_ = 0, sum_inter_token_ms_ = 0;
-  int64_t timed_requests_ = 0, inter_token_samples_ = 0;
+  std::deque<LinkEvent> link_events_;
+  RingTelemetry telemetry_;
 
   std::thread engine_thread_;
 };

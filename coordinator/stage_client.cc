@@ -33,6 +33,13 @@ absl::StatusOr<std::unique_ptr<StageClient>> StageClient::Connect(int index,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // A stage whose process or host vanished is noticed within seconds, not at the next step's
+  // timeout: HTTP/2 pings every second, unanswered for 2 s closes the channel (and its Steps
+  // stream). The stage's server permits pings this often (stage_main.cc).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   auto channel = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(Deadline(wait))) {
     return absl::UnavailableError(

@@ -17,7 +17,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/stage.grpc.pb.h"
-#include "stage/stage_auth.h"
+#include "ring/control_auth.h"
 
 namespace ringserve {
 

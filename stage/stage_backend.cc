@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
+#include "ring/defaults.h"
 #include "stage/model/resident_slice.h"
 
 #ifdef RINGSERVE_HAVE_CUDA
@@ -23,7 +24,6 @@ namespace {
 
 constexpr int kDefaultCudaBatchTokens = 8192;
 constexpr int kMaxCudaSeqs = 1024;
-constexpr double kDefaultMemoryFraction = 0.9;
 constexpr int kIpcSlots = 4;
 
 // -1 for "cpu" or empty; the ordinal for "cuda:N"; error otherwise.
@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
   cuda.max_logit_rows = cuda.max_seqs;
   cuda.kv_from_free_memory = options.kv_num_blocks == 0;
   cuda.device_share =
-      request.memory_fraction() > 0 ? request.memory_fraction() : kDefaultMemoryFraction;
+      request.memory_fraction() > 0 ? request.memory_fraction() : kDefaultGpuMemoryFraction;
   RS_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaModelSlice> slice,
                       cuda::CudaModelSlice::Load(options, cuda));
   const cuda::CudaMemoryReport m = slice->memory();

@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
+  // The coordinator pings every second to notice a dead stage quickly (stage_client.cc).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || selected_port == 0) {
     return Fail(fmt::format("cannot listen on {} (address in use or not local?)", listen));
@@ -163,11 +167,12 @@ int main(int argc, char** argv) {
   }
 
   // Under systemd with WatchdogSec=, ping the watchdog while the stage serves, including while
-  // it is idle (waiting to be configured); pings stop once shutdown has begun. The check runs
-  // on the pinger thread: an atomic load, cheap and thread-safe as the pinger requires.
+  // it is idle (waiting to be configured); pings stop once shutdown has begun or while a step
+  // has been stuck longer than any step may take (a wedged executor: systemd restarts it). The
+  // check runs on the pinger thread: atomic loads, cheap and thread-safe as the pinger requires.
   std::atomic<bool> serving{true};
   std::optional<WatchdogPinger> watchdog;
-  watchdog.emplace([&serving] { return serving.load(); });
+  watchdog.emplace([&serving, &service] { return serving.load() && service.ExecutorAlive(); });
   if (watchdog->active()) RS_LOG_INFO("pinging the systemd watchdog while serving");
 
   std::thread signal_thread([&] {

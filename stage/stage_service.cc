@@ -276,6 +276,7 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext* context,
   if (config.recv_timeout_ms() > 0) {
     executor_options.recv_timeout = absl::Milliseconds(config.recv_timeout_ms());
     executor_options.send_timeout = executor_options.recv_timeout;
+    step_limit_us_.store(int64_t{config.recv_timeout_ms()} * 1000 + 60'000'000);
   }
   auto executor =
       std::make_shared<StepExecutor>(executor_options, std::move(slice), std::move(*channels));
@@ -327,7 +328,9 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
         plan = std::move(queue.front());
         queue.pop_front();
       }
+      step_started_us_.store(absl::ToUnixMicros(absl::Now()));
       absl::StatusOr<StepOutcome> outcome = executor->Run(plan);
+      step_started_us_.store(0);
       v1::StepResult result;
       result.set_micro_batch_id(plan.micro_batch_id());
       result.set_stage_index(index);
@@ -390,6 +393,11 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
   RS_LOG_INFO("steps stream ended{}", error.empty() ? "" : ": " + error);
   if (!error.empty()) return grpc::Status(grpc::StatusCode::ABORTED, error);
   return grpc::Status::OK;
+}
+
+bool StageService::ExecutorAlive() const {
+  const int64_t started = step_started_us_.load();
+  return started == 0 || absl::ToUnixMicros(absl::Now()) - started < step_limit_us_.load();
 }
 
 grpc::Status StageService::Health(grpc::ServerContext* context, const v1::StageHealthRequest*,

@@ -16,7 +16,7 @@
 
 #include "common/ring_secret.h"
 #include "proto/stage.grpc.pb.h"
-#include "stage/stage_auth.h"
+#include "ring/control_auth.h"
 #include "stage/step_executor.h"
 #include "stage/tcp_channel.h"
 
@@ -62,6 +62,11 @@ class StageService final : public v1::StageControl::Service {
   grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
                         v1::ShutdownResponse* response) override;
 
+  // False while a step has run longer than any step may (the receive timeout plus a minute):
+  // the executor is wedged (e.g. a hung device), and the systemd watchdog should restart the
+  // stage. True when idle. Thread-safe and cheap (the watchdog pinger calls it).
+  bool ExecutorAlive() const;
+
  private:
   void SetStatus(const std::string& status);
   void ResetLocked();
@@ -88,6 +93,8 @@ class StageService final : public v1::StageControl::Service {
   std::atomic<int> in_flight_{0};
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> bytes_received_{0};
+  std::atomic<int64_t> step_started_us_{0};  // 0 = no step running
+  std::atomic<int64_t> step_limit_us_{180'000'000};
 };
 
 }  // namespace ringserve

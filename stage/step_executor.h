@@ -20,7 +20,7 @@
 #include "stage/activation_channel.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/resident_slice.h"
-#include "stage/plan_proto.h"
+#include "ring/plan_codec.h"
 #include "stage/stage_backend.h"
 
 namespace ringserve {

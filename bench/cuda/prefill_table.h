@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 
 namespace ringserve::cuda {
 

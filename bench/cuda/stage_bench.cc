@@ -27,7 +27,7 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "stage/cuda/cuda_model_slice.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 
 namespace ringserve::cuda {
 namespace {

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/safetensors.h"
 

@@ -36,29 +36,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ring/device.h"
+#include "ring/defaults.h"
 
 namespace ringserve {
-
-enum class ChannelKind { kTcp, kCudaIpc, kNccl };
-
-// "tcp", "cuda_ipc", "nccl".
-std::string_view ChannelKindName(ChannelKind kind);
-// Parses the spelling above; nullopt for anything else.
-std::optional<ChannelKind> ParseChannelKind(std::string_view name);
-
-struct Device {
-  enum class Kind { kCpu, kCuda };
-  Kind kind = Kind::kCpu;
-  int index = 0;  // CUDA ordinal on its host; 0 for the CPU
-
-  bool is_cuda() const { return kind == Kind::kCuda; }
-  // "cpu" or "cuda:N".
-  std::string ToString() const;
-  bool operator==(const Device&) const = default;
-};
-
-// Parses "cpu", "cuda" (= cuda:0) or "cuda:N" (N >= 0). InvalidArgument otherwise.
-absl::StatusOr<Device> ParseDevice(std::string_view text);
 
 struct StageConfig {
   std::string host;      // name or address, as written ("localhost" is treated as 127.0.0.1)
@@ -73,9 +54,9 @@ struct StageConfig {
 };
 
 struct SchedulerKnobs {
-  int max_tokens_per_micro_batch = 512;  // >= 1
+  int max_tokens_per_micro_batch = kDefaultMaxTokensPerMicroBatch;  // >= 1
   int micro_batches_in_flight = 0;       // 0 = stages that can run at once; otherwise >= 1
-  int kv_block_size = 16;                // >= 1
+  int kv_block_size = kDefaultKvBlockSize;                // >= 1
   // Exactly one of these decides the per-stage KV pool; both 0 = the engine's default.
   int kv_blocks = 0;            // blocks per stage
   int64_t kv_budget_bytes = 0;  // bytes per stage; the engine converts with the model's shape
@@ -84,7 +65,7 @@ struct SchedulerKnobs {
 struct RingConfig {
   std::string model_dir;
   ChannelKind channel = ChannelKind::kTcp;
-  std::string grpc_listen = "127.0.0.1:50051";  // "host:port"
+  std::string grpc_listen = kDefaultGrpcListen;  // "host:port"
   std::string http_listen;                      // "host:port"; empty = no HTTP API
   // `ring_secret`: the file holding the ring secret the stages were started with
   // (stage --ring-secret; common/ring_secret.h); empty = stages without one (loopback only).
@@ -152,7 +133,7 @@ struct DefaultRingOptions {
   ChannelKind channel = ChannelKind::kTcp;
   int max_tokens_per_micro_batch = 0;  // 0 = the SchedulerKnobs default
   int micro_batches_in_flight = 0;     // 0 = the SchedulerKnobs default (parallel stages)
-  std::string grpc_listen = "127.0.0.1:50051";
+  std::string grpc_listen = kDefaultGrpcListen;
   std::string http_listen;  // empty = no HTTP API
 };
 

@@ -245,6 +245,18 @@ std::string RenderPrometheus(const ServingMetrics& metrics, const RingStats& sta
   w.Sample("ringserve_queue_depth", "", req.queue_depth);
   w.Family("ringserve_running_requests", "gauge", "Requests admitted and generating.");
   w.Sample("ringserve_running_requests", "", req.running);
+  w.Family("ringserve_preemptions_total", "counter",
+           "Sequences preempted (KV cache full) and recomputed later.");
+  w.Sample("ringserve_preemptions_total", "", static_cast<double>(req.preemptions));
+  w.Family("ringserve_ring_restarts_total", "counter",
+           "Times the ring was formed again after a stage failure.");
+  w.Sample("ringserve_ring_restarts_total", "", static_cast<double>(req.ring_restarts));
+  w.Family("ringserve_resumed_requests_total", "counter",
+           "Requests resumed by recomputation after the ring was formed again.");
+  w.Sample("ringserve_resumed_requests_total", "", static_cast<double>(req.resumed_requests));
+  w.Family("ringserve_engine_rejected_total", "counter",
+           "Requests the engine refused because the ring was down and its wait queue full.");
+  w.Sample("ringserve_engine_rejected_total", "", static_cast<double>(req.rejected));
   w.Family("ringserve_generation_tokens_per_second", "gauge",
            "Generated tokens per second over the engine's recent window.");
   w.Sample("ringserve_generation_tokens_per_second", "", req.tokens_per_second);

@@ -54,6 +54,8 @@ TEST(MetricsTest, RendersEveryFamilyFromStats) {
                           .load_status = "loading 3/9 tensors"});
   stats.requests.generated_tokens = 123;
   stats.requests.queue_depth = 4;
+  stats.requests.ring_restarts = 2;
+  stats.requests.resumed_requests = 5;
   ModelInfo model;
   model.model_id = "my \"model\"";
   std::string text = RenderPrometheus(metrics, stats, model);
@@ -62,6 +64,8 @@ TEST(MetricsTest, RendersEveryFamilyFromStats) {
   EXPECT_THAT(text, HasSubstr("ringserve_requests_total{api=\"http\",outcome=\"error\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("ringserve_generation_tokens_total 123\n"));
   EXPECT_THAT(text, HasSubstr("ringserve_queue_depth 4\n"));
+  EXPECT_THAT(text, HasSubstr("ringserve_ring_restarts_total 2\n"));
+  EXPECT_THAT(text, HasSubstr("ringserve_resumed_requests_total 5\n"));
   EXPECT_THAT(text, HasSubstr("ringserve_stage_busy_ratio{stage=\"0\"} 0.75\n"));
   EXPECT_THAT(text, HasSubstr("ringserve_stage_step_seconds{stage=\"0\"} 0.0025\n"));
   EXPECT_THAT(text, HasSubstr("ringserve_stage_kv_blocks{stage=\"0\",state=\"free\"} 54\n"));

@@ -1,6 +1,5 @@
 #include "coordinator/http/starting_engine.h"
 
-#include <regex>
 
 #include "fmt/format.h"
 
@@ -14,14 +13,6 @@ StartingEngine::StartingEngine(std::string model_id, std::vector<StageLayout> st
 void StartingEngine::SetStageStatus(int stage, std::string status) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stage >= 0 && stage < static_cast<int>(status_.size())) status_[stage] = std::move(status);
-}
-
-void StartingEngine::OnProgressLine(const std::string& line) {
-  static const std::regex kStageLine(R"(^stage (\d+) \([^)]*\): (.*)$)");
-  std::smatch match;
-  if (std::regex_match(line, match, kStageLine)) {
-    SetStageStatus(std::stoi(match[1].str()), match[2].str());
-  }
 }
 
 void StartingEngine::Attach(Engine* engine) { engine_.store(engine); }

@@ -4,9 +4,8 @@
 //
 //   StartingEngine front(model_id, layout);                  // from the RingConfig
 //   auto http = StartHttpApi(front, model_dir, {...});        // serving at once
-//   engine_options.on_progress = [&](const std::string& line) {
-//     print(line);
-//     front.OnProgressLine(line);                             // "stage 1 (...): loading ..."
+//   bring_up.on_progress = [&](const StageProgress& p) {     // coordinator/ring_bringup.h
+//     front.SetStageStatus(p.stage, p.message);               // "loading layers [2, 4) ..."
 //   };
 //   auto engine = RingEngine::Start(engine_options);
 //   if (engine.ok()) front.Attach(engine->get()); else front.Fail(engine.status());
@@ -34,9 +33,6 @@ class StartingEngine : public Engine {
 
   // Start-up progress of one stage (shown as its load_status until attached).
   void SetStageStatus(int stage, std::string status);
-  // Takes a RingEngineOptions::on_progress line; "stage N (endpoint): message" sets stage N's
-  // status, other lines are ignored.
-  void OnProgressLine(const std::string& line);
   // From now on, forwards everything to `engine` (not owned).
   void Attach(Engine* engine);
   // Start-up failed: requests get this error (Unavailable) instead of "starting".

@@ -18,8 +18,8 @@ TEST(StartingEngineTest, ShowsProgressThenForwards) {
   ASSERT_TRUE(server.Start().ok());
   httplib::Client client("127.0.0.1", server.port());
 
-  front.OnProgressLine("connecting to 2 stage(s) (waiting up to 10s each)");
-  front.OnProgressLine("stage 1 (h:2): loading layers [2, 4): 3/9 tensors");
+  front.SetStageStatus(1, "loading layers [2, 4): 3/9 tensors");
+  front.SetStageStatus(7, "no such stage: ignored");
   nlohmann::json data = nlohmann::json::parse(client.Get("/dashboard/data")->body);
   EXPECT_EQ(data["stages"][0]["load_status"], "waiting for the stage");
   EXPECT_EQ(data["stages"][1]["load_status"], "loading layers [2, 4): 3/9 tensors");

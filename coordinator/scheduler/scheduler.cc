@@ -152,7 +152,7 @@ int MicroBatchPlan::num_decodes() const {
 }
 
 absl::Status Scheduler::AddRequest(uint64_t seq_id, std::vector<int32_t> prompt_ids,
-                                   SequenceParams params) {
+                                   SequenceParams params, std::vector<int32_t> generated) {
   State& s = *state_;
   if (s.sequences.count(seq_id)) {
     return absl::InvalidArgumentError(fmt::format("request {}: duplicate id", seq_id));
@@ -182,10 +182,17 @@ absl::Status Scheduler::AddRequest(uint64_t seq_id, std::vector<int32_t> prompt_
     max_tokens = std::min<int64_t>(max_tokens, options_.max_context - prompt_len);
   }
 
+  if (static_cast<int64_t>(generated.size()) >= max_tokens) {
+    return absl::InvalidArgumentError(
+        fmt::format("request {}: {} tokens already generated reach max_tokens {}", seq_id,
+                    generated.size(), max_tokens));
+  }
+
   State::Sequence seq;
   seq.id = seq_id;
   seq.arrival = s.next_arrival++;
   seq.tokens = std::move(prompt_ids);
+  seq.tokens.insert(seq.tokens.end(), generated.begin(), generated.end());
   seq.prompt_len = static_cast<int>(prompt_len);
   seq.max_tokens = static_cast<int>(max_tokens);
   seq.params = std::move(params);

@@ -54,7 +54,8 @@
 #include "absl/status/statusor.h"
 #include "coordinator/engine.h"
 #include "coordinator/scheduler/kv_block_manager.h"
-#include "stage/model/model_slice.h"
+#include "ring/micro_batch.h"
+#include "ring/defaults.h"
 
 namespace ringserve {
 
@@ -68,10 +69,10 @@ enum class DecodePacking {
 struct SchedulerOptions {
   int num_stages = 1;                   // S >= 1
   int max_micro_batches_in_flight = 0;  // M >= 1; 0 = num_stages
-  int max_tokens_per_micro_batch = 512;
+  int max_tokens_per_micro_batch = kDefaultMaxTokensPerMicroBatch;
   int max_sequences_per_micro_batch = 256;
   int max_running_sequences = 256;  // admitted (holding or about to hold KV blocks)
-  int kv_block_size = 16;           // positions per block
+  int kv_block_size = kDefaultKvBlockSize;           // positions per block
   int kv_num_blocks = 256;          // per stage pool = global capacity (min over stages)
   int max_context = 0;              // positions per sequence (prompt + generated); 0 = no limit
   std::vector<int32_t> eos_token_ids;
@@ -149,7 +150,12 @@ class Scheduler {
   // Queues a request. InvalidArgument: duplicate id (among unfinished), empty prompt,
   // max_tokens < 1, or a prompt that cannot fit (prompt length >= max_context, or more than
   // the whole KV cache). max_tokens is clamped to what fits (see above).
-  absl::Status AddRequest(uint64_t seq_id, std::vector<int32_t> prompt_ids, SequenceParams params);
+  // `generated`: tokens this request already generated (a request resumed after the ring
+  // failed): it continues like a preempted sequence, recomputing prompt + generated, and its
+  // next token has token_index generated.size(). They count towards max_tokens;
+  // InvalidArgument if they already reach it.
+  absl::Status AddRequest(uint64_t seq_id, std::vector<int32_t> prompt_ids, SequenceParams params,
+                          std::vector<int32_t> generated = {});
 
   // Removes a request wherever it is and frees its blocks; a token of it that comes back from
   // an in-flight plan is discarded. Returns false for unknown (or already finished) ids.

@@ -33,7 +33,7 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "stage/cuda/gpu_step_timer.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/resident_slice.h"
 #include "stage/sampling/sampler.h"

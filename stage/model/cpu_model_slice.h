@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "stage/model/kv_cache.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 #include "stage/model/model_slice.h"
 
 namespace ringserve {

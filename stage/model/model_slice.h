@@ -1,10 +1,7 @@
 // The contract between a stage and the model: a contiguous slice of decoder layers, with its
 // share of the KV cache, run one micro-batch at a time.
 //
-// Layout of a micro-batch: the tokens of all chunks laid out chunk after chunk, so a tensor of
-// [total_tokens, hidden] holds chunk 0's tokens first. KV blocks are allocated by the
-// coordinator (it has the global view, capacity = min over stages) and named in each chunk's
-// block table; a slice only reads and writes the blocks it is told about.
+// The micro-batch layout is in ring/micro_batch.h.
 #pragma once
 
 #include <cstdint>
@@ -14,53 +11,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "stage/model/model_config.h"
+#include "ring/micro_batch.h"
+#include "ring/model_config.h"
+#include "ring/defaults.h"
 
 namespace ringserve {
-
-// Decoder layers [first, last) of a model with `num_layers` layers.
-struct LayerRange {
-  int first = 0;
-  int last = 0;
-  int size() const { return last - first; }
-};
-
-// Which logits the last slice returns for a chunk.
-enum class LogitsMode {
-  kNone,       // no logits (e.g. a prefill chunk that does not end the prompt)
-  kLastToken,  // one row: the chunk's final token (decode, or the prompt's last chunk)
-  kAllTokens,  // one row per token of the chunk (tests, prompt logprobs)
-};
-
-// One sequence's part of a micro-batch.
-struct SequenceChunk {
-  uint64_t seq_id = 0;
-  // Tokens of this sequence whose K/V are already cached; this chunk's tokens take positions
-  // [start_position, start_position + num_tokens).
-  int32_t start_position = 0;
-  int32_t num_tokens = 0;
-  // KV block ids; entry i holds positions [i * block_size, (i + 1) * block_size). Must cover
-  // start_position + num_tokens positions. The same ids are valid on every stage.
-  std::vector<int32_t> block_table;
-  LogitsMode logits = LogitsMode::kLastToken;
-};
-
-struct MicroBatch {
-  std::vector<SequenceChunk> chunks;
-  // First slice only: [total_tokens] token ids, chunk after chunk. Empty on other slices.
-  std::vector<int32_t> token_ids;
-
-  int64_t TotalTokens() const {
-    int64_t total = 0;
-    for (const auto& chunk : chunks) total += chunk.num_tokens;
-    return total;
-  }
-};
 
 struct SliceOptions {
   std::string model_dir;    // Hugging Face directory: config.json + *.safetensors
   LayerRange layers;        // which decoder layers this slice runs
-  int kv_block_size = 16;   // positions per KV block
+  int kv_block_size = kDefaultKvBlockSize;  // positions per KV block
   int kv_num_blocks = 256;  // blocks in this slice's pool (each holds K and V of every layer)
 };
 

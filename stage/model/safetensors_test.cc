@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 #include "stage/model/slice_weights.h"
 #include "stage/model/testing/safetensors_writer.h"
 

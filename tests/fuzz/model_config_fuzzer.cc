@@ -1,8 +1,8 @@
-// Fuzzes config.json parsing (stage/model/model_config.h).
+// Fuzzes config.json parsing (ring/model_config.h).
 #include <cstdint>
 #include <string>
 
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

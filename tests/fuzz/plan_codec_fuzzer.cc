@@ -1,8 +1,8 @@
-// Fuzzes the plan codec (stage/plan_proto.h): the input is a serialized StepPlan as a stage
+// Fuzzes the plan codec (ring/plan_codec.h): the input is a serialized StepPlan as a stage
 // receives it; it is decoded as the first, a middle and the last stage would.
 #include <cstdint>
 
-#include "stage/plan_proto.h"
+#include "ring/plan_codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ringserve::v1::StepPlan plan;

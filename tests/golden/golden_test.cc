@@ -12,7 +12,7 @@
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"

@@ -19,11 +19,11 @@ absl::StatusOr<std::unique_ptr<OpsRing>> OpsRing::Start(const OpsRingOptions& op
   RS_ASSIGN_OR_RETURN(LocalStages stages, LocalStages::Launch(BinaryDir() + "/stage/stage",
                                                               ring->config_, absl::Seconds(30)));
   ring->stages_.emplace(std::move(stages));
-  RingEngineOptions engine_options;
-  engine_options.ring = ring->config_;
-  engine_options.connect_timeout = absl::Seconds(30);
-  engine_options.configure_timeout = absl::Seconds(60);
-  RS_ASSIGN_OR_RETURN(ring->engine_, RingEngine::Start(engine_options));
+  RS_ASSIGN_OR_RETURN(ring->engine_,
+                      StartGrpcRingEngine({.bring_up = {.ring = ring->config_,
+                                                        .connect_timeout = absl::Seconds(30),
+                                                        .configure_timeout = absl::Seconds(60)},
+                                           .local_stages = &*ring->stages_}));
   RS_ASSIGN_OR_RETURN(ring->http_, http::StartHttpApi(*ring->engine_, model_dir,
                                                       {.listen = ring->config_.http_listen,
                                                        .api_key = options.api_key}));

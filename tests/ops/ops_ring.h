@@ -12,7 +12,7 @@
 #include "coordinator/hosts/ring_config.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/local_stages.h"
-#include "coordinator/ring_engine.h"
+#include "coordinator/grpc_ring_engine.h"
 #include "tests/ops/ops_util.h"
 
 namespace ringserve::ops {

@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-#include "coordinator/ring_engine.h"
+#include "coordinator/grpc_ring_engine.h"
 #include "coordinator/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -58,10 +58,8 @@ TEST(StageReadinessTest, ReadyOnlyAfterWeightsAreLoaded) {
                            .first_layer = 0,
                            .last_layer = 4});
   ASSERT_TRUE(ValidateRingConfig(config).ok()) << ValidateRingConfig(config);
-  RingEngineOptions options;
-  options.ring = config;
-  options.connect_timeout = absl::Seconds(30);
-  absl::StatusOr<std::unique_ptr<RingEngine>> engine = RingEngine::Start(options);
+  absl::StatusOr<std::unique_ptr<RingEngine>> engine = StartGrpcRingEngine(
+      {.bring_up = {.ring = config, .connect_timeout = absl::Seconds(30)}});
   ASSERT_TRUE(engine.ok()) << engine.status();
 
   std::vector<std::string> after;

@@ -62,11 +62,13 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
     spawn.stdout_path = stage_log;
     RS_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(spawn));
     ring->stages_.push_back(std::move(process));
+    ring->stage_spawns_.push_back(spawn);
   }
   for (Subprocess& stage : ring->stages_) {
     RS_ASSIGN_OR_RETURN(std::string endpoint, stage.ReadReadyLine(absl::Seconds(20)));
     endpoints.push_back(endpoint);
   }
+  ring->stage_endpoints_ = endpoints;
 
   std::string yaml = fmt::format("model: {}\nchannel: {}\n", options.model_dir, options.channel);
   std::string sched;
@@ -92,6 +94,8 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
   spawn.argv = {
       coordinator_binary,  "--stages", hosts, "--listen", "127.0.0.1:0", "--ready-fd", "3",
       "--connect-timeout", "10"};
+  spawn.argv.insert(spawn.argv.end(), options.coordinator_args.begin(),
+                    options.coordinator_args.end());
   spawn.ready_fd = true;
   spawn.stderr_path = ring->dir_.path() + "/coordinator.log";
   RS_ASSIGN_OR_RETURN(Subprocess coordinator, Subprocess::Spawn(spawn));
@@ -113,6 +117,27 @@ Ring::~Ring() {
   // Coordinator first (it closes the ring), then the stages.
   if (coordinator_) coordinator_->Terminate(absl::Seconds(10));
   for (Subprocess& stage : stages_) stage.Terminate(absl::Seconds(5));
+}
+
+absl::Status Ring::RestartStage(int i) {
+  if (i < 0 || i >= num_stages()) return absl::InvalidArgumentError("no such stage");
+  RS_RETURN_IF_ERROR(stages_[i].Wait(absl::Seconds(10)).status());
+  SubprocessOptions spawn = stage_spawns_[i];
+  spawn.argv[2] = stage_endpoints_[i];  // --listen: the same port again
+  // The killed process's port may linger for a moment; retry briefly.
+  absl::Status last;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    RS_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(spawn));
+    absl::StatusOr<std::string> ready = process.ReadReadyLine(absl::Seconds(20));
+    if (ready.ok()) {
+      stages_[i] = std::move(process);
+      return absl::OkStatus();
+    }
+    last = ready.status();
+    (void)process.Wait(absl::Seconds(5));
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return last;
 }
 
 std::string Ring::CoordinatorLog() const { return ReadFile(dir_.path() + "/coordinator.log"); }

@@ -29,6 +29,7 @@ struct RingOptions {
   int stage_step_delay_ms = 0;         // stage --debug-step-delay-ms (a slow ring)
   std::string device = "cpu";          // every stage's device ("cpu", "cuda:0")
   std::string channel = "tcp";         // hosts.yaml channel
+  std::vector<std::string> coordinator_args{};  // extra coordinator flags
 };
 
 struct Generation {
@@ -51,6 +52,10 @@ class Ring {
   // Everything the coordinator wrote to stderr so far.
   std::string CoordinatorLog() const;
   Subprocess& stage_process(int i) { return stages_[i]; }
+  int num_stages() const { return static_cast<int>(stages_.size()); }
+  // Starts stage `i` again on its control port, as its supervisor (systemd) would after it
+  // died, and waits (bounded) until it listens. The process must have exited.
+  absl::Status RestartStage(int i);
 
   // Runs one Generate call to the end.
   Generation Generate(const ringserve::v1::GenerateRequest& request);
@@ -66,6 +71,8 @@ class Ring {
   Ring() = default;
   TempDir dir_;
   std::vector<Subprocess> stages_;
+  std::vector<SubprocessOptions> stage_spawns_;  // how each stage was started
+  std::vector<std::string> stage_endpoints_;
   std::unique_ptr<Subprocess> coordinator_;
   std::string address_;
   std::unique_ptr<ringserve::v1::Generate::Stub> stub_;

@@ -19,7 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/stage.grpc.pb.h"
-#include "stage/stage_auth.h"
+#include "ring/control_auth.h"
 #include "stage/tcp_channel.h"
 
 namespace ringserve {

@@ -1,4 +1,4 @@
-#include "stage/model/model_config.h"
+#include "ring/model_config.h"
 
 #include <string>
 

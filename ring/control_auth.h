@@ -58,7 +58,8 @@ struct ControlCredentials {
   std::optional<RingSecret> secret;  // none: the stages run without one
 };
 
-// Loads the secret at `secret_file` (none when empty) and makes a fresh coordinator id.
+// Loads the secret at `secret_file` (none when empty); the coordinator id is this process's
+// (random, the same for every call).
 absl::StatusOr<ControlCredentials> MakeControlCredentials(const std::string& secret_file);
 
 // Adds the proof for `nonce` to `context` (nothing when creds has no secret).

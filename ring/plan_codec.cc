@@ -1,4 +1,4 @@
-#include "stage/plan_proto.h"
+#include "ring/plan_codec.h"
 
 #include "fmt/format.h"
 

@@ -7,8 +7,8 @@
 
 #include "absl/status/statusor.h"
 #include "proto/stage.pb.h"
-#include "stage/model/model_slice.h"
-#include "stage/sampling/sampler.h"
+#include "ring/micro_batch.h"
+#include "ring/sampling_config.h"
 
 namespace ringserve {
 

@@ -1,4 +1,4 @@
-#include "stage/stage_auth.h"
+#include "ring/control_auth.h"
 
 #include <algorithm>
 
@@ -70,8 +70,11 @@ void StageAuthenticator::Release() {
 }
 
 absl::StatusOr<ControlCredentials> MakeControlCredentials(const std::string& secret_file) {
+  // One id for the life of the process: a coordinator that forms its ring again (after a stage
+  // failed) is still the owner of the stages that survived.
+  static const std::string* const kCoordinatorId = new std::string(RandomHex(16));
   ControlCredentials creds;
-  creds.coordinator_id = RandomHex(16);
+  creds.coordinator_id = *kCoordinatorId;
   if (!secret_file.empty()) {
     absl::StatusOr<RingSecret> secret = RingSecret::Load(secret_file);
     if (!secret.ok()) return secret.status();

@@ -1,0 +1,75 @@
+#include "coordinator/testing/fake_ring_link.h"
+
+#include <utility>
+
+#include "fmt/format.h"
+
+namespace ringserve {
+
+int32_t FakeNextToken(int32_t token, int32_t position, int vocab_size) {
+  return static_cast<int32_t>((static_cast<int64_t>(token) * 31 + position * 7 + 3) % vocab_size);
+}
+
+absl::Status FakeRingLink::Open(Handlers handlers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  handlers_ = std::move(handlers);
+  return absl::OkStatus();
+}
+
+void FakeRingLink::Send(int stage, v1::StepPlan plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || failed_) return;
+  const uint64_t id = plan.micro_batch_id();
+  std::vector<v1::StepPlan>& plans = pending_[id];
+  plans.resize(options_.num_stages);
+  plans[stage] = std::move(plan);
+  for (const v1::StepPlan& p : plans) {
+    if (p.micro_batch_id() != id) return;  // a stage's plan has not arrived yet
+  }
+  const v1::StepPlan first = std::move(plans.front());
+  pending_.erase(id);
+  if (options_.fail_after_micro_batches >= 0 && done_ >= options_.fail_after_micro_batches) {
+    failed_ = true;
+    if (options_.fail_as_stage_error) {
+      v1::StepResult result;
+      result.set_micro_batch_id(id);
+      result.set_stage_index(options_.num_stages - 1);
+      result.set_error("injected stage error");
+      handlers_.on_result(std::move(result));
+    } else {
+      handlers_.on_failure(absl::UnavailableError(
+          fmt::format("injected failure at micro-batch {}", id)));
+    }
+    return;
+  }
+  ++done_;
+  if (options_.step_time > absl::ZeroDuration()) absl::SleepFor(options_.step_time);
+  for (int s = 0; s < options_.num_stages; ++s) {
+    v1::StepResult result;
+    result.set_micro_batch_id(id);
+    result.set_stage_index(s);
+    result.set_busy_us(100);
+    if (s == options_.num_stages - 1) {
+      int offset = 0;
+      for (const auto& chunk : first.chunks()) {
+        offset += chunk.num_tokens();
+        if (chunk.logits() != v1::LOGITS_LAST_TOKEN) continue;
+        const int32_t token = first.token_ids(offset - 1);
+        const int32_t position = chunk.start_position() + chunk.num_tokens() - 1;
+        result.add_tokens()->set_token_id(FakeNextToken(token, position, options_.vocab_size));
+      }
+    }
+    handlers_.on_result(std::move(result));
+  }
+}
+
+void FakeRingLink::Close(bool) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  if (options_.on_close) options_.on_close();
+}
+
+}  // namespace ringserve
