@@ -33,15 +33,15 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/generate_service.h"
+#include "coordinator/grpc_ring_engine.h"
 #include "coordinator/hosts/ring_config.h"
 #include "coordinator/http/http_api.h"
 #include "coordinator/http/starting_engine.h"
 #include "coordinator/local_stages.h"
-#include "coordinator/grpc_ring_engine.h"
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
-#include "ring/model_config.h"
 #include "ring/defaults.h"
+#include "ring/model_config.h"
 
 #ifndef RINGSERVE_DEFAULT_MODEL_DIR
 #define RINGSERVE_DEFAULT_MODEL_DIR "tests/fixtures/models/llama"
@@ -273,7 +273,8 @@ int Run(int argc, char** argv) {
     if (http_server) http_server->Stop();
   };
 
-  BringUpOptions bring_up{.ring = *ring, .connect_timeout = absl::Seconds(flags->connect_timeout_s)};
+  BringUpOptions bring_up{.ring = *ring,
+                          .connect_timeout = absl::Seconds(flags->connect_timeout_s)};
   bring_up.on_progress = [&front](const StageProgress& p) {
     if (p.stage < 0) {
       std::fprintf(stderr, "coordinator: %s\n", p.message.c_str());

@@ -62,8 +62,9 @@ LocalStages::~LocalStages() {
 
 absl::StatusOr<Subprocess> LocalStages::Spawn(int index) const {
   SubprocessOptions options;
-  options.argv = {stage_binary_, "--listen",   endpoints_[index], "--ring-secret", secret_file_,
-                  "--model-root", model_dir_, "--ready-fd",        "3"};
+  options.argv = {stage_binary_,   "--listen",   endpoints_[index],
+                  "--ring-secret", secret_file_, "--model-root",
+                  model_dir_,      "--ready-fd", "3"};
   options.ready_fd = true;
   return Subprocess::Spawn(options);
 }

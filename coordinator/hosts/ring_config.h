@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ring/device.h"
 #include "ring/defaults.h"
+#include "ring/device.h"
 
 namespace ringserve {
 
@@ -55,8 +55,8 @@ struct StageConfig {
 
 struct SchedulerKnobs {
   int max_tokens_per_micro_batch = kDefaultMaxTokensPerMicroBatch;  // >= 1
-  int micro_batches_in_flight = 0;       // 0 = stages that can run at once; otherwise >= 1
-  int kv_block_size = kDefaultKvBlockSize;                // >= 1
+  int micro_batches_in_flight = 0;          // 0 = stages that can run at once; otherwise >= 1
+  int kv_block_size = kDefaultKvBlockSize;  // >= 1
   // Exactly one of these decides the per-stage KV pool; both 0 = the engine's default.
   int kv_blocks = 0;            // blocks per stage
   int64_t kv_budget_bytes = 0;  // bytes per stage; the engine converts with the model's shape
@@ -66,7 +66,7 @@ struct RingConfig {
   std::string model_dir;
   ChannelKind channel = ChannelKind::kTcp;
   std::string grpc_listen = kDefaultGrpcListen;  // "host:port"
-  std::string http_listen;                      // "host:port"; empty = no HTTP API
+  std::string http_listen;                       // "host:port"; empty = no HTTP API
   // `ring_secret`: the file holding the ring secret the stages were started with
   // (stage --ring-secret; common/ring_secret.h); empty = stages without one (loopback only).
   std::string ring_secret_file;
