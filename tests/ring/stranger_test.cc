@@ -163,7 +163,7 @@ class StrangerTest : public ::testing::Test {
 };
 
 TEST_F(StrangerTest, ControlCallsWithoutTheSecretAreRefused) {
-  ControlClient stranger(endpoint_, {.coordinator_id = "stranger"});
+  ControlClient stranger(endpoint_, {.coordinator_id = "stranger", .secret = std::nullopt});
   EXPECT_TRUE(stranger.secret_required());
   EXPECT_EQ(stranger.Shutdown().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   grpc::Status configure = stranger.Configure(LastStageOfTwo(ModelDir()), nullptr);
