@@ -220,9 +220,13 @@ TEST(ChatTemplateTest, UnsupportedConstructsGiveClearErrors) {
 TEST(ChatTemplateTest, DeeplyNestedValuesAreRefusedNotRecursed) {
   auto tmpl = ChatTemplate::FromString("{{ messages | tojson }}");
   ASSERT_TRUE(tmpl.ok()) << tmpl.status();
-  // 100k levels: converting this recursively would overflow the stack.
+  // Far deeper than any real conversation (the limit is kMaxJsonDepth).
   ordered_json deep = "leaf";
-  for (int i = 0; i < 100000; ++i) deep = ordered_json::array({std::move(deep)});
+  for (int i = 0; i < 5000; ++i) {
+    ordered_json wrapper = ordered_json::array();
+    wrapper.push_back(std::move(deep));
+    deep = std::move(wrapper);
+  }
   ordered_json messages = ordered_json::array({{{"role", "user"}, {"content", deep}}});
   absl::StatusOr<std::string> rendered = tmpl->Render(messages, {});
   EXPECT_EQ(rendered.status().code(), absl::StatusCode::kInvalidArgument);
