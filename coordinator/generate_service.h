@@ -25,7 +25,7 @@ struct GenerateServiceOptions {
   int default_max_tokens = 16;  // when a request says 0
   int num_stages = 0;           // reported by ModelInfo
   // Serving state for Health: (serving, message).
-  std::function<std::pair<bool, std::string>()> health;
+  std::function<std::pair<bool, std::string>()> health{};
   // Where Generate calls are counted (latency histograms, outcomes under api "grpc"), shared
   // with the HTTP API; nullptr = not counted.
   http::ServingMetrics* metrics = nullptr;
