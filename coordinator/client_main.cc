@@ -7,8 +7,10 @@
 //
 // Streams the generated text to stdout (token ids, when the model has no tokenizer); the
 // finish reason and usage go to stderr. Exit code 0 on success, 1 on an error.
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,7 @@ ABSL_FLAG(bool, info, false, "print the model info and exit");
 ABSL_FLAG(bool, stats, false, "print the server's stats and exit");
 ABSL_FLAG(bool, health, false, "check the server's health and exit");
 ABSL_FLAG(std::string, tokenize, "", "tokenize this text and exit");
+ABSL_FLAG(std::string, api_key_file, "", "a file holding the server's API key (sent as a bearer token)");
 
 namespace {
 
@@ -47,6 +50,7 @@ constexpr char kUsage[] =
     "A command-line client for the gRPC Generate API.\n"
     "usage: ringserve_client [--target=HOST:PORT] (--prompt=TEXT | --prompt_ids=1,2,3)\n"
     "         [--max_tokens=N] [--temperature=T] [--top_k=K] [--top_p=P] [--seed=S] ...\n"
+    "         [--api_key_file=PATH]\n"
     "       ringserve_client [--target=HOST:PORT] --info | --stats | --health | --tokenize=TEXT";
 
 int Fail(const std::string& message) {
@@ -92,6 +96,15 @@ int main(int argc, char** argv) {
       ids->add_ids(id);
     }
   }
+  std::string api_key;
+  if (const std::string key_file = absl::GetFlag(FLAGS_api_key_file); !key_file.empty()) {
+    std::ifstream in(key_file);
+    std::getline(in, api_key);
+    while (!api_key.empty() && std::isspace(static_cast<unsigned char>(api_key.back()))) {
+      api_key.pop_back();
+    }
+    if (api_key.empty()) return Fail("--api_key_file: cannot read a key from the file");
+  }
   sampling->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
   sampling->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
@@ -122,6 +135,7 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
   auto stub = v1::Generate::NewStub(channel);
   grpc::ClientContext context;
+  if (!api_key.empty()) context.AddMetadata("authorization", "Bearer " + api_key);
   if (mode == "info") {
     v1::ModelInfoResponse info;
     grpc::Status status = stub->ModelInfo(&context, v1::ModelInfoRequest(), &info);

@@ -61,7 +61,9 @@ ABSL_FLAG(std::string, listen, "", "gRPC Generate API address HOST:PORT (default
 ABSL_FLAG(std::string, http_listen, "",
           "OpenAI HTTP API, /metrics and dashboard address HOST:PORT (overrides hosts.yaml's "
           "api.http; empty: none)");
-ABSL_FLAG(std::string, api_key_file, "", "file holding the Bearer key for /v1/* (empty: no key)");
+ABSL_FLAG(std::string, api_key_file, "",
+          "file holding the Bearer key for /v1/* and gRPC (empty: no key)");
+ABSL_FLAG(bool, protect_metrics, false, "/metrics and /dashboard/data need the API key too");
 ABSL_FLAG(std::string, model, RINGSERVE_DEFAULT_MODEL_DIR,
           "model directory for the embedded default ring");
 ABSL_FLAG(int, num_stages, 2, "local stages, layers split evenly (embedded default)");
@@ -125,7 +127,8 @@ struct Flags {
   std::string stages_file;
   std::string listen;
   std::string http_listen;
-  std::string api_key_file;  // empty: the HTTP API needs no key
+  std::string api_key_file;      // empty: the HTTP API needs no key
+  bool protect_metrics = false;  // --protect_metrics: /metrics needs the API key too
   std::string model_dir;
   int num_stages = 2;
   std::vector<int> partition;   // --partition; empty = --num_stages even split
@@ -148,6 +151,7 @@ absl::StatusOr<Flags> ReadFlags() {
   flags.listen = absl::GetFlag(FLAGS_listen);
   flags.http_listen = absl::GetFlag(FLAGS_http_listen);
   flags.api_key_file = absl::GetFlag(FLAGS_api_key_file);
+  flags.protect_metrics = absl::GetFlag(FLAGS_protect_metrics);
   flags.model_dir = absl::GetFlag(FLAGS_model);
   flags.num_stages = absl::GetFlag(FLAGS_num_stages);
   if (const std::string spec = absl::GetFlag(FLAGS_partition); spec == "auto") {
@@ -252,6 +256,7 @@ int Run(int argc, char** argv) {
     auto launched = LocalStages::Launch(binary, *ring, absl::Seconds(30));
     if (!launched.ok()) return fail(launched.status());
     local.emplace(std::move(*launched));
+    ring->ring_secret_file = local->secret_file();
   }
 
   // The HTTP front (dashboard, /health, /metrics) starts before the ring does, on a stand-in
@@ -278,9 +283,11 @@ int Run(int argc, char** argv) {
     api_key = *std::move(key);
   }
   if (!http_listen.empty()) {
-    auto started = http::StartHttpApi(
-        front, ring->model_dir,
-        {.listen = http_listen, .api_key = api_key, .metrics = &serving_metrics});
+    auto started = http::StartHttpApi(front, ring->model_dir,
+                                      {.listen = http_listen,
+                                       .api_key = api_key,
+                                       .metrics = &serving_metrics,
+                                       .protect_metrics = flags->protect_metrics});
     if (!started.ok()) {
       if (local) local->TerminateAll();
       return fail(started.status());
@@ -323,7 +330,8 @@ int Run(int argc, char** argv) {
   GenerateService service(
       e, {.num_stages = ring->num_stages(),
           .health = [e] { return std::make_pair(e->healthy(), e->health_message()); },
-          .metrics = &serving_metrics});
+          .metrics = &serving_metrics,
+          .api_key = api_key});  // the HTTP API's key protects gRPC too
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(ring->grpc_listen, grpc::InsecureServerCredentials(), &port);

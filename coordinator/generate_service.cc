@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "common/logging.h"
+#include "common/secure_compare.h"
 #include "fmt/format.h"
 #include "proto/grpc_status.h"
 
@@ -39,7 +40,36 @@ struct EventQueue {
   http::RequestRecorder recorder;  // guarded by mu
 };
 
+// As the HTTP API (http_server.cc): no tokenizer we load has tokens longer than this.
+constexpr int64_t kMaxBytesPerToken = 64;
+
+grpc::Status Invalid(std::string message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
+}
+
+// Frees an admission slot when the call ends.
+struct SlotRelease {
+  std::atomic<int>* active;
+  ~SlotRelease() { active->fetch_sub(1); }
+};
+
 }  // namespace
+
+grpc::Status GenerateService::CheckAuthorized(const grpc::ServerContext* context) const {
+  if (options_.api_key.empty()) return grpc::Status::OK;
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  static constexpr std::string_view kBearer = "Bearer ";
+  if (it != metadata.end()) {
+    std::string_view value(it->second.data(), it->second.size());
+    if (value.size() > kBearer.size() && value.substr(0, kBearer.size()) == kBearer &&
+        SecureEquals(value.substr(kBearer.size()), options_.api_key)) {
+      return grpc::Status::OK;
+    }
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "Incorrect API key; send it as metadata 'authorization: Bearer <key>'.");
+}
 
 GenerateService::GenerateService(Engine* engine, GenerateServiceOptions options)
     : engine_(engine), options_(std::move(options)) {}
@@ -54,11 +84,20 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
     }
     return status;
   };
+  if (grpc::Status auth = CheckAuthorized(context); !auth.ok()) return reject(auth);
+  const ringserve::ModelInfo info = engine_->Info();
+  const int context_tokens = info.max_context;
   GenerateRequest r;
   r.request_id = request->request_id().empty() ? fmt::format("grpc-{}", next_id_.fetch_add(1))
                                                : request->request_id();
   switch (request->prompt_case()) {
     case v1::GenerateRequest::kText: {
+      if (context_tokens > 0 &&
+          static_cast<int64_t>(request->text().size()) > kMaxBytesPerToken * context_tokens) {
+        return reject(Invalid(fmt::format(
+            "prompt: the text ({} bytes) is longer than the model's context of {} tokens can hold",
+            request->text().size(), context_tokens)));
+      }
       auto ids = engine_->Tokenize(request->text(), request->add_special_tokens());
       if (!ids.ok()) return reject(ToGrpcStatus(ids.status()));
       r.prompt_ids = std::move(*ids);
@@ -76,12 +115,43 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
   r.sampling.top_k = s.top_k();
   r.sampling.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
   if (s.has_seed()) r.sampling.seed = s.seed();
-  r.sampling.max_tokens = s.max_tokens() == 0 ? options_.default_max_tokens : s.max_tokens();
+  const int64_t prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
+  if (s.max_tokens() < 0) return reject(Invalid("max_tokens: must not be negative"));
+  if (context_tokens > 0 && prompt_tokens >= context_tokens) {
+    return reject(Invalid(fmt::format(
+        "prompt: this model's maximum context length is {} tokens, but the prompt has {} tokens",
+        context_tokens, prompt_tokens)));
+  }
+  if (s.max_tokens() == 0) {
+    r.sampling.max_tokens = options_.default_max_tokens;
+    if (context_tokens > 0) {
+      r.sampling.max_tokens = static_cast<int>(
+          std::min<int64_t>(r.sampling.max_tokens, context_tokens - prompt_tokens));
+    }
+  } else {
+    if (context_tokens > 0 && prompt_tokens + s.max_tokens() > context_tokens) {
+      return reject(Invalid(
+          fmt::format("max_tokens: this model's maximum context length is {} tokens; the prompt "
+                      "has {} and max_tokens asks for {} more",
+                      context_tokens, prompt_tokens, s.max_tokens())));
+    }
+    r.sampling.max_tokens = s.max_tokens();
+  }
   r.sampling.stop.assign(s.stop().begin(), s.stop().end());
   r.sampling.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   r.sampling.ignore_eos = s.ignore_eos();
   r.prompt_logprobs = request->prompt_logprobs();
   const std::string id = r.request_id;
+  if (options_.max_concurrent_requests > 0 &&
+      active_.fetch_add(1) >= options_.max_concurrent_requests) {
+    active_.fetch_sub(1);
+    return reject(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                               fmt::format("The server is serving its limit of {} requests; retry "
+                                           "later.",
+                                           options_.max_concurrent_requests)));
+  }
+  if (options_.max_concurrent_requests <= 0) active_.fetch_add(1);
+  SlotRelease slot{&active_};
 
   absl::Status submitted = engine_->Submit(std::move(r), [queue](const GenerateEvent& event) {
     std::lock_guard<std::mutex> lock(queue->mu);
@@ -141,23 +211,33 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
   }
 }
 
-grpc::Status GenerateService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* request,
+grpc::Status GenerateService::Tokenize(grpc::ServerContext* context,
+                                       const v1::TokenizeRequest* request,
                                        v1::TokenizeResponse* response) {
+  if (grpc::Status auth = CheckAuthorized(context); !auth.ok()) return auth;
+  const int context_tokens = engine_->Info().max_context;
+  if (context_tokens > 0 &&
+      static_cast<int64_t>(request->text().size()) > kMaxBytesPerToken * context_tokens) {
+    return Invalid("text: longer than the model's context can hold");
+  }
   auto ids = engine_->Tokenize(request->text(), request->add_special_tokens());
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   response->mutable_token_ids()->Add(ids->begin(), ids->end());
   return grpc::Status::OK;
 }
 
-grpc::Status GenerateService::Detokenize(grpc::ServerContext*, const v1::DetokenizeRequest* request,
+grpc::Status GenerateService::Detokenize(grpc::ServerContext* context,
+                                         const v1::DetokenizeRequest* request,
                                          v1::DetokenizeResponse* response) {
+  if (grpc::Status auth = CheckAuthorized(context); !auth.ok()) return auth;
   response->set_text(engine_->Detokenize(
       std::vector<int32_t>(request->token_ids().begin(), request->token_ids().end())));
   return grpc::Status::OK;
 }
 
-grpc::Status GenerateService::ModelInfo(grpc::ServerContext*, const v1::ModelInfoRequest*,
+grpc::Status GenerateService::ModelInfo(grpc::ServerContext* context, const v1::ModelInfoRequest*,
                                         v1::ModelInfoResponse* response) {
+  if (grpc::Status auth = CheckAuthorized(context); !auth.ok()) return auth;
   ringserve::ModelInfo info = engine_->Info();
   response->set_model_id(info.model_id);
   response->set_architecture(info.architecture);
@@ -178,8 +258,9 @@ grpc::Status GenerateService::Health(grpc::ServerContext*, const v1::HealthReque
   return grpc::Status::OK;
 }
 
-grpc::Status GenerateService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+grpc::Status GenerateService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                     v1::StatsResponse* response) {
+  if (grpc::Status auth = CheckAuthorized(context); !auth.ok()) return auth;
   RingStats stats = engine_->Stats();
   for (const StageStats& s : stats.stages) {
     v1::StageStatsProto* p = response->add_stages();

@@ -2,6 +2,12 @@
 // streams the engine's events; when the client goes away (cancellation or a failed write) the
 // request is cancelled in the engine, which frees its KV blocks.
 //
+// Requests are validated as the HTTP API validates them: a prompt longer than the context, or
+// max_tokens beyond what the context leaves, is INVALID_ARGUMENT (never silently cut); text far
+// longer in bytes than the context can hold is refused before tokenizing. With
+// GenerateServiceOptions::api_key set, every call but Health needs the metadata
+// "authorization: Bearer <key>" (UNAUTHENTICATED otherwise; compared in constant time).
+//
 // Thread-safe; `engine` must outlive the service.
 #pragma once
 
@@ -19,10 +25,14 @@ struct GenerateServiceOptions {
   int default_max_tokens = 16;  // when a request says 0
   int num_stages = 0;           // reported by ModelInfo
   // Serving state for Health: (serving, message).
-  std::function<std::pair<bool, std::string>()> health;
+  std::function<std::pair<bool, std::string>()> health{};
   // Where Generate calls are counted (latency histograms, outcomes under api "grpc"), shared
   // with the HTTP API; nullptr = not counted.
   http::ServingMetrics* metrics = nullptr;
+  // Required bearer token (the HTTP API's key); empty = none.
+  std::string api_key{};
+  // Generate calls admitted at once; more get RESOURCE_EXHAUSTED. 0 = no limit.
+  int max_concurrent_requests = 256;
 };
 
 class GenerateService final : public v1::Generate::Service {
@@ -43,9 +53,12 @@ class GenerateService final : public v1::Generate::Service {
                      v1::StatsResponse* response) override;
 
  private:
+  grpc::Status CheckAuthorized(const grpc::ServerContext* context) const;
+
   Engine* engine_;
   GenerateServiceOptions options_;
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<int> active_{0};
 };
 
 }  // namespace ringserve

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/logging.h"
+#include "common/ring_secret.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 
@@ -29,7 +30,17 @@ absl::StatusOr<std::string> FindStageBinary(const std::string& self_path) {
 absl::StatusOr<LocalStages> LocalStages::Launch(const std::string& stage_binary,
                                                 const RingConfig& ring, absl::Duration timeout) {
   LocalStages stages;
+  std::string dir_template =
+      (std::filesystem::temp_directory_path() / "ringserve-ring-XXXXXX").string();
+  if (mkdtemp(dir_template.data()) == nullptr) {
+    return absl::UnavailableError(
+        fmt::format("cannot make a private directory for the ring secret: {}", dir_template));
+  }
+  stages.secret_dir_ = dir_template;
+  stages.secret_file_ = dir_template + "/ring.secret";
+  RS_RETURN_IF_ERROR(RingSecret::Create(stages.secret_file_).status());
   stages.stage_binary_ = stage_binary;
+  stages.model_dir_ = ring.model_dir;
   for (const StageConfig& stage : ring.stages) stages.endpoints_.push_back(stage.endpoint());
   for (size_t i = 0; i < stages.endpoints_.size(); ++i) {
     RS_ASSIGN_OR_RETURN(Subprocess process, stages.Spawn(static_cast<int>(i)));
@@ -41,9 +52,19 @@ absl::StatusOr<LocalStages> LocalStages::Launch(const std::string& stage_binary,
   return stages;
 }
 
+LocalStages::~LocalStages() {
+  TerminateAll();
+  if (!secret_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(secret_dir_, ignored);
+  }
+}
+
 absl::StatusOr<Subprocess> LocalStages::Spawn(int index) const {
   SubprocessOptions options;
-  options.argv = {stage_binary_, "--listen", endpoints_[index], "--ready_fd", "3"};
+  options.argv = {stage_binary_,   "--listen",   endpoints_[index],
+                  "--ring_secret", secret_file_, "--model_root",
+                  model_dir_,      "--ready_fd", "3"};
   options.ready_fd = true;
   return Subprocess::Spawn(options);
 }

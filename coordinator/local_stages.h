@@ -1,11 +1,15 @@
 // The embedded default: stage processes on this machine, one per stage of a RingConfig whose
 // stages are all on 127.0.0.1 (DefaultRingConfig). Each is `stage --listen 127.0.0.1:PORT
-// --ready_fd 3`, started with fork/exec and waited for until it listens.
+// --ring_secret FILE --model_root MODEL_DIR --ready_fd 3`, started with fork/exec and waited
+// for until it listens. FILE is a fresh secret in a private directory made for this ring (so
+// that another user's or another ring's coordinator on the same host is refused); the
+// coordinator names it in RingConfig::ring_secret_file (secret_file()).
 //
 // Not thread-safe. The destructor terminates every stage still running.
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,9 +28,18 @@ class LocalStages {
   // listens on its control port.
   static absl::StatusOr<LocalStages> Launch(const std::string& stage_binary, const RingConfig& ring,
                                             absl::Duration timeout);
-  LocalStages(LocalStages&&) = default;
-  LocalStages& operator=(LocalStages&&) = default;
-  ~LocalStages() { TerminateAll(); }
+  LocalStages(LocalStages&& other) noexcept
+      : stage_binary_(std::move(other.stage_binary_)),
+        endpoints_(std::move(other.endpoints_)),
+        model_dir_(std::move(other.model_dir_)),
+        processes_(std::move(other.processes_)),
+        secret_dir_(std::exchange(other.secret_dir_, {})),
+        secret_file_(std::exchange(other.secret_file_, {})) {}
+  LocalStages& operator=(LocalStages&&) = delete;
+  ~LocalStages();
+
+  // The ring secret these stages were started with.
+  const std::string& secret_file() const { return secret_file_; }
 
   // Starts again, on the same control port, every stage process that has exited (killed,
   // crashed), waiting up to `timeout` for each to listen. The ring is then formed again.
@@ -43,7 +56,10 @@ class LocalStages {
 
   std::string stage_binary_;
   std::vector<std::string> endpoints_;
+  std::string model_dir_;  // each stage's --model-root
   std::vector<Subprocess> processes_;
+  std::string secret_dir_;  // removed with the stages
+  std::string secret_file_;
 };
 
 }  // namespace ringserve

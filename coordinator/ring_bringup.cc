@@ -71,12 +71,14 @@ absl::StatusOr<FormedRing> FormGrpcRing(const BringUpOptions& options, const Mod
     if (stage.device.is_cuda()) stages_per_gpu[{stage.host, stage.device.index}]++;
   }
 
+  RS_ASSIGN_OR_RETURN(const ControlCredentials creds,
+                      MakeControlCredentials(ring.ring_secret_file));
   std::vector<std::unique_ptr<StageClient>> stages(num_stages);
   progress({.message = fmt::format("connecting to {} stage(s) (waiting up to {} each)", num_stages,
                                    absl::FormatDuration(options.connect_timeout))});
   RS_RETURN_IF_ERROR(ForEachStage(num_stages, [&](int i) -> absl::Status {
-    RS_ASSIGN_OR_RETURN(
-        stages[i], StageClient::Connect(i, ring.stages[i].endpoint(), options.connect_timeout));
+    RS_ASSIGN_OR_RETURN(stages[i], StageClient::Connect(i, ring.stages[i].endpoint(),
+                                                        options.connect_timeout, creds));
     return absl::OkStatus();
   }));
 

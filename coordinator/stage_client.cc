@@ -24,7 +24,8 @@ std::string StageClient::Name() const { return fmt::format("stage {} ({})", inde
 
 absl::StatusOr<std::unique_ptr<StageClient>> StageClient::Connect(int index,
                                                                   const std::string& endpoint,
-                                                                  absl::Duration wait) {
+                                                                  absl::Duration wait,
+                                                                  const ControlCredentials& creds) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
@@ -46,7 +47,28 @@ absl::StatusOr<std::unique_ptr<StageClient>> StageClient::Connect(int index,
                     "there?)",
                     index, endpoint, absl::FormatDuration(wait), endpoint));
   }
-  return std::unique_ptr<StageClient>(new StageClient(index, endpoint, std::move(channel)));
+  std::unique_ptr<StageClient> client(new StageClient(index, endpoint, std::move(channel)));
+  client->creds_ = creds;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(wait));
+  v1::ChallengeResponse challenge;
+  grpc::Status status = client->stub_->Challenge(&context, v1::ChallengeRequest(), &challenge);
+  if (!status.ok()) {
+    return absl::UnavailableError(
+        fmt::format("stage {} at {}: challenge: {}", index, endpoint, status.error_message()));
+  }
+  if (challenge.secret_required() && !creds.secret.has_value()) {
+    return absl::UnauthenticatedError(
+        fmt::format("stage {} at {} requires the ring secret; name its file in hosts.yaml as "
+                    "ring_secret",
+                    index, endpoint));
+  }
+  client->nonce_ = challenge.nonce();
+  return client;
+}
+
+void StageClient::Authorize(grpc::ClientContext* context) const {
+  AddControlProof(creds_, nonce_, context);
 }
 
 StageClient::~StageClient() { CloseSteps(absl::Seconds(2)); }
@@ -56,6 +78,7 @@ absl::StatusOr<std::string> StageClient::Configure(
     const std::function<void(const v1::LoadProgress&)>& on_progress) {
   grpc::ClientContext context;
   context.set_deadline(Deadline(timeout));
+  Authorize(&context);
   auto reader = stub_->Configure(&context, request);
   v1::LoadProgress progress;
   std::string data_endpoint;
@@ -79,6 +102,7 @@ absl::Status StageClient::ConnectPeers(const v1::ConnectPeersRequest& request,
                                        absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(Deadline(timeout));
+  Authorize(&context);
   v1::ConnectPeersResponse response;
   grpc::Status status = stub_->ConnectPeers(&context, request, &response);
   if (!status.ok()) {
@@ -92,6 +116,7 @@ absl::Status StageClient::ConnectPeers(const v1::ConnectPeersRequest& request,
 absl::Status StageClient::StartSteps(std::function<void(v1::StepResult)> on_result,
                                      std::function<void(absl::Status)> on_closed) {
   steps_context_ = std::make_unique<grpc::ClientContext>();
+  Authorize(steps_context_.get());
   steps_ = stub_->Steps(steps_context_.get());
   if (steps_ == nullptr) return absl::InternalError(Name() + ": cannot open the Steps stream");
   writer_ = std::thread([this] { WriterLoop(); });
@@ -182,6 +207,7 @@ void StageClient::CloseSteps(absl::Duration timeout) {
 absl::StatusOr<v1::StageStatsResponse> StageClient::Stats(absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(Deadline(timeout));
+  Authorize(&context);
   v1::StageStatsResponse response;
   grpc::Status status = stub_->Stats(&context, v1::StageStatsRequest(), &response);
   if (!status.ok()) return FromGrpcStatus(status);
@@ -191,6 +217,7 @@ absl::StatusOr<v1::StageStatsResponse> StageClient::Stats(absl::Duration timeout
 absl::StatusOr<v1::StageHealthResponse> StageClient::Health(absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(Deadline(timeout));
+  Authorize(&context);
   v1::StageHealthResponse response;
   grpc::Status status = stub_->Health(&context, v1::StageHealthRequest(), &response);
   if (!status.ok()) return FromGrpcStatus(status);
@@ -200,6 +227,7 @@ absl::StatusOr<v1::StageHealthResponse> StageClient::Health(absl::Duration timeo
 absl::Status StageClient::Shutdown(absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(Deadline(timeout));
+  Authorize(&context);
   v1::ShutdownResponse response;
   return FromGrpcStatus(stub_->Shutdown(&context, v1::ShutdownRequest(), &response));
 }

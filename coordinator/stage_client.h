@@ -17,16 +17,20 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/stage.grpc.pb.h"
+#include "ring/control_auth.h"
 
 namespace ringserve {
 
 class StageClient {
  public:
-  // Connects to the stage's control endpoint, waiting up to `wait` for it to accept.
-  // Unavailable naming the stage, its endpoint and the wait when it did not.
+  // Connects to the stage's control endpoint, waiting up to `wait` for it to accept, and asks
+  // it for a nonce to authenticate every later call with (`creds`, stage_auth.h).
+  // Unavailable naming the stage, its endpoint and the wait when it did not accept;
+  // Unauthenticated when it requires a ring secret and `creds` has none.
   static absl::StatusOr<std::unique_ptr<StageClient>> Connect(int index,
                                                               const std::string& endpoint,
-                                                              absl::Duration wait);
+                                                              absl::Duration wait,
+                                                              const ControlCredentials& creds = {});
   ~StageClient();
 
   int index() const { return index_; }
@@ -54,6 +58,8 @@ class StageClient {
 
  private:
   StageClient(int index, std::string endpoint, std::shared_ptr<grpc::Channel> channel);
+  // Adds the authentication metadata to a call's context.
+  void Authorize(grpc::ClientContext* context) const;
   void WriterLoop();
   std::string Name() const;
 
@@ -61,6 +67,8 @@ class StageClient {
   const std::string endpoint_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::StageControl::Stub> stub_;
+  ControlCredentials creds_;
+  std::string nonce_;
 
   std::unique_ptr<grpc::ClientContext> steps_context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::StepPlan, v1::StepResult>> steps_;

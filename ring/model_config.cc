@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "common/json_limits.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
@@ -365,6 +366,7 @@ std::string ArchitectureName(Architecture architecture) {
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& source) {
+  if (absl::Status depth = CheckJsonDepth(json_text, source); !depth.ok()) return depth;
   Json j;
   try {
     j = Json::parse(json_text);

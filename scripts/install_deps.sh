@@ -15,8 +15,8 @@ DEBIAN_PACKAGES=(
   libgtest-dev libgmock-dev
   libyaml-cpp-dev nlohmann-json3-dev libpcre2-dev libicu-dev
   libcpp-httplib-dev libsystemd-dev
-  zlib1g-dev
-  clang-format
+  zlib1g-dev libssl-dev
+  clang-format clang libclang-rt-14-dev
   prometheus chromium systemd
 )
 

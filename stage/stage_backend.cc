@@ -148,7 +148,8 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
 absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& request,
                                                    const ModelSlice& slice, TcpListener* listener,
                                                    const std::string& next_endpoint,
-                                                   absl::Duration timeout) {
+                                                   absl::Duration timeout,
+                                                   const RingSecret* secret) {
   const int index = request.stage_index();
   const bool first = index == 0;
   const bool last = index == request.num_stages() - 1;
@@ -172,7 +173,7 @@ absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& r
     }
     absl::Status connected = absl::OkStatus();
     if (!last) {
-      auto sender = TcpConnect(next_endpoint, index, timeout);
+      auto sender = TcpConnect(next_endpoint, index, timeout, secret);
       if (sender.ok()) {
         channels.sender = std::move(*sender);
       } else {
@@ -200,7 +201,7 @@ absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& r
     if (!first) {
       accept_thread = std::thread([&] { in_link = listener->AcceptLink(index - 1, timeout); });
     }
-    if (!last) out_link = TcpConnectLink(next_endpoint, index, timeout);
+    if (!last) out_link = TcpConnectLink(next_endpoint, index, timeout, secret);
     if (accept_thread.joinable()) accept_thread.join();
     RS_RETURN_IF_ERROR(out_link.status());
     RS_RETURN_IF_ERROR(in_link.status());

@@ -33,6 +33,7 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
 absl::StatusOr<StageChannels> ConnectStageChannels(const v1::ConfigureRequest& request,
                                                    const ModelSlice& slice, TcpListener* listener,
                                                    const std::string& next_endpoint,
-                                                   absl::Duration timeout);
+                                                   absl::Duration timeout,
+                                                   const RingSecret* secret = nullptr);
 
 }  // namespace ringserve

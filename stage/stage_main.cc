@@ -2,9 +2,15 @@
 // coordinator to configure it (stage/stage_service.h). Exits on SIGTERM/SIGINT or a Shutdown
 // RPC. Under systemd (Type=notify) it reports READY=1 once its weights are loaded.
 //
+// --ring_secret PATH: the ring secret (a file only its owner may read; common/ring_secret.h).
+//   Every control call and activation connection must then prove knowledge of it. Without
+//   one the stage listens on loopback addresses only, unless --insecure says otherwise.
+// --model_root DIR: Configure loads models only from under DIR.
+// --insecure: allows listening beyond loopback without a ring secret (trusted networks only).
 // --debug_step_delay_ms N: testing aid, every step takes N ms longer (a slow stage).
 // --ready_fd N: once serving, writes the bound control address ("host:port\n") to file
 // descriptor N and closes it; how a parent that asked for port 0 learns the port.
+#include <arpa/inet.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,16 +34,30 @@ ABSL_FLAG(std::string, listen, "", "control address HOST:PORT to serve on (port 
 ABSL_FLAG(int, ready_fd, -1,
           "once serving, write the bound control address and a newline to this descriptor");
 ABSL_FLAG(int, debug_step_delay_ms, 0, "testing aid: every step takes this many ms longer");
+ABSL_FLAG(std::string, ring_secret, "",
+          "the ring secret file (owner-only); every control call and activation connection "
+          "must prove knowledge of it");
+ABSL_FLAG(std::string, model_root, "", "Configure loads models only from under this directory");
+ABSL_FLAG(bool, insecure, false,
+          "allow listening beyond loopback without a ring secret (trusted networks only)");
 
 namespace {
 
 constexpr char kUsage[] =
     "A stage process: waits for the coordinator to configure it, then runs its layers.\n"
-    "usage: stage --listen=HOST:PORT [--ready_fd=N] [--debug_step_delay_ms=N]";
+    "usage: stage --listen=HOST:PORT [--ring_secret=PATH] [--model_root=DIR] [--insecure]\n"
+    "             [--ready_fd=N] [--debug_step_delay_ms=N]";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "stage: %s\n", message.c_str());
   return 2;
+}
+
+// Whether `host` names only this machine (a loopback address or "localhost").
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  in_addr addr{};
+  return inet_pton(AF_INET, host.c_str(), &addr) == 1 && (ntohl(addr.s_addr) >> 24) == 127;
 }
 
 }  // namespace
@@ -49,10 +69,29 @@ int main(int argc, char** argv) {
   const int ready_fd = absl::GetFlag(FLAGS_ready_fd);
   const int debug_step_delay_ms = absl::GetFlag(FLAGS_debug_step_delay_ms);
   if (listen.empty()) return Fail("--listen is required (see --help)");
+  const std::string secret_path = absl::GetFlag(FLAGS_ring_secret);
+  const std::string model_root = absl::GetFlag(FLAGS_model_root);
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
   std::string host;
   int port = 0;
   if (absl::Status s = SplitHostPort(listen, "--listen", &host, &port); !s.ok()) {
     return Fail(std::string(s.message()));
+  }
+
+  std::optional<RingSecret> secret;
+  if (!secret_path.empty()) {
+    absl::StatusOr<RingSecret> loaded = RingSecret::Load(secret_path);
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    secret = std::move(*loaded);
+  } else if (!IsLoopbackHost(host) && !insecure) {
+    return Fail(fmt::format(
+        "refusing to listen on {} without a ring secret: anyone who can reach it could drive "
+        "this stage. Pass --ring_secret PATH (the file hosts.yaml names as ring_secret), listen "
+        "on 127.0.0.1, or pass --insecure on a network you trust.",
+        host));
+  }
+  if (!secret.has_value() && insecure) {
+    std::fprintf(stderr, "stage: --insecure: control and activations are unauthenticated\n");
   }
 
   // Signals go to a dedicated thread (sigwait); every other thread blocks them.
@@ -79,6 +118,8 @@ int main(int argc, char** argv) {
   options.on_ready = [](const std::string& status) { (void)NotifyReady(status); };
   options.on_shutdown = request_stop;
   options.debug_step_delay = absl::Milliseconds(debug_step_delay_ms);
+  options.secret = std::move(secret);
+  options.model_root = model_root;
   StageService service(options);
 
   grpc::ServerBuilder builder;
@@ -107,11 +148,12 @@ int main(int argc, char** argv) {
   }
 
   // Under systemd with WatchdogSec=, ping the watchdog while the stage serves, including while
-  // it is idle (waiting to be configured); pings stop once shutdown has begun. The check runs
-  // on the pinger thread: an atomic load, cheap and thread-safe as the pinger requires.
+  // it is idle (waiting to be configured); pings stop once shutdown has begun or while a step
+  // has been stuck longer than any step may take (a wedged executor: systemd restarts it). The
+  // check runs on the pinger thread: atomic loads, cheap and thread-safe as the pinger requires.
   std::atomic<bool> serving{true};
   std::optional<WatchdogPinger> watchdog;
-  watchdog.emplace([&serving] { return serving.load(); });
+  watchdog.emplace([&serving, &service] { return serving.load() && service.ExecutorAlive(); });
   if (watchdog->active()) RS_LOG_INFO("pinging the systemd watchdog while serving");
 
   std::thread signal_thread([&] {

@@ -1,7 +1,9 @@
 #include "stage/stage_service.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -49,7 +51,49 @@ grpc::Status CheckConfigureRequest(const v1::ConfigureRequest& r) {
 
 }  // namespace
 
-StageService::StageService(StageServiceOptions options) : options_(std::move(options)) {}
+// Whether `model_dir` (resolved) lies under `root` (resolved). InvalidArgument naming both
+// otherwise.
+absl::Status CheckModelRoot(const std::string& model_dir, const std::string& root) {
+  if (root.empty()) return absl::OkStatus();
+  std::error_code error;
+  std::filesystem::path dir = std::filesystem::weakly_canonical(model_dir, error);
+  std::filesystem::path allowed = std::filesystem::weakly_canonical(root, error);
+  auto [end, unused] = std::mismatch(allowed.begin(), allowed.end(), dir.begin(), dir.end());
+  if (error || end != allowed.end()) {
+    return absl::PermissionDeniedError(
+        fmt::format("model_dir: {} is outside this stage's model root {} (stage --model_root)",
+                    model_dir, root));
+  }
+  return absl::OkStatus();
+}
+
+StageService::StageService(StageServiceOptions options)
+    : options_(std::move(options)), auth_(options_.secret) {}
+
+absl::StatusOr<std::string> StageService::Caller(const grpc::ServerContext& context,
+                                                 bool owner_only) {
+  absl::StatusOr<std::string> caller = auth_.Authenticate(context);
+  if (!caller.ok()) {
+    RS_LOG_WARN("refused a control call from {}: {}", context.peer(),
+                std::string(caller.status().message()));
+    return caller.status();
+  }
+  if (owner_only) {
+    if (absl::Status owner = auth_.CheckOwner(*caller); !owner.ok()) {
+      RS_LOG_WARN("refused a control call from {}: {}", context.peer(),
+                  std::string(owner.message()));
+      return owner;
+    }
+  }
+  return caller;
+}
+
+grpc::Status StageService::Challenge(grpc::ServerContext*, const v1::ChallengeRequest*,
+                                     v1::ChallengeResponse* response) {
+  response->set_secret_required(auth_.secret_required());
+  if (auth_.secret_required()) response->set_nonce(auth_.IssueNonce());
+  return grpc::Status::OK;
+}
 
 StageService::~StageService() = default;
 
@@ -68,10 +112,16 @@ void StageService::ResetLocked() {
   listener_.reset();
 }
 
-grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRequest* request,
+grpc::Status StageService::Configure(grpc::ServerContext* context,
+                                     const v1::ConfigureRequest* request,
                                      grpc::ServerWriter<v1::LoadProgress>* writer) {
+  absl::StatusOr<std::string> caller = Caller(*context, /*owner_only=*/true);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   grpc::Status check = CheckConfigureRequest(*request);
   if (!check.ok()) return check;
+  if (absl::Status root = CheckModelRoot(request->model_dir(), options_.model_root); !root.ok()) {
+    return ToGrpcStatus(root);
+  }
   std::string data_endpoint;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -80,6 +130,7 @@ grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRe
           grpc::StatusCode::FAILED_PRECONDITION,
           steps_active_ ? "stage is running a Steps stream" : "stage is already being configured");
     }
+    if (absl::Status claimed = auth_.Claim(*caller); !claimed.ok()) return ToGrpcStatus(claimed);
     configuring_ = true;
     ResetLocked();
     config_ = *request;
@@ -91,6 +142,7 @@ grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRe
     configuring_ = false;
     if (!status.ok()) {
       ResetLocked();
+      auth_.Release();
       status_ = "failed: " + status.error_message();
     }
     return status;
@@ -99,7 +151,8 @@ grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRe
   // The previous stage connects to us; bind first so the coordinator learns the endpoint.
   std::unique_ptr<TcpListener> listener;
   if (request->stage_index() > 0) {
-    auto bound = TcpListener::Listen(options_.bind_host, request->data_port());
+    auto bound = TcpListener::Listen(options_.bind_host, request->data_port(),
+                                     options_.secret ? &*options_.secret : nullptr);
     if (!bound.ok()) return finish(ToGrpcStatus(bound.status()));
     listener = std::move(*bound);
     int port = 0;
@@ -127,7 +180,21 @@ grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRe
 
   absl::Time start = absl::Now();
   std::string summary;
-  auto slice = LoadStageSlice(*request, &summary);
+  // A request the loader cannot satisfy (e.g. 2^30 KV blocks: bad_alloc) must fail this call
+  // and leave the stage configurable, not escape and leave it "configuring" forever.
+  absl::StatusOr<std::unique_ptr<ModelSlice>> slice =
+      absl::InternalError("loading the slice did not finish");
+  try {
+    slice = LoadStageSlice(*request, &summary);
+  } catch (const std::bad_alloc&) {
+    slice = absl::ResourceExhaustedError(
+        fmt::format("stage {}: out of memory loading layers [{}, {}) with {} KV blocks of {}",
+                    request->stage_index(), request->first_layer(), request->last_layer(),
+                    request->kv_num_blocks(), request->kv_block_size()));
+  } catch (const std::exception& e) {
+    slice = absl::InternalError(
+        fmt::format("stage {}: loading failed: {}", request->stage_index(), e.what()));
+  }
   if (!slice.ok()) return finish(ToGrpcStatus(slice.status()));
   const bool want_first = request->stage_index() == 0;
   const bool want_last = request->stage_index() == request->num_stages() - 1;
@@ -159,9 +226,12 @@ grpc::Status StageService::Configure(grpc::ServerContext*, const v1::ConfigureRe
   return finish(grpc::Status::OK);
 }
 
-grpc::Status StageService::ConnectPeers(grpc::ServerContext*,
+grpc::Status StageService::ConnectPeers(grpc::ServerContext* context,
                                         const v1::ConnectPeersRequest* request,
                                         v1::ConnectPeersResponse*) {
+  if (absl::StatusOr<std::string> caller = Caller(*context, /*owner_only=*/true); !caller.ok()) {
+    return ToGrpcStatus(caller.status());
+  }
   std::unique_ptr<ModelSlice> slice;
   std::unique_ptr<TcpListener> listener;
   v1::ConfigureRequest config;
@@ -196,7 +266,8 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext*,
   }
 
   auto channels =
-      ConnectStageChannels(config, *slice, listener.get(), request->next_data_endpoint(), timeout);
+      ConnectStageChannels(config, *slice, listener.get(), request->next_data_endpoint(), timeout,
+                           options_.secret ? &*options_.secret : nullptr);
   if (!channels.ok()) return fail(channels.status());
 
   StepExecutorOptions executor_options;
@@ -205,6 +276,7 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext*,
   if (config.recv_timeout_ms() > 0) {
     executor_options.recv_timeout = absl::Milliseconds(config.recv_timeout_ms());
     executor_options.send_timeout = executor_options.recv_timeout;
+    step_limit_us_.store(int64_t{config.recv_timeout_ms()} * 1000 + 60'000'000);
   }
   absl::StatusOr<std::unique_ptr<StepExecutor>> created =
       StepExecutor::Create(executor_options, std::move(slice), std::move(*channels));
@@ -220,8 +292,11 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status StageService::Steps(grpc::ServerContext*,
+grpc::Status StageService::Steps(grpc::ServerContext* context,
                                  grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
+  if (absl::StatusOr<std::string> caller = Caller(*context, /*owner_only=*/true); !caller.ok()) {
+    return ToGrpcStatus(caller.status());
+  }
   std::shared_ptr<StepExecutor> executor;
   int index = 0;
   {
@@ -255,7 +330,9 @@ grpc::Status StageService::Steps(grpc::ServerContext*,
         plan = std::move(queue.front());
         queue.pop_front();
       }
+      step_started_us_.store(absl::ToUnixMicros(absl::Now()));
       absl::StatusOr<StepOutcome> outcome = executor->Run(plan);
+      step_started_us_.store(0);
       v1::StepResult result;
       result.set_micro_batch_id(plan.micro_batch_id());
       result.set_stage_index(index);
@@ -314,6 +391,7 @@ grpc::Status StageService::Steps(grpc::ServerContext*,
     std::lock_guard<std::mutex> lock(mu_);
     steps_active_ = false;
     ResetLocked();
+    auth_.Release();  // the ring ended: another coordinator may take the stage over
     status_ = error.empty() ? "waiting for configuration (the ring was closed)"
                             : "waiting for configuration (last ring failed: " + error + ")";
   }
@@ -322,8 +400,16 @@ grpc::Status StageService::Steps(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status StageService::Health(grpc::ServerContext*, const v1::StageHealthRequest*,
+bool StageService::ExecutorAlive() const {
+  const int64_t started = step_started_us_.load();
+  return started == 0 || absl::ToUnixMicros(absl::Now()) - started < step_limit_us_.load();
+}
+
+grpc::Status StageService::Health(grpc::ServerContext* context, const v1::StageHealthRequest*,
                                   v1::StageHealthResponse* response) {
+  if (absl::StatusOr<std::string> caller = Caller(*context, /*owner_only=*/false); !caller.ok()) {
+    return ToGrpcStatus(caller.status());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   response->set_configured(slice_ != nullptr || executor_ != nullptr);
   response->set_ready(executor_ != nullptr);
@@ -331,8 +417,11 @@ grpc::Status StageService::Health(grpc::ServerContext*, const v1::StageHealthReq
   return grpc::Status::OK;
 }
 
-grpc::Status StageService::Stats(grpc::ServerContext*, const v1::StageStatsRequest*,
+grpc::Status StageService::Stats(grpc::ServerContext* context, const v1::StageStatsRequest*,
                                  v1::StageStatsResponse* response) {
+  if (absl::StatusOr<std::string> caller = Caller(*context, /*owner_only=*/false); !caller.ok()) {
+    return ToGrpcStatus(caller.status());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   response->set_stage_index(config_.stage_index());
   response->set_busy_us(busy_us_.load());
@@ -348,8 +437,11 @@ grpc::Status StageService::Stats(grpc::ServerContext*, const v1::StageStatsReque
   return grpc::Status::OK;
 }
 
-grpc::Status StageService::Shutdown(grpc::ServerContext*, const v1::ShutdownRequest*,
+grpc::Status StageService::Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest*,
                                     v1::ShutdownResponse*) {
+  if (absl::StatusOr<std::string> caller = Caller(*context, /*owner_only=*/true); !caller.ok()) {
+    return ToGrpcStatus(caller.status());
+  }
   RS_LOG_INFO("shutdown requested");
   if (options_.on_shutdown) options_.on_shutdown();
   return grpc::Status::OK;

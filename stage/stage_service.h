@@ -11,10 +11,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "common/ring_secret.h"
 #include "proto/stage.grpc.pb.h"
 #include "stage/channels/tcp_channel.h"
+#include "ring/control_auth.h"
 #include "stage/step_executor.h"
 
 namespace ringserve {
@@ -28,6 +31,13 @@ struct StageServiceOptions {
   std::function<void(const std::string& status)> on_ready;
   // Called when a Shutdown RPC arrives; the owner stops the server (not from this call).
   std::function<void()> on_shutdown;
+  // The ring secret: when set, every call must prove knowledge of it (stage_auth.h), the stage
+  // belongs to the coordinator that configured it until its ring ends, and the activation
+  // channels authenticate their peers with it.
+  std::optional<RingSecret> secret;
+  // When not empty, Configure refuses model directories outside this directory (after
+  // resolving symlinks and "..").
+  std::string model_root;
   // Testing aid (stage --debug_step_delay_ms): extra time in every step.
   absl::Duration debug_step_delay = absl::ZeroDuration();
 };
@@ -37,6 +47,8 @@ class StageService final : public v1::StageControl::Service {
   explicit StageService(StageServiceOptions options);
   ~StageService() override;
 
+  grpc::Status Challenge(grpc::ServerContext* context, const v1::ChallengeRequest* request,
+                         v1::ChallengeResponse* response) override;
   grpc::Status Configure(grpc::ServerContext* context, const v1::ConfigureRequest* request,
                          grpc::ServerWriter<v1::LoadProgress>* writer) override;
   grpc::Status ConnectPeers(grpc::ServerContext* context, const v1::ConnectPeersRequest* request,
@@ -50,11 +62,21 @@ class StageService final : public v1::StageControl::Service {
   grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
                         v1::ShutdownResponse* response) override;
 
+  // False while a step has run longer than any step may (the receive timeout plus a minute):
+  // the executor is wedged (e.g. a hung device), and the systemd watchdog should restart the
+  // stage. True when idle. Thread-safe and cheap (the watchdog pinger calls it).
+  bool ExecutorAlive() const;
+
  private:
   void SetStatus(const std::string& status);
   void ResetLocked();
 
+  // The caller's coordinator id, or the status to answer with (unauthenticated; with
+  // `owner_only`, another coordinator's call while the stage belongs to one).
+  absl::StatusOr<std::string> Caller(const grpc::ServerContext& context, bool owner_only);
+
   const StageServiceOptions options_;
+  StageAuthenticator auth_;
   const absl::Time start_time_ = absl::Now();
 
   std::mutex mu_;
@@ -71,6 +93,8 @@ class StageService final : public v1::StageControl::Service {
   std::atomic<int> in_flight_{0};
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> bytes_received_{0};
+  std::atomic<int64_t> step_started_us_{0};  // 0 = no step running
+  std::atomic<int64_t> step_limit_us_{180'000'000};
 };
 
 }  // namespace ringserve

@@ -3,9 +3,12 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_limits.h"
 #include "common/status_macros.h"
 #include "coordinator/chat/jinja_template.h"
 
@@ -25,6 +28,23 @@ absl::StatusOr<ordered_json> TokenString(const ordered_json& v, const std::strin
       absl::StrCat("tokenizer_config: ", name, " is neither a string nor an AddedToken"));
 }
 
+// Values reach the template through jinja::Value::FromJson, which recurses once a level:
+// refuse values nested deeper than external JSON may be (json_limits.h), without recursing.
+absl::Status CheckValueDepth(const ordered_json& root, const char* what) {
+  std::vector<std::pair<const ordered_json*, int>> pending = {{&root, 1}};
+  while (!pending.empty()) {
+    auto [value, depth] = pending.back();
+    pending.pop_back();
+    if (!value->is_structured()) continue;
+    if (depth > kMaxJsonDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": JSON nested deeper than ", kMaxJsonDepth, " levels"));
+    }
+    for (const ordered_json& child : *value) pending.emplace_back(&child, depth + 1);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const std::string& path_or_dir) {
@@ -35,6 +55,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const std::string
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
   std::stringstream buf;
   buf << in.rdbuf();
+  RS_RETURN_IF_ERROR(CheckJsonDepth(buf.str(), path.string()));
   ordered_json config;
   try {
     config = ordered_json::parse(buf.str());
@@ -121,6 +142,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ordered_json& messages,
   if (!options.extra_kwargs.is_object()) {
     return absl::InvalidArgumentError("extra_kwargs must be a JSON object");
   }
+  RS_RETURN_IF_ERROR(CheckValueDepth(messages, "messages"));
+  RS_RETURN_IF_ERROR(CheckValueDepth(options.tools, "tools"));
+  RS_RETURN_IF_ERROR(CheckValueDepth(options.extra_kwargs, "extra_kwargs"));
   // Same variables, in the same precedence, as transformers' apply_chat_template.
   jinja::Value::Dict vars;
   auto set = [&vars](const std::string& k, jinja::Value v) {

@@ -217,6 +217,28 @@ TEST(ChatTemplateTest, UnsupportedConstructsGiveClearErrors) {
   ExpectError("{{ range(1000000)|length }}", "Range too big", false);
 }
 
+TEST(ChatTemplateTest, DeeplyNestedValuesAreRefusedNotRecursed) {
+  auto tmpl = ChatTemplate::FromString("{{ messages | tojson }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  // Far deeper than any real conversation (the limit is kMaxJsonDepth).
+  ordered_json deep = "leaf";
+  for (int i = 0; i < 5000; ++i) {
+    ordered_json wrapper = ordered_json::array();
+    wrapper.push_back(std::move(deep));
+    deep = std::move(wrapper);
+  }
+  ordered_json messages = ordered_json::array({{{"role", "user"}, {"content", deep}}});
+  absl::StatusOr<std::string> rendered = tmpl->Render(messages, {});
+  EXPECT_EQ(rendered.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(rendered.status().message()).find("nested deeper"), std::string::npos)
+      << rendered.status();
+  ChatRenderOptions options;
+  options.extra_kwargs = {{"x", deep}};
+  ordered_json shallow = ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_FALSE(tmpl->Render(shallow, options).ok());
+  EXPECT_TRUE(tmpl->Render(shallow, {}).ok());
+}
+
 TEST(ChatTemplateTest, TruncatedAndMutatedTemplatesNeverCrash) {
   ordered_json messages =
       ReadJson("tests/fixtures/chat/conversations.json")["cases"][3]["messages"];

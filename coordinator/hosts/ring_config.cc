@@ -327,8 +327,8 @@ absl::Status ValidateWith(const Parser& parser, const RingConfig& config) {
 absl::StatusOr<RingConfig> ParseNode(const Parser& parser, const YAML::Node& root,
                                      const LayerCountFn& layer_count) {
   if (!root || root.IsNull()) return parser.Error("(file)", "empty");
-  RS_RETURN_IF_ERROR(
-      parser.CheckKeys(root, "", {"model", "channel", "api", "scheduler", "partition", "stages"}));
+  RS_RETURN_IF_ERROR(parser.CheckKeys(
+      root, "", {"model", "channel", "api", "scheduler", "partition", "stages", "ring_secret"}));
   RingConfig config;
   config.source = parser.source();
   if (!root["model"]) return parser.Error("model", "missing (the model directory)");
@@ -342,6 +342,10 @@ absl::StatusOr<RingConfig> ParseNode(const Parser& parser, const YAML::Node& roo
                           fmt::format("unknown channel '{}' (tcp, cuda_ipc or nccl)", channel));
     }
     config.channel = *kind;
+  }
+  if (root["ring_secret"]) {
+    RS_ASSIGN_OR_RETURN(config.ring_secret_file, parser.Scalar(root["ring_secret"], "ring_secret"));
+    if (Trim(config.ring_secret_file).empty()) return parser.Error("ring_secret", "empty");
   }
   if (const YAML::Node api = root["api"]) {
     RS_RETURN_IF_ERROR(parser.CheckKeys(api, "api", {"grpc", "http"}));

@@ -67,6 +67,9 @@ struct RingConfig {
   ChannelKind channel = ChannelKind::kTcp;
   std::string grpc_listen = kDefaultGrpcListen;  // "host:port"
   std::string http_listen;                       // "host:port"; empty = no HTTP API
+  // `ring_secret`: the file holding the ring secret the stages were started with
+  // (stage --ring-secret; common/ring_secret.h); empty = stages without one (loopback only).
+  std::string ring_secret_file;
   SchedulerKnobs scheduler;
   std::vector<StageConfig> stages;  // in ring order; layers cover [0, num_layers) exactly once
   int num_layers = 0;               // the model's decoder layer count it was validated against

@@ -23,6 +23,7 @@ TEST(RingConfigTest, ParsesFullFileWithCountsRangesAndDashRanges) {
   auto config = Parse(R"(
 model: /models/llama
 channel: nccl
+ring_secret: /etc/ringserve/ring.secret
 api:
   grpc: 0.0.0.0:6000
   http: 0.0.0.0:8000
@@ -41,6 +42,7 @@ stages:
 )");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->model_dir, "/models/llama");
+  EXPECT_EQ(config->ring_secret_file, "/etc/ringserve/ring.secret");
   EXPECT_EQ(config->channel, ChannelKind::kNccl);
   EXPECT_EQ(config->grpc_listen, "0.0.0.0:6000");
   EXPECT_EQ(config->http_listen, "0.0.0.0:8000");

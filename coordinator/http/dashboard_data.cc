@@ -22,7 +22,6 @@ nlohmann::json DashboardData(const RingStats& stats, const ModelInfo& model) {
   nlohmann::json stages = nlohmann::json::array();
   for (const StageStats& s : stats.stages) {
     stages.push_back({{"index", s.index},
-                      {"endpoint", s.endpoint},
                       {"first_layer", s.first_layer},
                       {"last_layer", s.last_layer},
                       {"busy_fraction", s.busy_fraction},

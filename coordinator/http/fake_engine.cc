@@ -34,7 +34,10 @@ absl::Status FakeEngine::Submit(GenerateRequest request, EventCallback on_event)
   last_request_ = request;
   prompt_tokens_ += static_cast<int64_t>(request.prompt_ids.size());
   std::string id = request.request_id;
-  running_.emplace(id, Running{.request = std::move(request), .on_event = std::move(on_event)});
+  running_.emplace(
+      id, Running{.request = std::move(request),
+                  .on_event = std::move(on_event),
+                  .ready_at = std::chrono::steady_clock::now() + script_.first_event_delay});
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -193,7 +196,12 @@ void FakeEngine::Loop() {
     int64_t t0 = std::chrono::duration_cast<std::chrono::microseconds>(
                      std::chrono::steady_clock::now() - start_)
                      .count();
+    const auto now = std::chrono::steady_clock::now();
     for (auto it = running_.begin(); it != running_.end();) {
+      if (now < it->second.ready_at && !it->second.cancel) {
+        ++it;
+        continue;
+      }
       std::vector<GenerateEvent> events;
       bool done = false;
       Step(it->second, &events, &done);

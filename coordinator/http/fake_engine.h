@@ -33,6 +33,8 @@ class FakeEngine : public Engine {
     // Returned by Submit synchronously when not ok.
     absl::Status submit_error{};
     int max_context = 4096;
+    // A request produces nothing for this long after Submit (as if queued behind others).
+    std::chrono::milliseconds first_event_delay{0};
     int num_stages = 3;
   };
 
@@ -65,6 +67,7 @@ class FakeEngine : public Engine {
     size_t emitted = 0;  // bytes of `text` already sent as deltas
     int generated = 0;
     bool cancel = false;
+    std::chrono::steady_clock::time_point ready_at{};
   };
   void Loop();
   void Step(Running& r, std::vector<GenerateEvent>* out, bool* done);

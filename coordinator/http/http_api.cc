@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpApi(Engine& engine,
                           .port = address.second,
                           .api_key = options.api_key,
                           .served_model_name = options.served_model_name,
+                          .protect_metrics = options.protect_metrics,
                           .metrics = options.metrics});
   RS_RETURN_IF_ERROR(server->Start());
   return server;

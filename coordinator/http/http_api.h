@@ -31,6 +31,7 @@ struct HttpApiOptions {
   // Where tokenizer_config.json (with chat_template) is; empty = the model directory.
   std::string chat_template_dir{};
   ServingMetrics* metrics = nullptr;  // shared metrics; nullptr = the server's own
+  bool protect_metrics = false;       // /metrics and /dashboard/data need api_key too
 };
 
 // Starts serving on options.listen. Without a chat template in tokenizer_config.json the

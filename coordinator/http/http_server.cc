@@ -9,7 +9,9 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "common/secure_compare.h"
 #include "common/status_macros.h"
+#include "coordinator/http/connection_server.h"
 #include "coordinator/http/dashboard.h"
 #include "coordinator/http/openai_protocol.h"
 #include "coordinator/http/request_stream.h"
@@ -44,6 +46,24 @@ void SetJson(httplib::Response& res, int status, const nlohmann::json& body) {
 
 void SetError(httplib::Response& res, const ApiError& error) {
   SetJson(res, error.http_status, ApiErrorJson(error));
+  // Overload answers say when to come back (OpenAI clients honour it).
+  if (error.http_status == 429 || error.http_status == 503) res.set_header("Retry-After", "1");
+}
+
+// A token is at least one byte of text in every tokenizer we load, but a tokenizer can merge
+// long runs (whitespace, repeated characters) into single tokens; no vocabulary we know has
+// tokens longer than this many bytes. Text over max_context times this cannot fit and is
+// refused before tokenizing it.
+constexpr int64_t kMaxBytesPerToken = 64;
+
+absl::Status CheckTextFits(std::string_view text, int max_context, std::string_view param) {
+  if (max_context <= 0) return absl::OkStatus();
+  if (static_cast<int64_t>(text.size()) > kMaxBytesPerToken * max_context) {
+    return InvalidParam(param, fmt::format("The prompt ({} bytes) is longer than this model's "
+                                           "maximum context length of {} tokens can hold.",
+                                           text.size(), max_context));
+  }
+  return absl::OkStatus();
 }
 
 // Everything the generation handlers need once a request has been accepted.
@@ -63,6 +83,9 @@ class HttpServer::Impl {
         chat_render_(std::move(chat_render)),
         options_(std::move(options)),
         metrics_(metrics),
+        server_(ConnectionServer::Limits{.max_connections = options_.max_connections,
+                                         .request_read_timeout = options_.request_read_timeout,
+                                         .idle_timeout = options_.idle_timeout}),
         rng_(std::random_device{}()) {}
 
   absl::Status Start(int* port);
@@ -71,6 +94,9 @@ class HttpServer::Impl {
  private:
   void InstallRoutes();
   bool Authorized(const httplib::Request& req) const;
+  // Waits for the stream's first event: OK, or the status to answer with (queue timeout,
+  // client gone, server stopping). Cancels the request when it gives up.
+  absl::Status AwaitFirstEvent(const std::shared_ptr<RequestStream>& stream);
   std::string ModelName();
   void HandleModels(const httplib::Request& req, httplib::Response& res);
   void HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res);
@@ -78,7 +104,9 @@ class HttpServer::Impl {
                                                  const ModelInfo& info);
   absl::Status ResolveMaxTokens(const OpenAiRequest& request, const ModelInfo& info,
                                 int prompt_tokens, SamplingParams* sampling) const;
-  void RespondStreaming(std::shared_ptr<Accepted> accepted, httplib::Response& res);
+  // `first` is the request's first event, already taken from its stream.
+  void RespondStreaming(std::shared_ptr<Accepted> accepted, GenerateEvent first,
+                        httplib::Response& res);
   void RespondOnce(std::shared_ptr<Accepted> accepted, httplib::Response& res);
   std::string NewRequestId(ApiKind kind);
   void Register(const std::shared_ptr<RequestStream>& stream);
@@ -91,8 +119,7 @@ class HttpServer::Impl {
   ServingMetrics* const metrics_;
   const int64_t created_ = UnixSeconds();
 
-  httplib::Server server_;
-  std::thread listen_thread_;
+  ConnectionServer server_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> active_{0};
 
@@ -103,44 +130,13 @@ class HttpServer::Impl {
 };
 
 absl::Status HttpServer::Impl::Start(int* port) {
-  const size_t threads = static_cast<size_t>(std::max(4, options_.num_threads));
-  server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_.set_payload_max_length(64 << 20);
-  server_.set_tcp_nodelay(true);
-  // cpp-httplib closes a keep-alive connection after 5 requests by default; the dashboard polls
-  // twice a second over one connection.
-  server_.set_keep_alive_max_count(100000);
-  // Each open connection holds a worker thread, idle keep-alive ones too: release idle ones
-  // quickly so that clients opening many connections cannot starve the pool.
-  server_.set_keep_alive_timeout(1);
-  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which lets a second server
-  // bind the same port silently instead of failing.
-  server_.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
+  server_.set_payload_max_length(options_.max_body_bytes);
   InstallRoutes();
-  int bound = options_.port == 0
-                  ? server_.bind_to_any_port(options_.host)
-                  : (server_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  if (bound <= 0) {
-    return absl::UnavailableError(
-        fmt::format("HTTP: cannot listen on {}:{}", options_.host, options_.port));
-  }
-  *port = bound;
-  listen_thread_ = std::thread([this] { server_.listen_after_bind(); });
-  // cpp-httplib's stop() is a no-op until the listen loop runs, so a Stop() right after Start()
-  // would leave the thread listening forever: wait for the loop (it starts at once).
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
-  while (!server_.is_running() && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!server_.is_running()) {
-    server_.stop();
-    listen_thread_.join();
-    return absl::InternalError("HTTP: the listen loop did not start");
-  }
-  RS_LOG_INFO("HTTP API on http://{}:{} (OpenAI /v1, /metrics, /dashboard){}", options_.host, bound,
+  absl::StatusOr<int> bound = server_.Bind(options_.host, options_.port);
+  if (!bound.ok()) return bound.status();
+  *port = *bound;
+  server_.Start();
+  RS_LOG_INFO("HTTP API on http://{}:{} (OpenAI /v1, /metrics, /dashboard){}", options_.host, *port,
               options_.api_key.empty() ? "" : ", API key required");
   return absl::OkStatus();
 }
@@ -156,8 +152,7 @@ void HttpServer::Impl::Stop() {
     if (!stream->finished()) engine_.Cancel(stream->request_id());
     stream->Close();
   }
-  server_.stop();
-  if (listen_thread_.joinable()) listen_thread_.join();
+  server_.Stop();
 }
 
 void HttpServer::Impl::InstallRoutes() {
@@ -203,18 +198,27 @@ void HttpServer::Impl::InstallRoutes() {
   });
   server_.Post("/v1/chat/completions",
                [this](const auto& req, auto& res) { HandleGenerate(ApiKind::kChat, req, res); });
-  server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(RenderPrometheus(*metrics_, engine_.Stats(), engine_.Info()),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
+  auto refuse_unauthorized = [this](const httplib::Request& req, httplib::Response& res) {
+    if (!options_.protect_metrics || Authorized(req)) return false;
+    SetError(res, ApiErrorFromStatus(absl::UnauthenticatedError("Incorrect API key provided.")));
+    return true;
+  };
+  server_.Get("/metrics",
+              [this, refuse_unauthorized](const httplib::Request& req, httplib::Response& res) {
+                if (refuse_unauthorized(req, res)) return;
+                res.set_content(RenderPrometheus(*metrics_, engine_.Stats(), engine_.Info()),
+                                "text/plain; version=0.0.4; charset=utf-8");
+              });
   server_.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
     std::string_view html = DashboardHtml();
     res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
   });
-  server_.Get("/dashboard/data", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_header("Cache-Control", "no-store");
-    SetJson(res, 200, DashboardData(engine_.Stats(), engine_.Info()));
-  });
+  server_.Get("/dashboard/data",
+              [this, refuse_unauthorized](const httplib::Request& req, httplib::Response& res) {
+                if (refuse_unauthorized(req, res)) return;
+                res.set_header("Cache-Control", "no-store");
+                SetJson(res, 200, DashboardData(engine_.Stats(), engine_.Info()));
+              });
   server_.Get(
       "/", [](const httplib::Request&, httplib::Response& res) { res.set_redirect("/dashboard"); });
   server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -236,7 +240,7 @@ bool HttpServer::Impl::Authorized(const httplib::Request& req) const {
   std::string header = req.get_header_value("Authorization");
   static constexpr std::string_view kBearer = "Bearer ";
   return header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0 &&
-         header.substr(kBearer.size()) == options_.api_key;
+         SecureEquals(std::string_view(header).substr(kBearer.size()), options_.api_key);
 }
 
 std::string HttpServer::Impl::ModelName() {
@@ -288,6 +292,7 @@ absl::StatusOr<std::vector<int32_t>> HttpServer::Impl::PromptIds(const OpenAiReq
       return InvalidParam("messages", fmt::format("Cannot apply the chat template: {}",
                                                   std::string(prompt.status().message())));
     }
+    RS_RETURN_IF_ERROR(CheckTextFits(*prompt, info.max_context, "messages"));
     // The template writes the special tokens (BOS) itself.
     return engine_.Tokenize(*prompt, /*add_special_tokens=*/false);
   }
@@ -301,6 +306,7 @@ absl::StatusOr<std::vector<int32_t>> HttpServer::Impl::PromptIds(const OpenAiReq
     }
     return *request.prompt_ids;
   }
+  RS_RETURN_IF_ERROR(CheckTextFits(*request.prompt_text, info.max_context, "prompt"));
   return engine_.Tokenize(*request.prompt_text, /*add_special_tokens=*/true);
 }
 
@@ -428,23 +434,75 @@ void HttpServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& req,
     reject(submitted);
     return;
   }
+  // Until the first event nothing is committed: a queue timeout, or a request that fails
+  // before its first token, gets its own status.
+  if (absl::Status waited = AwaitFirstEvent(stream); !waited.ok()) {
+    if (absl::IsCancelled(waited)) {
+      Release(stream);
+      return;  // the client went away: nobody reads this answer
+    }
+    SetError(res, ApiErrorFromStatus(waited));
+    Release(stream);
+    return;
+  }
   if (accepted->request.stream) {
-    RespondStreaming(std::move(accepted), res);
+    GenerateEvent first;
+    accepted->stream->Next(std::chrono::milliseconds(0), &first);  // queued: no wait
+    if (first.finished && (first.finish_reason == FinishReason::kError ||
+                           first.finish_reason == FinishReason::kCancelled)) {
+      absl::Status error = first.finish_reason == FinishReason::kCancelled
+                               ? absl::UnavailableError("The request was cancelled.")
+                           : first.error.ok() ? absl::InternalError("generation failed")
+                                              : first.error;
+      RS_LOG_WARN("request {} failed: {}", accepted->header.id, error.ToString());
+      SetError(res, ApiErrorFromStatus(error));
+      Release(stream);
+      return;
+    }
+    RespondStreaming(std::move(accepted), std::move(first), res);
   } else {
     RespondOnce(std::move(accepted), res);
   }
 }
 
-void HttpServer::Impl::RespondStreaming(std::shared_ptr<Accepted> accepted,
+absl::Status HttpServer::Impl::AwaitFirstEvent(const std::shared_ptr<RequestStream>& stream) {
+  const Clock::time_point deadline = options_.queue_timeout.count() > 0
+                                         ? Clock::now() + options_.queue_timeout
+                                         : Clock::time_point::max();
+  while (true) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    switch (stream->WaitForEvent(std::min(left, options_.keepalive_interval))) {
+      case RequestStream::Wait::kEvent:
+        return absl::OkStatus();
+      case RequestStream::Wait::kClosed:
+        return absl::UnavailableError("The server is shutting down.");
+      case RequestStream::Wait::kTimeout:
+        break;
+    }
+    if (!ConnectionServer::PeerConnected()) {
+      return absl::CancelledError("client went away");  // Release cancels it
+    }
+    if (Clock::now() >= deadline) {
+      engine_.Cancel(stream->request_id());
+      metrics_->RecordOutcome("http", RequestOutcome::kRejected);
+      return absl::UnavailableError(
+          fmt::format("The request waited {} ms for the server without starting; retry later.",
+                      options_.queue_timeout.count()));
+    }
+  }
+}
+
+void HttpServer::Impl::RespondStreaming(std::shared_ptr<Accepted> accepted, GenerateEvent first,
                                         httplib::Response& res) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   struct State {
     bool started = false;
     bool done = false;
-    Usage usage;
+    std::optional<GenerateEvent> first;
   };
   auto state = std::make_shared<State>();
+  state->first = std::move(first);
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, accepted, state](size_t, httplib::DataSink& sink) -> bool {
@@ -463,13 +521,18 @@ void HttpServer::Impl::RespondStreaming(std::shared_ptr<Accepted> accepted,
           }
         }
         GenerateEvent event;
-        switch (accepted->stream->Next(options_.keepalive_interval, &event)) {
-          case RequestStream::Wait::kClosed:
-            return false;
-          case RequestStream::Wait::kTimeout:
-            return write(": keep-alive\n\n");
-          case RequestStream::Wait::kEvent:
-            break;
+        if (state->first.has_value()) {
+          event = *std::move(state->first);
+          state->first.reset();
+        } else {
+          switch (accepted->stream->Next(options_.keepalive_interval, &event)) {
+            case RequestStream::Wait::kClosed:
+              return false;
+            case RequestStream::Wait::kTimeout:
+              return write(": keep-alive\n\n");
+            case RequestStream::Wait::kEvent:
+              break;
+          }
         }
         if (event.finished && event.finish_reason == FinishReason::kError) {
           absl::Status error =
@@ -509,33 +572,26 @@ void HttpServer::Impl::RespondStreaming(std::shared_ptr<Accepted> accepted,
 }
 
 void HttpServer::Impl::RespondOnce(std::shared_ptr<Accepted> accepted, httplib::Response& res) {
-  struct State {
-    std::string text;
-    bool finished = false;
-    GenerateEvent last;
-  };
-  auto state = std::make_shared<State>();
-  // Collects events until the request finishes or `deadline` passes; false when the stream
-  // was closed (server stopping).
-  auto collect_until = [accepted, state](Clock::time_point deadline) -> bool {
-    while (!state->finished) {
-      Clock::time_point now = Clock::now();
-      if (now >= deadline) return true;
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
-      GenerateEvent event;
-      RequestStream::Wait wait = accepted->stream->Next(left, &event);
-      if (wait == RequestStream::Wait::kClosed) return false;
-      if (wait != RequestStream::Wait::kEvent) continue;
-      state->text += event.text_delta;
-      if (event.finished) {
-        state->finished = true;
-        state->last = std::move(event);
-      }
+  // Waits here for the whole answer, so that a failure gets its HTTP status; a client that goes
+  // away is noticed by watching its socket, and its request cancelled (Release).
+  std::string text;
+  GenerateEvent last;
+  Clock::time_point next_peer_check = Clock::now() + options_.keepalive_interval;
+  while (true) {
+    GenerateEvent event;
+    RequestStream::Wait wait = accepted->stream->Next(options_.keepalive_interval, &event);
+    if (wait == RequestStream::Wait::kClosed) {
+      SetError(res, ApiErrorFromStatus(absl::UnavailableError("The server is shutting down.")));
+      break;
     }
-    return true;
-  };
-  auto body = [accepted, state]() -> std::pair<int, nlohmann::json> {
-    const GenerateEvent& last = state->last;
+    if (Clock::now() >= next_peer_check) {
+      if (!ConnectionServer::PeerConnected()) break;
+      next_peer_check = Clock::now() + options_.keepalive_interval;
+    }
+    if (wait == RequestStream::Wait::kTimeout) continue;
+    text += event.text_delta;
+    if (!event.finished) continue;
+    last = std::move(event);
     if (last.finish_reason == FinishReason::kError ||
         last.finish_reason == FinishReason::kCancelled) {
       absl::Status error =
@@ -543,37 +599,20 @@ void HttpServer::Impl::RespondOnce(std::shared_ptr<Accepted> accepted, httplib::
               ? absl::UnavailableError("The request was cancelled (server shutting down).")
           : last.error.ok() ? absl::InternalError("generation failed")
                             : last.error;
-      ApiError api_error = ApiErrorFromStatus(error);
-      return {api_error.http_status, ApiErrorJson(api_error)};
+      if (last.finish_reason == FinishReason::kError) {
+        RS_LOG_WARN("request {} failed: {}", accepted->header.id, error.ToString());
+      }
+      SetError(res, ApiErrorFromStatus(error));
+      break;
     }
     const ResponseHeader& header = accepted->header;
-    return {200, accepted->request.kind == ApiKind::kChat
-                     ? ChatResponse(header, state->text, last.finish_reason, last.usage)
-                     : CompletionResponse(header, state->text, last.finish_reason, last.usage)};
-  };
-
-  // Short requests: wait here and answer with the right status and a Content-Length.
-  collect_until(Clock::now() + options_.keepalive_interval);
-  if (state->finished) {
-    auto [status, json] = body();
-    SetJson(res, status, json);
-    Release(accepted->stream);
-    return;
+    SetJson(res, 200,
+            accepted->request.kind == ApiKind::kChat
+                ? ChatResponse(header, text, last.finish_reason, last.usage)
+                : CompletionResponse(header, text, last.finish_reason, last.usage));
+    break;
   }
-  // Long requests: commit to 200 and send JSON whitespace while waiting, so that a client that
-  // goes away is noticed (the write fails) and its request cancelled.
-  res.set_chunked_content_provider(
-      "application/json",
-      [this, state, collect_until, body](size_t, httplib::DataSink& sink) -> bool {
-        if (!collect_until(Clock::now() + options_.keepalive_interval)) return false;
-        if (!state->finished) return sink.write(" ", 1);
-        std::string text =
-            body().second.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-        if (!sink.write(text.data(), text.size())) return false;
-        sink.done();
-        return true;
-      },
-      [this, stream = accepted->stream](bool) { Release(stream); });
+  Release(accepted->stream);
 }
 
 HttpServer::HttpServer(Engine& engine, ChatRenderFn chat_render, Options options) {

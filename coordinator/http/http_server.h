@@ -7,12 +7,21 @@
 //   GET  /dashboard, /dashboard/data             the page (inline JS/CSS) and its JSON feed
 //   GET  /health                                 200 when every stage is ready, else 503
 //
-// With Options::api_key set, /v1/* requires "Authorization: Bearer <key>" (401 otherwise);
-// /metrics, /dashboard and /health stay open (bind them to a private address in production).
+// With Options::api_key set, /v1/* requires "Authorization: Bearer <key>" (401 otherwise;
+// compared in constant time); /metrics and /dashboard/data too when Options::protect_metrics;
+// /health stays open. Stage control endpoints are never shown on these pages.
+//
+// What a client controls is bounded (connection_server.h for the connection limits): bodies
+// over max_body_bytes get 413, JSON nested deeper than kMaxJsonDepth 400, prompts longer than
+// the context 400 (text prompts far longer in bytes before tokenizing), more than
+// max_concurrent_requests generation requests (running + waiting) 429 with Retry-After, a
+// request that waits longer than queue_timeout for its first token 503 with Retry-After.
+// Every connection has its own thread, so /health and /metrics answer while generation is
+// saturated. Responses wait for the first event, so a request that fails before streaming
+// starts gets its error status (non-streaming ones get it whenever they fail).
 // A request whose client disconnects is cancelled in the engine (its KV blocks are freed):
 // streams notice on their next write (tokens or a keep-alive comment every
-// Options::keepalive_interval), non-streaming requests that take longer than that interval
-// are answered with chunked encoding and leading JSON whitespace for the same reason.
+// Options::keepalive_interval), waiting and non-streaming requests by watching the socket.
 //
 // Usage:
 //   HttpServer server(engine, chat_render, {.host = "0.0.0.0", .port = 8000});
@@ -56,10 +65,22 @@ class HttpServer {
     std::string api_key{};
     // The model id clients must name; empty = the engine's ModelInfo::model_id.
     std::string served_model_name{};
-    // Worker threads: each open stream holds one.
-    int num_threads = 64;
-    // Generation requests served at once (streams + waits); more get 429.
+    // Generation requests admitted at once (running + waiting in the engine's queue); more
+    // get 429 with Retry-After.
     int max_concurrent_requests = 256;
+    // A request that has not had its first event this long after admission is cancelled and
+    // answered 503 with Retry-After (0 = no limit).
+    std::chrono::milliseconds queue_timeout{120000};
+    // Request bodies larger than this get 413.
+    size_t max_body_bytes = 4 << 20;
+    // Open connections (each has a thread); more are answered 503 at once and closed.
+    int max_connections = 512;
+    // Request line + headers + body must arrive within this time.
+    std::chrono::milliseconds request_read_timeout{10000};
+    // Idle keep-alive connections are closed after this.
+    std::chrono::milliseconds idle_timeout{5000};
+    // /metrics and /dashboard/data require the API key too (when one is set).
+    bool protect_metrics = false;
     // max_tokens for chat requests that give none: the rest of the context, capped here.
     int default_chat_max_tokens = 4096;
     // How long a stream may be silent before a keep-alive comment (disconnect detection).

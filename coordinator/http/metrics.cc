@@ -281,11 +281,12 @@ std::string RenderPrometheus(const ServingMetrics& metrics, const RingStats& sta
 
   // Per stage.
   w.Family("ringserve_stage_info", "gauge",
-           "One series per stage: its endpoint and decoder layers [first_layer, last_layer).");
+           "One series per stage: its decoder layers [first_layer, last_layer) (control "
+           "endpoints are not published here).");
   for (const StageStats& s : stats.stages) {
     w.Sample("ringserve_stage_info",
-             fmt::format("stage=\"{}\",endpoint=\"{}\",first_layer=\"{}\",last_layer=\"{}\"",
-                         s.index, EscapeLabelValue(s.endpoint), s.first_layer, s.last_layer),
+             fmt::format("stage=\"{}\",first_layer=\"{}\",last_layer=\"{}\"", s.index,
+                         s.first_layer, s.last_layer),
              1);
   }
   w.Family("ringserve_stage_ready", "gauge", "1 once the stage has loaded and is serving.");

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/cord.h"
+#include "common/json_limits.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 
@@ -23,6 +24,9 @@ const Json* Field(const Json& body, const char* name) {
 }
 
 absl::StatusOr<Json> ParseBody(std::string_view body) {
+  if (absl::Status depth = CheckJsonDepth(body, "The request body"); !depth.ok()) {
+    return InvalidParam("", std::string(depth.message()));
+  }
   Json parsed = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
     return InvalidParam("", "The request body is not valid JSON.");

@@ -34,6 +34,13 @@ RequestStream::Wait RequestStream::Next(std::chrono::milliseconds timeout, Gener
   return closed_ ? Wait::kClosed : Wait::kTimeout;
 }
 
+RequestStream::Wait RequestStream::WaitForEvent(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return closed_ || !events_.empty(); });
+  if (!events_.empty()) return Wait::kEvent;
+  return closed_ ? Wait::kClosed : Wait::kTimeout;
+}
+
 void RequestStream::Close() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -29,6 +29,8 @@ class RequestStream {
   enum class Wait { kEvent, kTimeout, kClosed };
   // Waits up to `timeout` for an event; kClosed when Close() was called.
   Wait Next(std::chrono::milliseconds timeout, GenerateEvent* event);
+  // Waits up to `timeout` until an event is queued (not taking it): kEvent, kTimeout or kClosed.
+  Wait WaitForEvent(std::chrono::milliseconds timeout);
   // Wakes every waiter with kClosed (server shutting down).
   void Close();
   // True once the finished event has arrived from the engine.

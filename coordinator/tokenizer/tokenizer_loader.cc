@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_limits.h"
 #include "common/status_macros.h"
 #include "coordinator/tokenizer/tokenizer_impl.h"
 #include "coordinator/tokenizer/utf8.h"
@@ -10,6 +11,8 @@ namespace ringserve::tokenizer_internal {
 namespace {
 
 absl::StatusOr<nlohmann::json> ParseJson(absl::string_view text, absl::string_view what) {
+  RS_RETURN_IF_ERROR(CheckJsonDepth(std::string_view(text.data(), text.size()),
+                                    std::string_view(what.data(), what.size())));
   try {
     return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {

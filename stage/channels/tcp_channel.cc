@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 
@@ -106,6 +107,54 @@ absl::Status WriteFull(int fd, const std::byte* data, size_t size, absl::Time de
     }
   }
   return absl::OkStatus();
+}
+
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
+constexpr size_t kNonceChars = 32;
+constexpr size_t kProofChars = 64;
+
+absl::Status WriteText(int fd, const std::string& text, absl::Time deadline,
+                       const std::string& what) {
+  return WriteFull(fd, reinterpret_cast<const std::byte*>(text.data()), text.size(), deadline,
+                   what);
+}
+
+absl::StatusOr<std::string> ReadText(int fd, size_t size, absl::Time deadline,
+                                     const std::string& what) {
+  std::string text(size, '\0');
+  RS_RETURN_IF_ERROR(ReadFull(fd, reinterpret_cast<std::byte*>(text.data()), size, deadline, what));
+  return text;
+}
+
+// The listener's half of the handshake in tcp_channel.h (after the hello).
+absl::Status ProveListener(int fd, const RingSecret& secret, int sender_index, absl::Time deadline,
+                           const std::string& what) {
+  RS_ASSIGN_OR_RETURN(std::string nonce_c, ReadText(fd, kNonceChars, deadline, what));
+  std::string nonce_l = RandomHex(kNonceChars / 2);
+  RS_RETURN_IF_ERROR(
+      WriteText(fd, nonce_l + secret.Mac(ChannelProofMessage("listener", nonce_c, sender_index)),
+                deadline, what));
+  RS_ASSIGN_OR_RETURN(std::string proof, ReadText(fd, kProofChars, deadline, what));
+  if (!secret.Verify(ChannelProofMessage("connector", nonce_l, sender_index), proof)) {
+    return absl::PermissionDeniedError("the peer does not know the ring secret");
+  }
+  return absl::OkStatus();
+}
+
+// The connector's half.
+absl::Status ProveConnector(int fd, const RingSecret& secret, int sender_index, absl::Time deadline,
+                            const std::string& what) {
+  std::string nonce_c = RandomHex(kNonceChars / 2);
+  RS_RETURN_IF_ERROR(WriteText(fd, nonce_c, deadline, what));
+  RS_ASSIGN_OR_RETURN(std::string reply, ReadText(fd, kNonceChars + kProofChars, deadline, what));
+  std::string nonce_l = reply.substr(0, kNonceChars);
+  if (!secret.Verify(ChannelProofMessage("listener", nonce_c, sender_index),
+                     std::string_view(reply).substr(kNonceChars))) {
+    return absl::PermissionDeniedError(
+        fmt::format("{}: the listener does not know the ring secret", what));
+  }
+  return WriteText(fd, secret.Mac(ChannelProofMessage("connector", nonce_l, sender_index)),
+                   deadline, what);
 }
 
 // Low latency (no Nagle) and keepalive probes on an activation connection.
@@ -283,8 +332,8 @@ absl::Status SplitHostPort(const std::string& endpoint, const std::string& what,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& host,
-                                                                 int port) {
+absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& host, int port,
+                                                                 const RingSecret* secret) {
   RS_ASSIGN_OR_RETURN(addrinfo * info, Resolve(host, port, /*passive=*/true));
   int fd = -1;
   std::string error = "no address";
@@ -311,7 +360,8 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::stri
                        : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   std::string shown_host = host.empty() ? "0.0.0.0" : host;
   return std::unique_ptr<TcpListener>(
-      new TcpListener(fd, fmt::format("{}:{}", shown_host, bound_port)));
+      new TcpListener(fd, fmt::format("{}:{}", shown_host, bound_port),
+                      secret != nullptr ? std::optional<RingSecret>(*secret) : std::nullopt));
 }
 
 TcpListener::~TcpListener() {
@@ -340,28 +390,42 @@ absl::StatusOr<std::unique_ptr<TcpLink>> TcpListener::AcceptLink(int expected_se
     }
     TuneConnection(conn);
     std::string peer = PeerName(addr);
+    // A peer gets a few seconds to introduce itself, so that a silent stranger cannot hold the
+    // listener until the stage's own deadline.
+    const absl::Time hello_deadline = std::min(deadline, absl::Now() + kHandshakeTimeout);
     std::byte hello[kHelloBytes];
-    absl::Status status = ReadFull(conn, hello, kHelloBytes, deadline, what);
+    absl::Status status = ReadFull(conn, hello, kHelloBytes, hello_deadline, what);
     if (status.ok() && GetU32(hello) == kHelloMagic &&
         static_cast<int32_t>(GetU32(hello + 4)) == expected_sender_index) {
-      return std::make_unique<TcpLink>(conn,
-                                       fmt::format("stage {} ({})", expected_sender_index, peer));
+      status = secret_.has_value()
+                   ? ProveListener(conn, *secret_, expected_sender_index, hello_deadline, what)
+                   : absl::OkStatus();
+      if (status.ok()) {
+        return std::make_unique<TcpLink>(conn,
+                                         fmt::format("stage {} ({})", expected_sender_index, peer));
+      }
+      RS_LOG_WARN("{}: refused a connection from {}: {}", what, peer,
+                  std::string(status.message()));
     }
     close(conn);
-    if (absl::IsDeadlineExceeded(status)) return status;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(fmt::format("{}: nobody came", what));
+    }
   }
 }
 
 absl::StatusOr<std::unique_ptr<ActivationSender>> TcpConnect(const std::string& endpoint,
                                                              int sender_index,
-                                                             absl::Duration timeout) {
+                                                             absl::Duration timeout,
+                                                             const RingSecret* secret) {
   RS_ASSIGN_OR_RETURN(std::unique_ptr<TcpLink> link,
-                      TcpConnectLink(endpoint, sender_index, timeout));
+                      TcpConnectLink(endpoint, sender_index, timeout, secret));
   return std::unique_ptr<ActivationSender>(new TcpSender(std::move(link)));
 }
 
 absl::StatusOr<std::unique_ptr<TcpLink>> TcpConnectLink(const std::string& endpoint,
-                                                        int sender_index, absl::Duration timeout) {
+                                                        int sender_index, absl::Duration timeout,
+                                                        const RingSecret* secret) {
   std::string host;
   int port = 0;
   RS_RETURN_IF_ERROR(SplitHostPort(endpoint, "next stage data endpoint", &host, &port));
@@ -397,6 +461,10 @@ absl::StatusOr<std::unique_ptr<TcpLink>> TcpConnectLink(const std::string& endpo
       PutU32(hello + 4, static_cast<uint32_t>(sender_index));
       std::string what = fmt::format("hello to {}", endpoint);
       absl::Status status = WriteFull(fd, hello, kHelloBytes, deadline, what);
+      if (status.ok() && secret != nullptr) {
+        status = ProveConnector(fd, *secret, sender_index,
+                                std::min(deadline, absl::Now() + kHandshakeTimeout), what);
+      }
       if (!status.ok()) {
         close(fd);
         return status;

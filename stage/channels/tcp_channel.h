@@ -6,16 +6,25 @@
 //   payload: payload_bytes bytes
 //
 // The connection starts with a hello (magic "RSHI" u32, sender stage index i32) so a receiver
-// refuses a connection from the wrong stage. CRC32 is zlib's (IEEE).
+// refuses a connection from the wrong stage. With a ring secret (common/ring_secret.h) both
+// sides then prove they know it, before any frame (the GPU channels' memory handles included)
+// is exchanged:
+//   connector -> listener: nonce_c (32 hex chars)
+//   listener -> connector: nonce_l (32) | Mac(ChannelProofMessage("listener", nonce_c, i)) (64)
+//   connector -> listener: Mac(ChannelProofMessage("connector", nonce_l, i)) (64)
+// A peer that fails this (or takes longer than 5 s) is dropped and the listener keeps waiting.
+// CRC32 is zlib's (IEEE).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/ring_secret.h"
 #include "stage/channels/activation_channel.h"
 
 namespace ringserve {
@@ -62,7 +71,9 @@ class TcpListener {
  public:
   // Binds `host`:`port` (port 0 = the kernel picks one). Unavailable naming the address when
   // binding fails.
-  static absl::StatusOr<std::unique_ptr<TcpListener>> Listen(const std::string& host, int port);
+  // With `secret`, only peers that prove knowledge of it are accepted (copied).
+  static absl::StatusOr<std::unique_ptr<TcpListener>> Listen(const std::string& host, int port,
+                                                             const RingSecret* secret = nullptr);
   ~TcpListener();
 
   // "host:port" actually bound (the chosen port when 0 was asked).
@@ -78,18 +89,23 @@ class TcpListener {
                                                       absl::Duration timeout);
 
  private:
-  TcpListener(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {}
+  TcpListener(int fd, std::string endpoint, std::optional<RingSecret> secret)
+      : fd_(fd), endpoint_(std::move(endpoint)), secret_(std::move(secret)) {}
   int fd_;
   std::string endpoint_;
+  std::optional<RingSecret> secret_;
 };
 
 // Connects to `endpoint` ("host:port"), retrying refused connections until `timeout` (the peer
-// may still be starting), and sends the hello with `sender_index`.
+// may still be starting), and sends the hello with `sender_index`. With `secret`, both sides
+// then authenticate (above); PermissionDenied when the listener's proof is wrong.
 absl::StatusOr<std::unique_ptr<ActivationSender>> TcpConnect(const std::string& endpoint,
                                                              int sender_index,
-                                                             absl::Duration timeout);
+                                                             absl::Duration timeout,
+                                                             const RingSecret* secret = nullptr);
 // As TcpConnect, but returns the bare link (for the GPU channels' control messages).
 absl::StatusOr<std::unique_ptr<TcpLink>> TcpConnectLink(const std::string& endpoint,
-                                                        int sender_index, absl::Duration timeout);
+                                                        int sender_index, absl::Duration timeout,
+                                                        const RingSecret* secret = nullptr);
 
 }  // namespace ringserve

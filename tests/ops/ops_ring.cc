@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<OpsRing>> OpsRing::Start(const OpsRingOptions& op
   RS_ASSIGN_OR_RETURN(LocalStages stages, LocalStages::Launch(BinaryDir() + "/stage/stage",
                                                               ring->config_, absl::Seconds(30)));
   ring->stages_.emplace(std::move(stages));
+  ring->config_.ring_secret_file = ring->stages_->secret_file();  // the stages require it
   RS_ASSIGN_OR_RETURN(ring->engine_,
                       StartGrpcRingEngine({.bring_up = {.ring = ring->config_,
                                                         .connect_timeout = absl::Seconds(30),

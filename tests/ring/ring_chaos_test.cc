@@ -82,7 +82,7 @@ TEST(RingChaosTest, StageThatStaysDownFailsRequestsAfterTheBound) {
   ASSERT_TRUE(ring.ok()) << ring.status();
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto reader = (*ring)->stub().Generate(&context, IdsRequest({5, 6, 7}, 400));
+  auto reader = (*ring)->stub().Generate(&context, IdsRequest({5, 6, 7}, 250));
   v1::GenerateResponse response;
   ASSERT_TRUE(reader->Read(&response));
   absl::Time start = absl::Now();

@@ -1,0 +1,127 @@
+// The gRPC Generate service over a scripted engine (http/fake_engine.h) and a real gRPC server
+// on loopback: the same validation as the HTTP API, and the API key.
+#include "coordinator/generate_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "coordinator/http/fake_engine.h"
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ringserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+class GenerateServiceTest : public ::testing::Test {
+ protected:
+  void Start(GenerateServiceOptions options, http::FakeEngine::Script script = {}) {
+    engine_ = std::make_unique<http::FakeEngine>(std::move(script));
+    service_ = std::make_unique<GenerateService>(engine_.get(), std::move(options));
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::Generate::NewStub(
+        grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+  // Runs a Generate call to its end; returns its status and the generated token count.
+  grpc::Status Generate(const v1::GenerateRequest& request, int* tokens,
+                        const std::string& api_key = "") {
+    grpc::ClientContext context;
+    if (!api_key.empty()) context.AddMetadata("authorization", "Bearer " + api_key);
+    auto reader = stub_->Generate(&context, request);
+    v1::GenerateResponse response;
+    *tokens = 0;
+    while (reader->Read(&response)) *tokens += response.token_ids_size();
+    return reader->Finish();
+  }
+  static v1::GenerateRequest Request(const std::string& text, int max_tokens) {
+    v1::GenerateRequest request;
+    request.set_text(text);
+    request.mutable_sampling()->set_max_tokens(max_tokens);
+    return request;
+  }
+
+  std::unique_ptr<http::FakeEngine> engine_;
+  std::unique_ptr<GenerateService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Generate::Stub> stub_;
+};
+
+TEST_F(GenerateServiceTest, MaxTokensBeyondTheContextIsRefusedNotCut) {
+  Start({}, {.max_context = 64});
+  int tokens = 0;
+  // "hello" is 5 tokens (no special tokens asked): 59 more fit, 60 do not.
+  grpc::Status status = Generate(Request("hello", 60), &tokens);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("max_tokens"));
+  ASSERT_TRUE(Generate(Request("hello", 59), &tokens).ok());
+  EXPECT_EQ(tokens, 59);
+  status = Generate(Request(std::string(100, 'a'), 1), &tokens);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("maximum context length is 64"));
+  // Far too long to be worth tokenizing.
+  status = Generate(Request(std::string(64 * 64 + 1, 'a'), 1), &tokens);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("bytes"));
+}
+
+TEST_F(GenerateServiceTest, DefaultMaxTokensStopsAtTheContext) {
+  Start({.default_max_tokens = 100}, {.max_context = 16});
+  int tokens = 0;
+  ASSERT_TRUE(Generate(Request("hello", 0), &tokens).ok());
+  EXPECT_EQ(tokens, 11);  // 16 - 5
+}
+
+TEST_F(GenerateServiceTest, ApiKeyProtectsEveryCallButHealth) {
+  Start({.api_key = "sekret"});
+  int tokens = 0;
+  EXPECT_EQ(Generate(Request("hi", 2), &tokens).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Generate(Request("hi", 2), &tokens, "sekreT").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Generate(Request("hi", 2), &tokens, "sekret").ok());
+  {
+    grpc::ClientContext context;
+    v1::StatsResponse stats;
+    EXPECT_EQ(stub_->Stats(&context, v1::StatsRequest(), &stats).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext context;
+    v1::TokenizeRequest request;
+    request.set_text("x");
+    v1::TokenizeResponse response;
+    EXPECT_EQ(stub_->Tokenize(&context, request, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  grpc::ClientContext context;
+  v1::HealthResponse health;
+  EXPECT_TRUE(stub_->Health(&context, v1::HealthRequest(), &health).ok());
+}
+
+TEST_F(GenerateServiceTest, ConcurrencyLimitIsResourceExhausted) {
+  Start({.max_concurrent_requests = 1}, {.step = std::chrono::milliseconds(20)});
+  grpc::ClientContext first_context;
+  auto first = stub_->Generate(&first_context, Request("hi", 200));
+  v1::GenerateResponse response;
+  ASSERT_TRUE(first->Read(&response));  // admitted and running
+  int tokens = 0;
+  EXPECT_EQ(Generate(Request("hi", 2), &tokens).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  first_context.TryCancel();
+  while (first->Read(&response)) {
+  }
+  first->Finish();
+}
+
+}  // namespace
+}  // namespace ringserve
