@@ -42,7 +42,8 @@ ABSL_FLAG(bool, info, false, "print the model info and exit");
 ABSL_FLAG(bool, stats, false, "print the server's stats and exit");
 ABSL_FLAG(bool, health, false, "check the server's health and exit");
 ABSL_FLAG(std::string, tokenize, "", "tokenize this text and exit");
-ABSL_FLAG(std::string, api_key_file, "", "a file holding the server's API key (sent as a bearer token)");
+ABSL_FLAG(std::string, api_key_file, "",
+          "a file holding the server's API key (sent as a bearer token)");
 
 namespace {
 

@@ -16,8 +16,8 @@
 
 #include "common/ring_secret.h"
 #include "proto/stage.grpc.pb.h"
-#include "stage/channels/tcp_channel.h"
 #include "ring/control_auth.h"
+#include "stage/channels/tcp_channel.h"
 #include "stage/step_executor.h"
 
 namespace ringserve {

@@ -12,9 +12,9 @@
 #include "coordinator/subprocess.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
-#include "grpcpp/grpcpp.h"
 #include "proto/generate.grpc.pb.h"
 #include "tests/ops/ops_util.h"
 
@@ -55,8 +55,8 @@ TEST(CoordinatorTest, StaysUpAndFormsTheRingAgainWhenItsStageReturns) {
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   absl::StatusOr<std::string> serving = coordinator->ReadReadyLine(absl::Seconds(60));
   ASSERT_TRUE(serving.ok()) << serving.status();
-  auto stub = v1::Generate::NewStub(
-      grpc::CreateChannel(*serving, grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::Generate::NewStub(grpc::CreateChannel(*serving, grpc::InsecureChannelCredentials()));
   auto health = [&]() -> std::optional<bool> {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
