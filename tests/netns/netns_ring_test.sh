@@ -6,7 +6,10 @@
 #   1. greedy token ids of the 2+2 layer ring over the namespaces equal the transformers golden
 #      tokens of the llama fixture and those of an embedded one-process ring;
 #   2. a stage bound to its namespace address without a secret (and without --insecure) refuses
-#      to start, naming loopback.
+#      to start, pointing to loopback;
+#   3. a stranger's coordinator on another "host" (a third namespace) holding a different secret
+#      is refused by the live stages (wrong proof), and the ring still answers with the same
+#      tokens afterwards.
 # Needs root (or CAP_NET_ADMIN) and kernel netns/veth/bridge support; otherwise it prints
 # "SKIP: ..." and exits 77 (CTest's SKIP_RETURN_CODE).
 #
@@ -107,8 +110,10 @@ if [[ $rc -eq 0 || $rc -eq 124 ]]; then
   cat "$WORK/refuse.log" >&2
   fail "a stage listening on $IP3 without a ring secret started (rc $rc); it must refuse"
 fi
-grep -qi "without a ring secret" "$WORK/refuse.log" && grep -q "127.0.0.1" "$WORK/refuse.log" ||
-  { cat "$WORK/refuse.log" >&2; fail "the refusal does not say: no ring secret, listen on loopback (127.0.0.1)"; }
+if ! grep -qi "without a ring secret" "$WORK/refuse.log" || ! grep -q "127.0.0.1" "$WORK/refuse.log"; then
+  cat "$WORK/refuse.log" >&2
+  fail "the refusal does not say: no ring secret, listen on loopback (127.0.0.1)"
+fi
 echo "ok: a stage on $IP3 without a secret refuses (rc $rc)"
 
 # --- the ring secret: 32 random bytes (hex), owner-only ------------------------------------
@@ -131,8 +136,14 @@ PIDS+=("$S1" "$S2")
 a1=$(wait_ready "$WORK/stage1.ready" "$S1" stage1) || fail "stage 1 in $NS1"
 a2=$(wait_ready "$WORK/stage2.ready" "$S2" stage2) || fail "stage 2 in $NS2"
 echo "ok: stages serving at $a1 ($NS1) and $a2 ($NS2)"
-# The host namespace reaches them only over the bridge.
-ip netns exec "$NS1" ip -4 addr show dev eth0 | grep -q "$IP1/" || fail "no $IP1 in $NS1"
+# Plain TCP reachability first (host -> stage, stage -> stage over the bridge), so that a host
+# firewall on bridged traffic (br_netfilter with a FORWARD policy of DROP, as Docker sets up)
+# is reported as such rather than as a ring failure.
+probe() { timeout 3 ip netns exec "$1" bash -c "exec 3<>/dev/tcp/$2/7001" 2>/dev/null; }
+timeout 3 bash -c "exec 3<>/dev/tcp/$IP1/7001" 2>/dev/null ||
+  skip "the host namespace cannot reach $IP1:7001 over bridge $BR (a host firewall?)"
+probe "$NS1" "$IP2" ||
+  skip "namespace $NS1 cannot reach $IP2:7001 over bridge $BR (bridged traffic filtered: br_netfilter with FORWARD DROP?)"
 
 cat >"$WORK/hosts.yaml" <<YAML
 model: $MODEL
@@ -183,4 +194,22 @@ echo "golden:         $GOLDEN"
 [[ -n $got ]] || fail "no tokens from the namespace ring"
 [[ $got == "$ref" ]] || fail "the namespace ring's tokens differ from the embedded ring's"
 [[ $got == "$GOLDEN" ]] || fail "the namespace ring's tokens differ from the golden tokens"
-echo "PASS: 2-stage ring over network namespaces with the ring secret matches golden and embedded ($((SECONDS - T0))s)"
+echo "ok: tokens over the namespaces equal the embedded ring's and the golden ones"
+
+# --- 3. a stranger on the network with another secret is refused ---------------------------
+STRANGER_SECRET=$WORK/stranger.secret
+(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$STRANGER_SECRET") || fail "secret"
+sed "s|^ring_secret: .*|ring_secret: $STRANGER_SECRET|" "$WORK/hosts.yaml" >"$WORK/stranger.yaml"
+rc=0
+timeout "$WAIT_S" ip netns exec "$NS3" "$COORD" --stages "$WORK/stranger.yaml" \
+  --listen 127.0.0.1:0 >"$WORK/stranger.log" 2>&1 || rc=$?
+if [[ $rc -eq 0 || $rc -eq 124 ]]; then
+  cat "$WORK/stranger.log" >&2
+  fail "a coordinator with another secret was not refused by the stages (rc $rc)"
+fi
+grep -qi "secret" "$WORK/stranger.log" || { cat "$WORK/stranger.log" >&2; fail "the stranger's refusal does not name the secret"; }
+echo "ok: a stranger's coordinator in $NS3 is refused (rc $rc): $(grep -i -m1 secret "$WORK/stranger.log")"
+again=$(generate "$api") || { cat "$WORK/client.log" "$WORK/coord.log" >&2; fail "generation after the stranger"; }
+[[ $again == "$got" ]] || fail "after the stranger the ring answers $again, before $got"
+echo "ok: the ring still answers the same tokens"
+echo "PASS: 2-stage ring over network namespaces with the ring secret: golden tokens, refusals ($((SECONDS - T0))s)"
