@@ -22,7 +22,7 @@ STAGE=$BUILD/stage/stage
 COORD=$BUILD/coordinator/coordinator
 CLIENT=$BUILD/coordinator/ringserve_client
 MODEL=$SRC/tests/fixtures/models/llama
-WAIT_S=20  # bound on every wait for a process to come up
+WAIT_S=10  # bound on each wait (start-up, one generation, a refusal)
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: network namespaces are not available here: $*"; exit 77; }
