@@ -4,7 +4,7 @@
 # old and new binaries in the same call: stage_bench --decode_only (alternating, ROUNDS times,
 # default 1), stage_bench --quick --prefill_only once each (PREFILL=1), and a 1-stage ring
 # through the real coordinator with ringserve_loadgen at 1 and 32 streams (RING_ORDER, default
-# "old new"). SKIP_TESTS=1, SKIP_RING=1 leave those out. Results under $OUT.
+# "old new"). SKIP_TESTS=1, SKIP_AB=1 (no stage_bench rows), SKIP_RING=1 leave those out. Results under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/ab_out}
@@ -40,6 +40,7 @@ run_tests() {  # dir label
 [ -d .carry/ab/extra ] && [ "${SKIP_TESTS:-0}" != 1 ] && TESTS_EXTRA=1 run_tests "$PWD/.carry/ab/extra" extra
 
 rounds=${ROUNDS:-1}
+[ "${SKIP_AB:-0}" = 1 ] && rounds=0
 for r in $(seq 1 "$rounds"); do
   for v in old new; do
     echo "=== $v decode round $r" | tee -a "$out/decode.txt"

@@ -3,7 +3,7 @@
 # build tree) and NEW (this tree's build), stripped, with the shared libraries the GPU machine
 # lacks (as bench/ring/make_carry.sh), plus NEW's gpu test binaries and optionally a second
 # NEW build of other CUDA architectures (EXTRA=build80) for its gpu tests.
-# Usage: bench/ab/make_carry.sh OLD_BUILD NEW_BUILD [EXTRA_BUILD]
+# Usage: bench/ab/make_carry.sh OLD_BUILD|- NEW_BUILD [EXTRA_BUILD]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 old=$1 new=$2 extra=${3:-}
@@ -21,7 +21,7 @@ run_bins="stage/stage coordinator/coordinator bench/loadgen/ringserve_loadgen
 tests="kernels/cuda/kernels_cuda_ops_test kernels/cuda/kernels_cuda_attention_test
   kernels/cuda/kernels_cuda_sampling_test stage/cuda/stage_cuda_model_slice_test
   stage/cuda/stage_cuda_gpu_step_timer_test tests/ring/ring_gpu_test"
-copy .carry/ab/old "$old" $run_bins
+[ "$old" = - ] || copy .carry/ab/old "$old" $run_bins  # "-": the new build's tests only
 copy .carry/ab/new "$new" $run_bins $tests
 if [ -n "$extra" ]; then
   mkdir -p .carry/ab/extra
