@@ -17,7 +17,7 @@ DEBIAN_PACKAGES=(
   libcpp-httplib-dev libsystemd-dev
   zlib1g-dev libssl-dev
   clang-format clang libclang-rt-14-dev
-  prometheus chromium systemd
+  prometheus chromium systemd iproute2
 )
 
 missing=()
