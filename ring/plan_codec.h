@@ -16,16 +16,16 @@ namespace ringserve {
 struct ChunkOutput {
   bool samples = false;  // one token sampled from the chunk's last logits row
   // ALL_TOKENS chunks (prompt log-probabilities): row i is scored against score_token_ids[i].
-  std::vector<int32_t> score_token_ids;
+  std::vector<int32_t> score_token_ids{};
 };
 
 // What a stage runs for one plan: the micro-batch and, on the last stage, one sampling request
 // per chunk that samples (LAST_TOKEN logits, or ALL_TOKENS with sampling; in chunk order) and
 // one output entry per chunk.
 struct DecodedPlan {
-  MicroBatch batch;
-  std::vector<RowSampling> sampling;
-  std::vector<ChunkOutput> outputs;  // last stage only: one per chunk
+  MicroBatch batch{};
+  std::vector<RowSampling> sampling{};
+  std::vector<ChunkOutput> outputs{};  // last stage only: one per chunk
 };
 
 // Checks and converts a plan. `is_first`: token ids must cover every chunk's tokens exactly;
@@ -38,10 +38,10 @@ absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_fir
 
 // One chunk's sampling as the coordinator sends it to the last stage.
 struct ChunkSamplingWire {
-  SamplingConfig config;
+  SamplingConfig config{};
   int32_t token_index = 0;
   bool samples = true;  // kAllTokens chunks: whether the last row also samples a token
-  std::vector<int32_t> score_token_ids;  // kAllTokens chunks: see ChunkOutput
+  std::vector<int32_t> score_token_ids{};  // kAllTokens chunks: see ChunkOutput
 };
 
 // Builds the plan for one stage. Token ids go to the first stage only; `sampling` (one entry

@@ -103,7 +103,7 @@ struct PlannedChunk {
   // kAllTokens chunks (SequenceParams::prompt_logprobs): the tokens at positions start + 1 ..
   // of the chunk, one per row that has a known next token (num_tokens, or num_tokens - 1 when
   // the chunk samples).
-  std::vector<int32_t> score_token_ids;
+  std::vector<int32_t> score_token_ids{};
 };
 
 struct MicroBatchPlan {
