@@ -49,6 +49,22 @@ struct MicroBatch {
     for (const auto& chunk : chunks) total += chunk.num_tokens;
     return total;
   }
+
+  // The token rows (indices into [TotalTokens()]) whose logits the chunks ask for, in chunk
+  // order: every row of a kAllTokens chunk, the last row of a kLastToken chunk.
+  std::vector<int64_t> LogitRows() const {
+    std::vector<int64_t> rows;
+    int64_t offset = 0;
+    for (const auto& chunk : chunks) {
+      if (chunk.logits == LogitsMode::kAllTokens) {
+        for (int32_t i = 0; i < chunk.num_tokens; ++i) rows.push_back(offset + i);
+      } else if (chunk.logits == LogitsMode::kLastToken) {
+        rows.push_back(offset + chunk.num_tokens - 1);
+      }
+      offset += chunk.num_tokens;
+    }
+    return rows;
+  }
 };
 
 }  // namespace ringserve

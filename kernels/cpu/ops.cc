@@ -203,4 +203,17 @@ void PagedAttention(const float* q, int64_t num_tokens, int num_heads, const KvL
   }
 }
 
+std::vector<float> NormAndProjectRows(const float* x, std::span<const int64_t> rows,
+                                      const float* norm, const float* head, int64_t hidden,
+                                      int64_t vocab, float eps) {
+  const int64_t num_rows = static_cast<int64_t>(rows.size());
+  std::vector<float> selected(num_rows * hidden);
+  for (int64_t r = 0; r < num_rows; ++r) {
+    RmsNorm(x + rows[r] * hidden, norm, 1, hidden, eps, selected.data() + r * hidden);
+  }
+  std::vector<float> logits(num_rows * vocab);
+  MatMul(selected.data(), head, nullptr, num_rows, hidden, vocab, logits.data());
+  return logits;
+}
+
 }  // namespace ringserve::cpu

@@ -24,6 +24,13 @@ void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, flo
 void MatMul(const float* x, const float* w, const float* bias, int64_t rows, int64_t in,
             int64_t out_features, float* out);
 
+// The logits of selected rows: out[r, :] = head(RmsNorm(x[rows[r], :], norm)), as a model's
+// final norm and lm_head (or an MTP layer's shared head) on the rows that need logits.
+//   x: [tokens, hidden]; norm: [hidden]; head: [vocab, hidden]. Returns [rows.size(), vocab].
+std::vector<float> NormAndProjectRows(const float* x, std::span<const int64_t> rows,
+                                      const float* norm, const float* head, int64_t hidden,
+                                      int64_t vocab, float eps);
+
 // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)); n elements. out may equal gate.
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 

@@ -281,26 +281,10 @@ absl::Status CpuModelSlice::Run(const MicroBatch& batch) {
   for (int layer = 0; layer < options_.layers.size(); ++layer) RunLayer(layer, batch, positions, x);
   if (!is_last()) return absl::OkStatus();
 
-  // Gather the rows each chunk asks logits for, then norm and project only those.
-  std::vector<int64_t> rows;
-  int64_t offset = 0;
-  for (const SequenceChunk& chunk : batch.chunks) {
-    if (chunk.logits == LogitsMode::kAllTokens) {
-      for (int32_t i = 0; i < chunk.num_tokens; ++i) rows.push_back(offset + i);
-    } else if (chunk.logits == LogitsMode::kLastToken) {
-      rows.push_back(offset + chunk.num_tokens - 1);
-    }
-    offset += chunk.num_tokens;
-  }
-  const int64_t num_rows = static_cast<int64_t>(rows.size());
-  std::vector<float> selected(num_rows * hidden);
-  for (int64_t r = 0; r < num_rows; ++r) {
-    cpu::RmsNorm(x.data() + rows[r] * hidden, final_norm_.data(), 1, hidden, config_.rms_norm_eps,
-                 selected.data() + r * hidden);
-  }
-  logits_.resize(num_rows * config_.vocab_size);
-  cpu::MatMul(selected.data(), lm_head_.data(), nullptr, num_rows, hidden, config_.vocab_size,
-              logits_.data());
+  // Norm and project only the rows each chunk asks logits for.
+  logits_ =
+      cpu::NormAndProjectRows(x.data(), batch.LogitRows(), final_norm_.data(), lm_head_.data(),
+                              hidden, config_.vocab_size, config_.rms_norm_eps);
   has_logits_ = true;
   return absl::OkStatus();
 }

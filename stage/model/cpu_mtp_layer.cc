@@ -147,26 +147,8 @@ absl::StatusOr<std::vector<float>> CpuMtpLayer::Forward(const MicroBatch& batch,
   cpu::MatMul(gate.data(), down_w_.data(), nullptr, tokens, inter, hidden, h.data());
   cpu::Add(x.data(), h.data(), tokens * hidden);
 
-  std::vector<int64_t> rows;
-  int64_t offset = 0;
-  for (const SequenceChunk& chunk : batch.chunks) {
-    if (chunk.logits == LogitsMode::kAllTokens) {
-      for (int32_t i = 0; i < chunk.num_tokens; ++i) rows.push_back(offset + i);
-    } else if (chunk.logits == LogitsMode::kLastToken) {
-      rows.push_back(offset + chunk.num_tokens - 1);
-    }
-    offset += chunk.num_tokens;
-  }
-  const int64_t num_rows = static_cast<int64_t>(rows.size());
-  std::vector<float> selected(num_rows * hidden);
-  for (int64_t r = 0; r < num_rows; ++r) {
-    cpu::RmsNorm(x.data() + rows[r] * hidden, head_norm_.data(), 1, hidden, c.rms_norm_eps,
-                 selected.data() + r * hidden);
-  }
-  std::vector<float> logits(num_rows * c.vocab_size);
-  cpu::MatMul(selected.data(), head_.data(), nullptr, num_rows, hidden, c.vocab_size,
-              logits.data());
-  return logits;
+  return cpu::NormAndProjectRows(x.data(), batch.LogitRows(), head_norm_.data(), head_.data(),
+                                 hidden, c.vocab_size, c.rms_norm_eps);
 }
 
 }  // namespace ringserve
