@@ -39,23 +39,12 @@ absl::StatusOr<int> RequiredPositive(const Json& j, const std::string& key,
   return static_cast<int>(*value);
 }
 
-// Layers at or after first_k_dense_replace are MoE (transformers' DeepseekV2/V3DecoderLayer).
-absl::Status RefuseMoeLayers(const Json& j, const ModelConfig& config, const std::string& source) {
-  const bool v3 = config.architecture == Architecture::kDeepseekV3;
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> experts, OptionalInt(j, "n_routed_experts", source));
-  const int first_moe = config.mla->first_k_dense_replace;
-  if (experts && *experts == 0) return absl::OkStatus();
+// DeepSeek's MoE layers (moe_config_parse.cc) follow transformers, where every layer from
+// first_k_dense_replace on is MoE; DeepSeek's own moe_layer_freq would skip some.
+absl::Status RefuseMoeLayerFrequency(const Json& j, const std::string& source) {
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> freq, OptionalInt(j, "moe_layer_freq", source));
   if (freq && *freq != 1) {
     return Invalid(source, fmt::format("unsupported moe_layer_freq {} (only 1)", *freq));
-  }
-  if (first_moe < config.num_layers) {
-    return Invalid(source,
-                   fmt::format("unsupported MoE layers: layers {}..{} are MoE "
-                               "(first_k_dense_replace {} < num_hidden_layers {}; {} MoE routing "
-                               "is not implemented yet, only dense DeepSeek layers)",
-                               first_moe, config.num_layers - 1, first_moe, config.num_layers,
-                               v3 ? "sigmoid/group-limited" : "softmax"));
   }
   return absl::OkStatus();
 }
@@ -138,7 +127,7 @@ absl::Status ParseDeepseekConfig(const Json& j, const std::string& source, Model
   config.num_kv_heads = config.num_heads;
   config.head_dim = mla.qk_rope_head_dim;
   config.mla = mla;
-  return RefuseMoeLayers(j, config, source);
+  return RefuseMoeLayerFrequency(j, source);
 }
 
 double YarnGetMscale(double scale, double mscale) {

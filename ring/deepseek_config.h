@@ -14,9 +14,9 @@ namespace ringserve {
 
 // Fills config.mla, num_kv_heads (== num_heads) and head_dim (== qk_rope_head_dim) from `j`;
 // config.rope must be parsed already. InvalidArgument naming the key (and `source`) for missing
-// or invalid fields and for what the backends do not implement: MoE layers (layers at or after
-// first_k_dense_replace while n_routed_experts is set), moe_layer_freq != 1, rope types other than
-// default and yarn, num_key_value_heads or head_dim that contradict MLA.
+// or invalid fields and for what the backends do not implement: moe_layer_freq != 1, rope types
+// other than default and yarn, num_key_value_heads or head_dim that contradict MLA. The MoE
+// layers (from first_k_dense_replace on) are parsed by ParseMoeConfig (moe_config_parse.h).
 absl::Status ParseDeepseekConfig(const nlohmann::json& j, const std::string& source,
                                  ModelConfig& config);
 

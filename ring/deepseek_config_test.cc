@@ -90,10 +90,100 @@ TEST(DeepseekConfigTest, V2WithoutQLowRankAndDifferentMscales) {
               (0.1 * 0.707 * std::log(40.0) + 1) / (0.1 * std::log(40.0) + 1), 1e-12);
 }
 
+TEST(DeepseekConfigTest, V3MoeLayersUseTheGroupedSigmoidRouter) {
+  Json j = DeepseekV3Json();  // the published MoE fields
+  j["first_k_dense_replace"] = 3;
+  j.update(Json::parse(R"({"num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+    "n_shared_experts": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": true,
+    "scoring_func": "sigmoid", "topk_method": "noaux_tc"})"));
+  auto config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const MoeConfig& m = config->moe;
+  EXPECT_EQ(m.router.scoring, RouterScoring::kSigmoidGroupedTopK);
+  EXPECT_EQ(m.router.num_experts, 256);
+  EXPECT_EQ(m.router.top_k, 8);
+  EXPECT_EQ(m.router.n_group, 8);
+  EXPECT_EQ(m.router.topk_group, 4);
+  EXPECT_FLOAT_EQ(m.router.routed_scaling_factor, 2.5f);
+  EXPECT_TRUE(m.router.norm_topk_prob);
+  EXPECT_TRUE(m.correction_bias);
+  EXPECT_EQ(m.expert_intermediate_size, 2048);
+  EXPECT_EQ(m.shared_intermediate_size, 2048);
+  for (int layer = 0; layer < 61; ++layer) EXPECT_EQ(m.IsMoeLayer(layer), layer >= 3) << layer;
+  j.erase("first_k_dense_replace");  // V3's default is 3 as well
+  EXPECT_TRUE(Parse(j)->moe.IsMoeLayer(3));
+  EXPECT_FALSE(Parse(j)->moe.IsMoeLayer(2));
+}
+
+// DeepSeek-V2-Lite's published MoE fields.
+Json DeepseekV2LiteJson() {
+  Json j = DeepseekV3Json();
+  j["architectures"] = {"DeepseekV2ForCausalLM"};
+  j["q_lora_rank"] = nullptr;
+  j.update(Json::parse(R"({"num_hidden_layers": 27, "first_k_dense_replace": 1,
+    "n_routed_experts": 64, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
+    "n_shared_experts": 2, "routed_scaling_factor": 1.0, "norm_topk_prob": false,
+    "scoring_func": "softmax", "topk_method": "greedy", "n_group": 1, "topk_group": 1})"));
+  return j;
+}
+
+TEST(DeepseekConfigTest, V2MoeLayersUseSoftmaxGreedyOrGroupLimitedRouting) {
+  auto config = Parse(DeepseekV2LiteJson());
+  ASSERT_TRUE(config.ok()) << config.status();
+  const MoeConfig& m = config->moe;
+  EXPECT_EQ(m.router.scoring, RouterScoring::kSoftmaxTopK);
+  EXPECT_EQ(m.router.num_experts, 64);
+  EXPECT_EQ(m.router.top_k, 6);
+  EXPECT_FALSE(m.router.norm_topk_prob);
+  EXPECT_EQ(m.router.topk_group, m.router.n_group);  // greedy: every group
+  EXPECT_FALSE(m.correction_bias);
+  EXPECT_EQ(m.shared_intermediate_size, 2 * 1408);
+  EXPECT_FALSE(m.IsMoeLayer(0));
+  EXPECT_TRUE(m.IsMoeLayer(26));
+
+  Json group = DeepseekV2LiteJson();  // DeepSeek-V2's (non-Lite) routing
+  group.update(Json::parse(R"({"topk_method": "group_limited_greedy", "n_group": 8,
+    "topk_group": 3, "routed_scaling_factor": 16.0})"));
+  config = Parse(group);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->moe.router.n_group, 8);
+  EXPECT_EQ(config->moe.router.topk_group, 3);
+  EXPECT_FLOAT_EQ(config->moe.router.routed_scaling_factor, 16.0f);
+
+  Json no_shared = DeepseekV2LiteJson();
+  no_shared["n_shared_experts"] = nullptr;
+  EXPECT_EQ(Parse(no_shared)->moe.shared_intermediate_size, 0);
+}
+
+TEST(DeepseekConfigTest, RefusesMoeRoutingItDoesNotImplement) {
+  Json method = DeepseekV2LiteJson();
+  method["topk_method"] = "noaux_tc";
+  ExpectRefused(method, "unsupported topk_method \"noaux_tc\" for DeepseekV2ForCausalLM");
+  Json norm = DeepseekV2LiteJson();
+  norm["norm_topk_prob"] = true;
+  ExpectRefused(norm, "norm_topk_prob");
+  Json scoring = DeepseekV2LiteJson();
+  scoring["scoring_func"] = "sigmoid";
+  ExpectRefused(scoring, "scoring_func \"sigmoid\"");
+  Json groups = DeepseekV2LiteJson();
+  groups["topk_method"] = "group_limited_greedy";
+  groups.erase("n_group");
+  ExpectRefused(groups, "\"n_group\"");
+  Json v3 = DeepseekV3Json();
+  v3["first_k_dense_replace"] = 3;
+  v3["num_experts_per_tok"] = 8;
+  v3["topk_method"] = "greedy";
+  ExpectRefused(v3, "topk_method \"greedy\"");
+  Json quantized = DeepseekV2LiteJson();
+  quantized["quantization_config"] = {{"quant_method", "fp8"}};
+  ExpectRefused(quantized, "quantized experts");
+  Json dense_quantized = DeepseekV3Json();  // dense layers only: dequantized at load
+  dense_quantized["quantization_config"] = {{"quant_method", "fp8"},
+                                            {"weight_block_size", {128, 128}}};
+  EXPECT_TRUE(Parse(dense_quantized).ok()) << Parse(dense_quantized).status();
+}
+
 TEST(DeepseekConfigTest, RefusesWhatItDoesNotImplement) {
-  Json moe = DeepseekV3Json();
-  moe["first_k_dense_replace"] = 3;
-  ExpectRefused(moe, "first_k_dense_replace 3 < num_hidden_layers 61");
   Json freq = DeepseekV3Json();
   freq["moe_layer_freq"] = 2;
   ExpectRefused(freq, "moe_layer_freq 2");

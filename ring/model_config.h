@@ -2,8 +2,8 @@
 // struct. Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 // (dense); Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Glm4MoeForCausalLM and
 // GptOssForCausalLM (mixtures of experts, ring/moe_config.h); DeepseekV2ForCausalLM and
-// DeepseekV3ForCausalLM (multi-head latent attention, dense layers; the DeepSeek fields are parsed
-// in deepseek_config.cc). Anything that would change results and that the backends do not
+// DeepseekV3ForCausalLM (multi-head latent attention, dense and MoE layers; the DeepSeek fields are
+// parsed in deepseek_config.cc). Anything that would change results and that the backends do not
 // implement (unknown RoPE types, MLP bias, quantized MoE checkpoints, ...) is refused with a
 // message naming the key, never silently ignored.
 #pragma once

@@ -15,11 +15,13 @@ absl::Status ValidateRouterOptions(const RouterOptions& o) {
     return absl::InvalidArgumentError(fmt::format(
         "num_experts_per_tok {} must be in [1, number of experts {}]", o.top_k, o.num_experts));
   }
-  if (o.scoring != RouterScoring::kSigmoidGroupedTopK) return absl::OkStatus();
-  if (o.n_group < 1 || o.num_experts % o.n_group != 0 || o.num_experts / o.n_group < 2) {
+  if (o.scoring == RouterScoring::kTopKSoftmax) return absl::OkStatus();
+  // The sigmoid router scores a group by its two best experts.
+  const int min_group = o.scoring == RouterScoring::kSigmoidGroupedTopK ? 2 : 1;
+  if (o.n_group < 1 || o.num_experts % o.n_group != 0 || o.num_experts / o.n_group < min_group) {
     return absl::InvalidArgumentError(
-        fmt::format("n_group {} must divide the {} experts into groups of at least 2", o.n_group,
-                    o.num_experts));
+        fmt::format("n_group {} must divide the {} experts into groups of at least {}", o.n_group,
+                    o.num_experts, min_group));
   }
   if (o.topk_group < 1 || o.topk_group > o.n_group) {
     return absl::InvalidArgumentError(

@@ -11,8 +11,11 @@
 namespace ringserve {
 
 enum class RouterScoring {
-  // Qwen2-MoE, Qwen3-MoE, Mixtral: p = softmax(logits) over all experts; the top_k largest p,
-  // optionally renormalized to sum 1 (norm_topk_prob; Mixtral always).
+  // Qwen2-MoE, Qwen3-MoE, Mixtral, DeepSeek-V2: p = softmax(logits) over all experts; the top_k
+  // largest p, optionally renormalized to sum 1 (norm_topk_prob; Mixtral always), then times
+  // routed_scaling_factor (DeepSeek-V2; 1 elsewhere). With topk_group < n_group (DeepSeek-V2's
+  // topk_method group_limited_greedy) experts split into n_group equal groups, a group scores
+  // its largest p, and only the experts of the topk_group best groups can be chosen.
   kSoftmaxTopK,
   // gpt-oss: the top_k largest logits (the router has a bias), then softmax over those k.
   kTopKSoftmax,
@@ -29,11 +32,12 @@ struct RouterOptions {
   int num_experts = 0;
   int top_k = 0;
   bool norm_topk_prob = false;  // kSoftmaxTopK and kSigmoidGroupedTopK
-  // kSigmoidGroupedTopK only. num_experts % n_group == 0, each group >= 2 experts,
-  // 1 <= topk_group <= n_group, top_k <= topk_group * (num_experts / n_group).
+  // kSoftmaxTopK and kSigmoidGroupedTopK. num_experts % n_group == 0 (kSigmoidGroupedTopK: each
+  // group >= 2 experts), 1 <= topk_group <= n_group, top_k <= topk_group * (num_experts /
+  // n_group).
   int n_group = 1;
   int topk_group = 1;
-  float routed_scaling_factor = 1.0f;
+  float routed_scaling_factor = 1.0f;  // kSoftmaxTopK and kSigmoidGroupedTopK
 };
 
 // InvalidArgument naming the field when `options` break the constraints above (or

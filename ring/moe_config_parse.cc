@@ -117,6 +117,76 @@ absl::Status ParseGptOss(const Json& j, ModelConfig& c, const std::string& sourc
   return absl::OkStatus();
 }
 
+// A DeepSeek-V2/V3 model has MoE layers unless n_routed_experts is 0 or null or every layer
+// is before first_k_dense_replace (config.mla, parsed by ParseDeepseekConfig).
+absl::StatusOr<bool> HasDeepseekMoeLayers(const Json& j, const ModelConfig& c,
+                                          const std::string& source) {
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> experts, GetInt(j, "n_routed_experts", source, false));
+  const auto it = j.find("n_routed_experts");
+  if ((experts && *experts == 0) || (it != j.end() && it->is_null())) return false;
+  return c.mla->first_k_dense_replace < c.num_layers;
+}
+
+// DeepSeek-V2 (transformers 5.17's DeepseekV2Moe): softmax scores, topk_method greedy or
+// group_limited_greedy, the chosen probabilities times routed_scaling_factor (never
+// renormalized), n_shared_experts shared experts of moe_intermediate_size each.
+absl::Status ParseDeepseekV2Moe(const Json& j, ModelConfig& c, const std::string& source) {
+  MoeConfig& m = c.moe;
+  m.router.scoring = RouterScoring::kSoftmaxTopK;
+  RS_ASSIGN_OR_RETURN(m.router.num_experts, GetPositive(j, "n_routed_experts", source));
+  RS_ASSIGN_OR_RETURN(m.router.top_k, GetPositive(j, "num_experts_per_tok", source));
+  RS_ASSIGN_OR_RETURN(m.expert_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
+  RS_ASSIGN_OR_RETURN(bool norm, GetBool(j, "norm_topk_prob", false, source));
+  if (norm) {
+    // transformers ignores it, DeepSeek's own code renormalizes instead of scaling: the two
+    // references disagree, so neither is followed silently.
+    return Invalid(source,
+                   "unsupported norm_topk_prob true for DeepseekV2ForCausalLM (only false)");
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<std::string> scoring, GetString(j, "scoring_func", source));
+  if (scoring && *scoring != "softmax") {
+    return Invalid(source, fmt::format("unsupported scoring_func \"{}\" for DeepseekV2ForCausalLM "
+                                       "(only softmax)",
+                                       *scoring));
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<std::string> method, GetString(j, "topk_method", source));
+  const std::string topk_method = method.value_or("greedy");
+  if (topk_method == "group_limited_greedy") {
+    RS_ASSIGN_OR_RETURN(m.router.n_group, GetPositive(j, "n_group", source));
+    RS_ASSIGN_OR_RETURN(m.router.topk_group, GetPositive(j, "topk_group", source));
+  } else if (topk_method != "greedy") {
+    return Invalid(source, fmt::format("unsupported topk_method \"{}\" for DeepseekV2ForCausalLM "
+                                       "(greedy, group_limited_greedy)",
+                                       topk_method));
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<double> scale, GetNumber(j, "routed_scaling_factor", source));
+  m.router.routed_scaling_factor = static_cast<float>(scale.value_or(1.0));
+  // transformers' default is 2 shared experts; null means none (DeepSeek's own code).
+  int64_t shared = 2;
+  if (auto it = j.find("n_shared_experts"); it != j.end()) {
+    RS_ASSIGN_OR_RETURN(std::optional<int64_t> n, GetInt(j, "n_shared_experts", source, false));
+    shared = n.value_or(0);
+  }
+  if (shared < 0) return Invalid(source, "n_shared_experts must be >= 0");
+  m.shared_intermediate_size = static_cast<int>(shared) * m.expert_intermediate_size;
+  return absl::OkStatus();
+}
+
+// DeepSeek-V2/V3 MoE layers: V3 routes as GLM-4.5 (ParseDeepSeekMoe), V2 with softmax scores.
+// Layers at or after first_k_dense_replace are MoE (transformers' DeepseekV2/V3DecoderLayer).
+absl::Status ParseDeepseekMoeLayers(const Json& j, ModelConfig& c, const std::string& source) {
+  if (c.architecture == Architecture::kDeepseekV3) {
+    RS_RETURN_IF_ERROR(ParseDeepSeekMoe(j, c, source));
+  } else {
+    RS_RETURN_IF_ERROR(ParseDeepseekV2Moe(j, c, source));
+  }
+  c.moe.layers.assign(c.num_layers, false);
+  for (int layer = c.mla->first_k_dense_replace; layer < c.num_layers; ++layer) {
+    c.moe.layers[layer] = true;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseDeepSeekMoe(const Json& j, ModelConfig& c, const std::string& source) {
@@ -160,10 +230,14 @@ absl::Status ParseMoeConfig(const Json& j, ModelConfig& c, const std::string& so
     case Architecture::kMistral:
     case Architecture::kQwen2:
     case Architecture::kQwen3:
-    // DeepSeek's MoE fields are read (and its MoE layers refused) by ParseDeepseekConfig.
-    case Architecture::kDeepseekV2:
-    case Architecture::kDeepseekV3:
       return absl::OkStatus();
+    case Architecture::kDeepseekV2:
+    case Architecture::kDeepseekV3: {
+      RS_ASSIGN_OR_RETURN(bool has_moe, HasDeepseekMoeLayers(j, c, source));
+      if (!has_moe) return absl::OkStatus();  // dense DeepSeek layers (quantized or not)
+      RS_RETURN_IF_ERROR(ParseDeepseekMoeLayers(j, c, source));
+      break;
+    }
     case Architecture::kQwen2Moe:
     case Architecture::kQwen3Moe:
       RS_RETURN_IF_ERROR(ParseQwenMoe(j, c, source));

@@ -1,6 +1,7 @@
 // The mixture-of-experts and attention-variant fields of config.json (Qwen2/3-MoE, Mixtral,
-// GLM-4.5, gpt-oss): experts, router, dense/MoE layer pattern, shared experts, gpt-oss's
-// sliding layers and sinks. Called by ParseModelConfig once the dense fields are parsed.
+// GLM-4.5, gpt-oss, DeepSeek-V2/V3): experts, router, dense/MoE layer pattern, shared experts,
+// gpt-oss's sliding layers and sinks. Called by ParseModelConfig once the dense fields (and
+// DeepSeek's MLA fields) are parsed.
 #pragma once
 
 #include <string>
@@ -12,7 +13,11 @@
 namespace ringserve {
 
 // Fills config.moe (and, for gpt-oss, sliding_window / sliding_layers / attention_sinks) from
-// `j` for config.architecture; leaves dense architectures unchanged. Refuses a MoE model's
+// `j` for config.architecture; leaves dense architectures unchanged. DeepSeek-V3 routes as
+// ParseDeepSeekMoe says; DeepSeek-V2 with softmax scores (scoring_func softmax), topk_method
+// greedy or group_limited_greedy (n_group, topk_group; a group scores its best expert), weights
+// times routed_scaling_factor (norm_topk_prob true is refused), n_shared_experts (default 2);
+// for both, layers from first_k_dense_replace on are MoE. Refuses a MoE model's
 // quantization_config (quantized experts are not supported yet). InvalidArgument naming the key.
 absl::Status ParseMoeConfig(const nlohmann::json& j, ModelConfig& config,
                             const std::string& source);

@@ -13,6 +13,13 @@ attention, seeds searched for greedy margins; golden.json + golden.bin), for:
                       non-zero e_score_correction_bias, shared expert
   deepseek_v2_moe     V2-Lite-like MoE: softmax router, greedy top-k, two shared experts
   deepseek_v2_moe_group  V2 MoE with topk_method group_limited_greedy (4 groups, best 2)
+  deepseek_v3_moe_nolora  4 layers (rings of 1-4 stages), plain q_proj, attention_bias, YaRN
+                      with a 40-token prompt, layers 1-3 MoE with grouped sigmoid routing and a
+                      non-zero e_score_correction_bias
+
+MoE fixtures also record "min_router_gap": the smallest margin of any routing decision (k-th vs
+(k+1)-th selection score, kept vs dropped group score) over every prompt and greedy step; new
+fixtures search seeds for a gap >= ROUTER_GAP as well.
 
 golden.json adds "rope_attention_scaling" (the cos/sin factor transformers applies) and
 "softmax_scale" (layer 0's attention scaling). The MTP golden ("mtp" in golden.json) is written
@@ -42,6 +49,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 import make_fixtures as mf  # noqa: E402
 
 SEED_TIME_LIMIT_S = 8.0
+ROUTER_GAP = 1e-4
 
 COMMON = dict(vocab_size=128, hidden_size=48, intermediate_size=64, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16,
@@ -85,6 +93,10 @@ FIXTURES = {
     "deepseek_v2_moe": dict(cls="DeepseekV2ForCausalLM", cfg="DeepseekV2Config",
                             kw=dict(COMMON, q_lora_rank=None, **MOE_V2),
                             rope=YARN_V2, prompts=[5, 12, 27]),
+    "deepseek_v3_moe_nolora": dict(cls="DeepseekV3ForCausalLM", cfg="DeepseekV3Config",
+                                   kw=dict(COMMON, num_hidden_layers=4, q_lora_rank=None,
+                                           rope_interleave=True, attention_bias=True, **MOE_V3),
+                                   rope=YARN_V3, prompts=[5, 12, 40], gap=True),
     "deepseek_v2_moe_group": dict(cls="DeepseekV2ForCausalLM", cfg="DeepseekV2Config",
                                   kw=dict(COMMON, q_lora_rank=None,
                                           **dict(MOE_V2, n_group=4, topk_group=2,
@@ -106,6 +118,48 @@ def set_weights(model, seed):
     for name, b in model.named_buffers():
         if name.endswith("e_score_correction_bias"):
             b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+
+
+@torch.no_grad()
+def min_router_gap(model, cfg, sequences):
+    """Smallest margin of a routing decision of any MoE block over `sequences`."""
+    inputs = {}
+    hooks = []
+    for i, layer in enumerate(model.model.layers):
+        if hasattr(layer.mlp, "experts"):
+            def pre(module, args, kwargs, i=i):
+                x = args[0] if args else kwargs["hidden_states"]
+                inputs[i] = x.reshape(-1, x.shape[-1]).float().clone()
+            hooks.append(layer.mlp.register_forward_pre_hook(pre, with_kwargs=True))
+    gap = float("inf")
+    k, g, kg = cfg.num_experts_per_tok, cfg.n_group or 1, cfg.topk_group or 1
+    try:
+        for seq in sequences:
+            model(input_ids=torch.tensor([seq]))
+            for i, h in inputs.items():
+                gate = model.model.layers[i].mlp.gate
+                logits = h @ gate.weight.float().T
+                if hasattr(gate, "e_score_correction_bias"):  # V3: sigmoid + bias, top-2 sums
+                    scores = logits.sigmoid() + gate.e_score_correction_bias[None, :]
+                    n, e = scores.shape
+                    group = scores.view(n, g, e // g).topk(2, dim=-1).values.sum(-1)
+                else:  # V2: softmax, a group scores its max
+                    scores = logits.softmax(-1)
+                    n, e = scores.shape
+                    group = scores.view(n, g, e // g).max(-1).values
+                if kg < g:
+                    gs = torch.sort(group, dim=-1, descending=True).values
+                    gap = min(gap, (gs[:, kg - 1] - gs[:, kg]).min().item())
+                    keep = group.topk(kg, dim=-1).indices
+                    mask = torch.zeros(n, g, dtype=torch.bool).scatter_(1, keep, True)
+                    scores = scores.view(n, g, e // g).masked_fill(
+                        ~mask[:, :, None], float("-inf")).view(n, e)
+                s = torch.sort(scores, dim=-1, descending=True).values
+                gap = min(gap, (s[:, k - 1] - s[:, k]).min().item())
+    finally:
+        for hk in hooks:
+            hk.remove()
+    return gap
 
 
 def rms(x, w, eps):
@@ -171,7 +225,10 @@ def write_fixture(name, spec, out):
     for seed in range(mf.MAX_SEEDS):
         tried += 1
         set_weights(model, seed)
-        _, min_rel, ok = mf.run_prompts(model, prompts, stop_early=True)
+        res, min_rel, ok = mf.run_prompts(model, prompts, stop_early=True)
+        if ok and spec.get("gap"):
+            seqs = [ids + toks for ids, (_, toks, _) in zip(prompts, res)]
+            ok = min_router_gap(model, cfg, seqs) >= ROUTER_GAP
         if ok:
             chosen = seed
             break
@@ -184,6 +241,9 @@ def write_fixture(name, spec, out):
         print(f"{name}: no seed met margin {mf.MARGIN_REL}; using best seed {chosen}")
     set_weights(model, chosen)
     results, min_rel, ok = mf.run_prompts(model, prompts, stop_early=False)
+    gap = None
+    if hasattr(cfg, "n_routed_experts") and cfg.first_k_dense_replace < cfg.num_hidden_layers:
+        gap = min_router_gap(model, cfg, [ids + toks for ids, (_, toks, _) in zip(prompts, results)])
 
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
@@ -213,6 +273,7 @@ def write_fixture(name, spec, out):
         rope_inv_freq=rotary.inv_freq.tolist(),
         rope_attention_scaling=float(getattr(rotary, "attention_scaling", 1.0)),
         softmax_scale=float(attn0.scaling), safetensors_files=["model.safetensors"],
+        min_router_gap=gap, router_gap_threshold=ROUTER_GAP if gap is not None else None,
         prompts=entries)
 
     cfg_path = os.path.join(d, "config.json")
@@ -250,7 +311,7 @@ def write_fixture(name, spec, out):
         json.dump(golden, f, indent=1)
     size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
     saved = sorted(load_file(os.path.join(d, "model.safetensors")).keys())
-    print(f"{name}: tried={tried} seed={chosen} min_rel_margin={min_rel:.4f} ok={ok} "
+    print(f"{name}: tried={tried} seed={chosen} min_rel_margin={min_rel:.4f} ok={ok} gap={gap} "
           f"bytes={size} t={time.time() - t0:.1f}s greedy0={results[0][1]}")
     print(f"  rope_attention_scaling={golden['rope_attention_scaling']} "
           f"softmax_scale={golden['softmax_scale']}")

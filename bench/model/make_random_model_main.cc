@@ -2,9 +2,12 @@
 //
 //   make_random_model --shape llama-3.1-8b --out /data/llama-8b-random
 //   make_random_model --shape qwen3-8b --layers 4 --out /tmp/qwen3-4l --dtype bf16
+//   make_random_model --shape deepseek-v3 --first_layer 3 --layers 4 --out /tmp/dsv3-3-6
 //
-// Flags (--help lists them with their defaults): --shape NAME (llama-3.1-8b, qwen3-8b, tiny,
-// tiny-qwen3), --out DIR, --layers N (override the layer count), --dtype bf16|f16|f32, --seed N,
+// Flags (--help lists them with their defaults): --shape NAME (KnownShapeNames()), --out DIR,
+// --layers N (override the layer count; with --first_layer the number of layers written),
+// --first_layer F (write only layers [F, F + N) of the shape's model: config.json keeps every
+// layer, the safetensors hold only that stage's tensors), --dtype bf16|f16|f32, --seed N,
 // --shard_mb N, --threads N, --tokenizers_dir DIR, --notokenizer.
 #include <algorithm>
 #include <cstdio>
@@ -20,9 +23,15 @@
 #define RINGSERVE_TOKENIZERS_DIR ".deps/tokenizers"
 #endif
 
-ABSL_FLAG(std::string, shape, "", "model shape: llama-3.1-8b, qwen3-8b, tiny, tiny-qwen3");
+ABSL_FLAG(std::string, shape, "",
+          "model shape: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, deepseek-v3, tiny, tiny-qwen3, "
+          "tiny-qwen3-moe, tiny-deepseek-v3");
 ABSL_FLAG(std::string, out, "", "output model directory");
-ABSL_FLAG(int, layers, 0, "layer count (0: the shape's)");
+ABSL_FLAG(int, layers, 0,
+          "layer count (0: the shape's); with --first_layer, how many layers to write");
+ABSL_FLAG(int, first_layer, -1,
+          "write only layers [first_layer, first_layer + layers) of the shape's full model "
+          "(-1: a whole model of --layers layers)");
 ABSL_FLAG(std::string, dtype, "bf16", "weight dtype: bf16, f16 or f32");
 ABSL_FLAG(uint64_t, seed, 0, "random seed");
 ABSL_FLAG(int64_t, shard_mb, 5120, "safetensors shard size, MiB");
@@ -73,15 +82,29 @@ int main(int argc, char** argv) {
   auto shape = ringserve::FindShape(shape_name);
   if (!shape.ok()) return Usage(std::string(shape.status().message()));
   options.shape = *shape;
-  if (layers > 0) options.shape.num_layers = static_cast<int>(layers);
+  const int first_layer = absl::GetFlag(FLAGS_first_layer);
+  if (first_layer >= 0) {
+    if (layers < 1) return Usage("--first_layer needs --layers N >= 1");
+    if (first_layer + layers > options.shape.num_layers) {
+      return Usage(fmt::format("layers [{}, {}) exceed the {} layers of {}", first_layer,
+                               first_layer + layers, options.shape.num_layers, shape_name));
+    }
+    options.first_layer = first_layer;
+    options.last_layer = first_layer + layers;
+  } else if (layers > 0) {
+    options.shape.num_layers = static_cast<int>(layers);
+  }
   auto result = ringserve::WriteRandomModel(options);
   if (!result.ok()) {
     std::fprintf(stderr, "make_random_model: %s\n", std::string(result.status().message()).c_str());
     return 1;
   }
-  fmt::print("wrote {} ({} layers): {:.2f} GB in {} file(s), {:.1f} s, {:.2f} GB/s\n",
-             options.output_dir, options.shape.num_layers, result->total_bytes / 1e9,
-             result->files.size(), result->seconds,
+  const std::string written = options.last_layer > 0
+                                  ? fmt::format("layers [{}, {}) of {}", options.first_layer,
+                                                options.last_layer, options.shape.num_layers)
+                                  : fmt::format("{} layers", options.shape.num_layers);
+  fmt::print("wrote {} ({}): {:.2f} GB in {} file(s), {:.1f} s, {:.2f} GB/s\n", options.output_dir,
+             written, result->total_bytes / 1e9, result->files.size(), result->seconds,
              result->total_bytes / 1e9 / std::max(result->seconds, 1e-9));
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <future>
 #include <thread>
 
+#include "bench/model/deepseek_random_shape.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -189,7 +190,8 @@ int64_t CheckpointTensor::NumElements() const {
 }
 
 std::vector<std::string> KnownShapeNames() {
-  return {"llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b", "tiny", "tiny-qwen3", "tiny-qwen3-moe"};
+  return {"llama-3.1-8b", "qwen3-8b",   "qwen3-30b-a3b",  "deepseek-v3",
+          "tiny",         "tiny-qwen3", "tiny-qwen3-moe", "tiny-deepseek-v3"};
 }
 
 absl::StatusOr<ModelShape> FindShape(const std::string& name) {
@@ -257,6 +259,8 @@ absl::StatusOr<ModelShape> FindShape(const std::string& name) {
   if (name == "llama-3.1-8b") return llama;
   if (name == "qwen3-8b") return qwen3;
   if (name == "qwen3-30b-a3b") return qwen3_moe;
+  if (name == "deepseek-v3") return DeepseekV3Shape(name, /*tiny=*/false);
+  if (name == "tiny-deepseek-v3") return DeepseekV3Shape(name, /*tiny=*/true);
   if (name == "tiny") return tiny(llama);
   if (name == "tiny-qwen3") return tiny(qwen3);
   if (name == "tiny-qwen3-moe") {
@@ -305,7 +309,9 @@ std::string ConfigJson(const ModelShape& shape, DType dtype) {
     config["sliding_window"] = nullptr;
     config["max_window_layers"] = shape.num_layers;
   }
-  if (shape.num_experts > 0) {
+  if (shape.mla.enabled()) {
+    AddDeepseekConfig(shape, config);
+  } else if (shape.num_experts > 0) {
     config["num_experts"] = shape.num_experts;
     config["num_experts_per_tok"] = shape.num_experts_per_tok;
     config["moe_intermediate_size"] = shape.moe_intermediate_size;
@@ -330,13 +336,24 @@ std::string ConfigJson(const ModelShape& shape, DType dtype) {
 }
 
 std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape) {
+  return CheckpointTensors(shape, 0, shape.num_layers);
+}
+
+std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape, int first_layer,
+                                                int last_layer) {
   const int64_t hidden = shape.hidden_size;
   const int64_t q = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
   const int64_t kv = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
   const int64_t inter = shape.intermediate_size;
   std::vector<CheckpointTensor> specs;
-  specs.push_back({"model.embed_tokens.weight", {shape.vocab_size, hidden}, false});
-  for (int layer = 0; layer < shape.num_layers; ++layer) {
+  if (first_layer == 0) {
+    specs.push_back({"model.embed_tokens.weight", {shape.vocab_size, hidden}, false});
+  }
+  for (int layer = first_layer; layer < last_layer; ++layer) {
+    if (shape.mla.enabled()) {
+      AppendDeepseekLayerTensors(shape, layer, specs);
+      continue;
+    }
     const std::string prefix = fmt::format("model.layers.{}.", layer);
     specs.push_back({prefix + "input_layernorm.weight", {hidden}, true});
     specs.push_back({prefix + "self_attn.q_proj.weight", {q, hidden}, false});
@@ -363,6 +380,7 @@ std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape) {
     specs.push_back({prefix + "mlp.up_proj.weight", {inter, hidden}, false});
     specs.push_back({prefix + "mlp.down_proj.weight", {hidden, inter}, false});
   }
+  if (last_layer < shape.num_layers) return specs;
   specs.push_back({"model.norm.weight", {hidden}, true});
   if (!shape.tie_word_embeddings) {
     specs.push_back({"lm_head.weight", {shape.vocab_size, hidden}, false});
@@ -379,6 +397,13 @@ absl::StatusOr<RandomModelResult> WriteRandomModel(const RandomModelOptions& opt
     return absl::InvalidArgumentError(fmt::format("model shape '{}' is not valid", shape.name));
   }
   if (options.max_shard_bytes < 1) return absl::InvalidArgumentError("max_shard_bytes < 1");
+  const int last_layer = options.last_layer > 0 ? options.last_layer : shape.num_layers;
+  if (options.first_layer < 0 || options.first_layer >= last_layer ||
+      last_layer > shape.num_layers) {
+    return absl::InvalidArgumentError(
+        fmt::format("layers [{}, {}) are not a non-empty part of the {} layers of '{}'",
+                    options.first_layer, last_layer, shape.num_layers, shape.name));
+  }
   const fs::path dir(options.output_dir);
   std::error_code error;
   fs::create_directories(dir, error);
@@ -409,7 +434,8 @@ absl::StatusOr<RandomModelResult> WriteRandomModel(const RandomModelOptions& opt
 
   // Shards: consecutive tensors up to max_shard_bytes each (a larger tensor gets its own).
   const size_t element_size = DTypeSize(options.dtype);
-  const std::vector<CheckpointTensor> specs = CheckpointTensors(shape);
+  const std::vector<CheckpointTensor> specs =
+      CheckpointTensors(shape, options.first_layer, last_layer);
   std::vector<std::vector<const CheckpointTensor*>> shards(1);
   int64_t shard_bytes = 0;
   RandomModelResult result;

@@ -20,6 +20,26 @@
 
 namespace ringserve {
 
+// DeepSeek-V3's multi-head latent attention and MoE layout (kv_lora_rank > 0 switches it on;
+// bench/model/deepseek_random_shape.h writes its config keys and tensors).
+struct MlaShape {
+  int q_lora_rank = 0;  // 0: a plain q_proj
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  int first_k_dense_replace = 0;  // layers before it have a dense MLP, later ones are MoE
+  int n_shared_experts = 0;
+  int n_group = 1;
+  int topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  // YaRN (factor, original max); factor 0: plain RoPE.
+  double yarn_factor = 0;
+  int yarn_original_max_position_embeddings = 0;
+
+  bool enabled() const { return kv_lora_rank > 0; }
+};
+
 // The shape of a model: what config.json says.
 struct ModelShape {
   std::string name;          // "llama-3.1-8b", ...
@@ -48,12 +68,17 @@ struct ModelShape {
   int num_experts = 0;
   int num_experts_per_tok = 0;
   int moe_intermediate_size = 0;
+  // DeepSeek-V3 (mla.enabled()): head_dim is qk_rope_head_dim, num_kv_heads == num_heads, and
+  // the experts above sit on layers from mla.first_k_dense_replace on.
+  MlaShape mla;
 };
 
 // Known shapes: "llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b" (48 MoE layers of 128 experts,
-// top-8), "tiny" (Llama family, hidden 64, 2 layers, the Llama 3 tokenizer and its full
-// vocabulary, tied embeddings), "tiny-qwen3" (the same for Qwen3, with q/k norm) and
-// "tiny-qwen3-moe" (tiny-qwen3 with 8 experts of 32, top-2).
+// top-8), "deepseek-v3" (671 B: 61 layers, MLA, 3 dense layers then 256 experts top-8 and a
+// shared expert; no MTP layer), "tiny" (Llama family, hidden 64, 2 layers, the Llama 3
+// tokenizer and its full vocabulary, tied embeddings), "tiny-qwen3" (the same for Qwen3, with
+// q/k norm), "tiny-qwen3-moe" (tiny-qwen3 with 8 experts of 32, top-2) and "tiny-deepseek-v3"
+// (deepseek-v3's layout at hidden 64, 4 layers, 8 experts in 4 groups).
 std::vector<std::string> KnownShapeNames();
 // NotFound listing the known names for anything else.
 absl::StatusOr<ModelShape> FindShape(const std::string& name);
@@ -71,6 +96,11 @@ struct CheckpointTensor {
   int64_t NumElements() const;
 };
 std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape);
+// Only what a stage holding layers [first_layer, last_layer) reads: those layers, the embedding
+// when first_layer == 0, the final norm and lm_head when last_layer == shape.num_layers.
+// Precondition: 0 <= first_layer < last_layer <= shape.num_layers.
+std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape, int first_layer,
+                                                int last_layer);
 
 struct RandomModelOptions {
   std::string output_dir;  // created if missing; existing model files in it are replaced
@@ -82,6 +112,10 @@ struct RandomModelOptions {
   int num_threads = 0;                         // 0 = hardware concurrency
   // Where "<tokenizer>/tokenizer.json" and "tokenizer_config.json" are; empty = do not copy.
   std::string tokenizers_dir;
+  // Write only the tensors of layers [first_layer, last_layer) (CheckpointTensors' slice);
+  // config.json still describes all shape.num_layers layers. last_layer 0: every layer.
+  int first_layer = 0;
+  int last_layer = 0;
 };
 
 struct RandomModelResult {

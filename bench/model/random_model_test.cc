@@ -71,6 +71,8 @@ TEST(ModelShapeTest, RealShapesHaveTheRealParameterCounts) {
   EXPECT_NEAR(static_cast<double>(NumParams(*FindShape("qwen3-8b"))), 8.19e9, 0.01e9);
   // Qwen3-30B-A3B: 30.5 B parameters.
   EXPECT_NEAR(static_cast<double>(NumParams(*FindShape("qwen3-30b-a3b"))), 30.53e9, 0.01e9);
+  // DeepSeek-V3: 671 B parameters without its MTP layer.
+  EXPECT_NEAR(static_cast<double>(NumParams(*FindShape("deepseek-v3"))), 671.0e9, 0.1e9);
   EXPECT_EQ(FindShape("gpt-5").status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(FindShape("gpt-5").status().message()),
               ::testing::HasSubstr("llama-3.1-8b"));
@@ -90,10 +92,12 @@ TEST(ModelShapeTest, ConfigsParseWithTheModelCore) {
     EXPECT_EQ(config->qk_norm, shape.qk_norm);
     EXPECT_EQ(config->tie_word_embeddings, shape.tie_word_embeddings);
     EXPECT_EQ(config->eos_token_ids, shape.eos_token_ids);
-    EXPECT_EQ(config->rope.type,
-              shape.llama3_rope_scaling ? RopeType::kLlama3 : RopeType::kDefault);
+    EXPECT_EQ(config->rope.type, shape.llama3_rope_scaling ? RopeType::kLlama3
+                                 : shape.mla.enabled()     ? RopeType::kYarn
+                                                           : RopeType::kDefault);
     EXPECT_EQ(config->dtype, DType::kBF16);
     EXPECT_EQ(config->moe.router.num_experts, shape.num_experts);
+    EXPECT_EQ(config->mla.has_value(), shape.mla.enabled());
     // The checkpoint holds exactly the tensors the model core reads.
     std::vector<std::string> core, written;
     for (int layer = 0; layer < shape.num_layers; ++layer) {
@@ -226,6 +230,59 @@ TEST_F(RandomModelTest, ShardsWithAnIndexAndLayerOverride) {
   slice_options.layers = {1, 3};  // a middle-to-last slice of the sharded checkpoint
   auto slice = ModelSlice::LoadCpu(slice_options);
   ASSERT_TRUE(slice.ok()) << slice.status();
+}
+
+TEST(ModelShapeTest, DeepseekV3HoldsTheLatentCacheAndItsMoeLayout) {
+  auto config = ParseModelConfig(ConfigJson(*FindShape("deepseek-v3"), DType::kBF16), "dsv3");
+  ASSERT_TRUE(config.ok()) << config.status();
+  // 1,152 KV bytes per token and layer in bf16: the latent (512) and the rope key (64).
+  EXPECT_EQ(config->kv_values_per_token_layer() * 2, 1152);
+  EXPECT_FALSE(config->moe.IsMoeLayer(2));
+  EXPECT_TRUE(config->moe.IsMoeLayer(3));
+  EXPECT_EQ(config->moe.router.scoring, RouterScoring::kSigmoidGroupedTopK);
+  EXPECT_EQ(config->moe.shared_intermediate_size, 2048);
+}
+
+// A stage's slice of a DeepSeek-V3 checkpoint: only its layers' tensors are written, exactly the
+// ones the model core reads for that slice, and the CPU slice runs on them.
+TEST_F(RandomModelTest, DeepseekLayerSliceHoldsOnlyThatStagesTensorsAndRuns) {
+  RandomModelOptions options = Tiny("tiny-deepseek-v3");
+  options.tokenizers_dir.clear();
+  options.first_layer = 1;  // the dense layer 0 is another stage's; 1 and 2 are MoE
+  options.last_layer = 3;
+  auto result = WriteRandomModel(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  auto config = LoadModelConfig(dir_.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_layers, 4);
+  auto weights = SafetensorsModel::Open(dir_.string());
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  std::vector<std::string> core, written = (*weights)->TensorNames();
+  for (const TensorSpec& spec : SliceTensorSpecs(*config, {1, 3}, **weights)) {
+    core.push_back(spec.name);
+  }
+  std::sort(core.begin(), core.end());
+  std::sort(written.begin(), written.end());
+  EXPECT_EQ(core, written);
+  EXPECT_FALSE((*weights)->Contains("model.embed_tokens.weight"));
+  EXPECT_FALSE((*weights)->Contains("model.layers.0.mlp.gate_proj.weight"));
+
+  auto slice = ModelSlice::LoadCpu(
+      {.model_dir = dir_.string(), .layers = {1, 3}, .kv_block_size = 16, .kv_num_blocks = 4});
+  ASSERT_TRUE(slice.ok()) << slice.status();
+  MicroBatch batch;
+  batch.chunks.push_back(
+      SequenceChunk{.seq_id = 1, .start_position = 0, .num_tokens = 3, .block_table = {0}});
+  std::vector<float> hidden(3 * options.shape.hidden_size);
+  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = std::sin(0.37f * static_cast<float>(i));
+  auto out = (*slice)->Forward(batch, hidden);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), hidden.size());
+  for (float v : *out) ASSERT_TRUE(std::isfinite(v));
+  // A range past the model is refused by name.
+  options.last_layer = 5;
+  EXPECT_THAT(std::string(WriteRandomModel(options).status().message()),
+              ::testing::HasSubstr("layers [1, 5)"));
 }
 
 TEST_F(RandomModelTest, SameSeedSameBytesWhateverTheThreadCount) {

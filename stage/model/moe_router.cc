@@ -40,12 +40,30 @@ void RouteTokens(const RouterOptions& o, std::span<const float> logits,
         float sum = 0.0f;
         for (int x = 0; x < e; ++x) sum += score[x] = std::exp(row[x] - max_logit);
         for (int x = 0; x < e; ++x) score[x] /= sum;
-        TopK(score, k, order);
+        if (o.topk_group < o.n_group) {
+          // DeepSeek-V2's group_limited_greedy: a group scores its best expert; experts of
+          // dropped groups score 0 (transformers' mask), below every softmax probability.
+          choice = score;
+          const int per_group = e / o.n_group;
+          std::vector<float> group_score(o.n_group);
+          for (int g = 0; g < o.n_group; ++g) {
+            group_score[g] = *std::max_element(score.begin() + g * per_group,
+                                               score.begin() + (g + 1) * per_group);
+          }
+          TopK(group_score, o.topk_group, order);
+          std::vector<bool> kept(o.n_group, false);
+          for (int32_t g : order) kept[g] = true;
+          for (int x = 0; x < e; ++x) {
+            if (!kept[x / per_group]) choice[x] = 0.0f;
+          }
+          TopK(choice, k, order);
+        } else {
+          TopK(score, k, order);
+        }
         float top_sum = 0.0f;
         for (int j = 0; j < k; ++j) top_sum += w[j] = score[order[j]];
-        if (o.norm_topk_prob) {
-          for (int j = 0; j < k; ++j) w[j] /= top_sum;
-        }
+        const float denominator = o.norm_topk_prob ? top_sum : 1.0f;
+        for (int j = 0; j < k; ++j) w[j] = w[j] / denominator * o.routed_scaling_factor;
         break;
       }
       case RouterScoring::kTopKSoftmax: {

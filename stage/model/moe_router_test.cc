@@ -114,6 +114,32 @@ TEST(MoeRouterTest, GroupScoreIsTheSumOfTheTwoBestBiasedScores) {
   EXPECT_THAT(r.ids, ElementsAre(2));
 }
 
+TEST(MoeRouterTest, SoftmaxGroupLimitedScoresAGroupByItsBestExpertAndScalesTheWeights) {
+  // DeepSeek-V2's group_limited_greedy. Group 0 = {0,1}: one high, one very low; group 1 =
+  // {2,3}: two medium. The maximum decides (not a sum): group 0 wins with topk_group 1, so
+  // expert 1 is chosen although experts 2 and 3 have the larger probabilities.
+  const std::vector<float> logits = {3.0f, -6.0f, 1.0f, 1.0f};
+  float sum = 0;
+  for (float l : logits) sum += std::exp(l);
+  RouterOptions o{.scoring = RouterScoring::kSoftmaxTopK,
+                  .num_experts = 4,
+                  .top_k = 2,
+                  .n_group = 2,
+                  .topk_group = 1,
+                  .routed_scaling_factor = 1.5f};
+  Routed r = Route(o, logits);
+  EXPECT_THAT(r.ids, ElementsAre(0, 1));
+  // Weights are the unnormalized probabilities times routed_scaling_factor (V2 with
+  // norm_topk_prob false).
+  EXPECT_NEAR(r.weights[0], std::exp(3.0f) / sum * 1.5f, 1e-6);
+  EXPECT_NEAR(r.weights[1], std::exp(-6.0f) / sum * 1.5f, 1e-9);
+  // Greedy (every group kept) picks the two best probabilities.
+  o.topk_group = 2;
+  r = Route(o, logits);
+  EXPECT_THAT(r.ids, ElementsAre(0, 2));
+  EXPECT_NEAR(r.weights[1], std::exp(1.0f) / sum * 1.5f, 1e-6);
+}
+
 TEST(MoeRouterTest, InvalidOptionsNameTheField) {
   EXPECT_THAT(ValidateRouterOptions({.num_experts = 4, .top_k = 5}).message(),
               HasSubstr("num_experts_per_tok"));
@@ -127,6 +153,12 @@ TEST(MoeRouterTest, InvalidOptionsNameTheField) {
   o.topk_group = 1;
   o.top_k = 3;
   EXPECT_THAT(ValidateRouterOptions(o).message(), HasSubstr("num_experts_per_tok"));
+  // The softmax router's groups may hold one expert, but must divide the experts.
+  EXPECT_TRUE(
+      ValidateRouterOptions({.num_experts = 4, .top_k = 1, .n_group = 4, .topk_group = 2}).ok());
+  EXPECT_THAT(ValidateRouterOptions({.num_experts = 4, .top_k = 1, .n_group = 3, .topk_group = 2})
+                  .message(),
+              HasSubstr("n_group 3"));
 }
 
 }  // namespace

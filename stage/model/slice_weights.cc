@@ -11,19 +11,20 @@ std::vector<TensorSpec> MlaAttentionTensorSpecs(const ModelConfig& c, int layer)
   const int64_t heads = c.num_heads;
   std::vector<TensorSpec> specs;
   if (m.q_lora_rank > 0) {
-    specs.push_back({p + "q_a_proj.weight", {m.q_lora_rank, hidden}});
+    specs.push_back({p + "q_a_proj.weight", {m.q_lora_rank, hidden}, true});
     if (m.attention_bias) specs.push_back({p + "q_a_proj.bias", {m.q_lora_rank}});
     specs.push_back({p + "q_a_layernorm.weight", {m.q_lora_rank}});
-    specs.push_back({p + "q_b_proj.weight", {heads * m.qk_head_dim(), m.q_lora_rank}});
+    specs.push_back({p + "q_b_proj.weight", {heads * m.qk_head_dim(), m.q_lora_rank}, true});
   } else {
-    specs.push_back({p + "q_proj.weight", {heads * m.qk_head_dim(), hidden}});
+    specs.push_back({p + "q_proj.weight", {heads * m.qk_head_dim(), hidden}, true});
   }
-  specs.push_back({p + "kv_a_proj_with_mqa.weight", {m.latent_cache_dim(), hidden}});
+  specs.push_back({p + "kv_a_proj_with_mqa.weight", {m.latent_cache_dim(), hidden}, true});
   if (m.attention_bias) specs.push_back({p + "kv_a_proj_with_mqa.bias", {m.latent_cache_dim()}});
   specs.push_back({p + "kv_a_layernorm.weight", {m.kv_lora_rank}});
-  specs.push_back(
-      {p + "kv_b_proj.weight", {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}});
-  specs.push_back({p + "o_proj.weight", {hidden, heads * m.v_head_dim}});
+  specs.push_back({p + "kv_b_proj.weight",
+                   {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank},
+                   true});
+  specs.push_back({p + "o_proj.weight", {hidden, heads * m.v_head_dim}, true});
   if (m.attention_bias) specs.push_back({p + "o_proj.bias", {hidden}});
   return specs;
 }
@@ -34,11 +35,15 @@ std::vector<TensorSpec> LayerTensorSpecs(const ModelConfig& c, int layer) {
     std::vector<TensorSpec> specs = {{p + "input_layernorm.weight", {c.hidden_size}}};
     for (TensorSpec& spec : MlaAttentionTensorSpecs(c, layer)) specs.push_back(std::move(spec));
     specs.push_back({p + "post_attention_layernorm.weight", {c.hidden_size}});
+    if (c.moe.IsMoeLayer(layer)) {
+      for (TensorSpec& spec : MoeLayerTensorSpecs(c, layer).All()) specs.push_back(std::move(spec));
+      return specs;
+    }
     for (const char* name : {"gate_proj", "up_proj"}) {
       specs.push_back(
-          {fmt::format("{}mlp.{}.weight", p, name), {c.intermediate_size, c.hidden_size}});
+          {fmt::format("{}mlp.{}.weight", p, name), {c.intermediate_size, c.hidden_size}, true});
     }
-    specs.push_back({p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}});
+    specs.push_back({p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, true});
     return specs;
   }
   const int64_t hidden = c.hidden_size;

@@ -241,7 +241,9 @@ TEST_P(GoldenTest, GreedyContinuationThroughThreeSlices) {
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3", "qwen3_moe",
                                            "mixtral", "qwen2_moe", "glm4_moe", "gpt_oss",
-                                           "deepseek_v3", "deepseek_v3_nolora", "deepseek_v2"),
+                                           "deepseek_v3", "deepseek_v3_nolora", "deepseek_v2",
+                                           "deepseek_v3_moe", "deepseek_v2_moe",
+                                           "deepseek_v2_moe_group"),
                          [](const auto& info) { return info.param; });
 
 // Quantized checkpoints (tests/fixtures/models/quant, scripts/make_quant_fixtures.py): the slice
@@ -321,7 +323,9 @@ INSTANTIATE_TEST_SUITE_P(
         Perturbation{"glm4_moe", "model.layers.1.mlp.gate.e_score_correction_bias"},
         Perturbation{"gpt_oss", "model.layers.0.self_attn.sinks"},
         Perturbation{"deepseek_v3", "model.layers.1.self_attn.kv_b_proj.weight"},
-        Perturbation{"deepseek_v2", "model.layers.0.self_attn.kv_a_layernorm.weight"}),
+        Perturbation{"deepseek_v2", "model.layers.0.self_attn.kv_a_layernorm.weight"},
+        Perturbation{"deepseek_v3_moe", "model.layers.2.mlp.gate.e_score_correction_bias"},
+        Perturbation{"deepseek_v2_moe_group", "model.layers.1.mlp.shared_experts.up_proj.weight"}),
     [](const auto& info) { return info.param.arch; });
 
 }  // namespace

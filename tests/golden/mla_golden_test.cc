@@ -52,7 +52,9 @@ TEST_P(MlaFixtureTest, SoftmaxScaleAndRopeFactorMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MlaFixtureTest,
-                         ::testing::Values("deepseek_v3", "deepseek_v3_nolora", "deepseek_v2"),
+                         ::testing::Values("deepseek_v3", "deepseek_v3_nolora", "deepseek_v2",
+                                           "deepseek_v3_moe", "deepseek_v2_moe",
+                                           "deepseek_v2_moe_group"),
                          [](const auto& info) { return info.param; });
 
 class MtpTest : public ::testing::Test {
@@ -175,14 +177,29 @@ TEST(MtpLoadTest, OnlyTheLastSliceHoldsTheMtpLayer) {
   EXPECT_EQ((*plain)->mtp(), nullptr);
 }
 
-// The MoE fixtures (written with the dense ones) wait for the MoE layers: until then they are
-// refused by name, not run wrongly.
-TEST(MlaMoeFixtureTest, MoeFixturesAreRefusedNamingTheirMoeLayers) {
-  for (const char* arch : {"deepseek_v3_moe", "deepseek_v2_moe", "deepseek_v2_moe_group"}) {
-    auto config = LoadModelConfig(FixtureDir(arch));
-    ASSERT_FALSE(config.ok()) << arch;
-    EXPECT_THAT(std::string(config.status().message()),
-                HasSubstr("first_k_dense_replace 1 < num_hidden_layers 3"));
+// The MoE fixtures' layers from first_k_dense_replace on are MoE blocks with the family's
+// router (their logits are golden_test.cc's); a slice of the MoE layers alone loads only them.
+TEST(MlaMoeFixtureTest, LayersFromFirstKDenseReplaceAreMoeWithTheFamilysRouter) {
+  struct Case {
+    const char* arch;
+    RouterScoring scoring;
+    int n_group, topk_group;
+    float routed_scaling_factor;
+  };
+  for (const Case& c : {Case{"deepseek_v3_moe", RouterScoring::kSigmoidGroupedTopK, 4, 2, 2.5f},
+                        Case{"deepseek_v2_moe", RouterScoring::kSoftmaxTopK, 1, 1, 1.0f},
+                        Case{"deepseek_v2_moe_group", RouterScoring::kSoftmaxTopK, 4, 2, 1.5f}}) {
+    auto config = LoadModelConfig(FixtureDir(c.arch));
+    ASSERT_TRUE(config.ok()) << c.arch << ": " << config.status();
+    EXPECT_FALSE(config->moe.IsMoeLayer(0)) << c.arch;
+    EXPECT_TRUE(config->moe.IsMoeLayer(1)) << c.arch;
+    EXPECT_TRUE(config->moe.IsMoeLayer(2)) << c.arch;
+    EXPECT_EQ(config->moe.router.scoring, c.scoring) << c.arch;
+    EXPECT_EQ(config->moe.router.n_group, c.n_group) << c.arch;
+    EXPECT_EQ(config->moe.router.topk_group, c.topk_group) << c.arch;
+    EXPECT_FLOAT_EQ(config->moe.router.routed_scaling_factor, c.routed_scaling_factor) << c.arch;
+    auto slice = CpuModelSlice::Load({.model_dir = FixtureDir(c.arch), .layers = {1, 3}});
+    ASSERT_TRUE(slice.ok()) << c.arch << ": " << slice.status();
   }
 }
 

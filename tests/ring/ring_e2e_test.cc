@@ -113,6 +113,15 @@ INSTANTIATE_TEST_SUITE_P(
                       PartitionCase{"glm4_moe", {1, 2}}, PartitionCase{"gpt_oss", {1, 1}}),
     CaseName);
 
+// DeepSeek's MoE layers (first_k_dense_replace 1): the dense layer 0 and the MoE layers 1-2 on
+// 1-3 stages, V3's grouped sigmoid router and V2's softmax greedy / group-limited routing.
+INSTANTIATE_TEST_SUITE_P(DeepseekMoe, RingGoldenTest,
+                         ::testing::Values(PartitionCase{"deepseek_v3_moe", {3}},
+                                           PartitionCase{"deepseek_v3_moe", {1, 1, 1}},
+                                           PartitionCase{"deepseek_v2_moe", {1, 2}},
+                                           PartitionCase{"deepseek_v2_moe_group", {2, 1}}),
+                         CaseName);
+
 std::vector<int32_t> RandomPrompt(std::mt19937& rng, int length, int vocab) {
   std::uniform_int_distribution<int32_t> token(3, vocab - 1);
   std::vector<int32_t> prompt(length);
