@@ -1,0 +1,153 @@
+// Absorbed MLA decode (mla_decode.h) against an fp32 reference of the same formula on random
+// bf16 queries and latent caches, shuffled block tables and mixed context lengths (1 key, a
+// partial tile, several tiles and several splits, an empty entry), with a head count that leaves
+// the last 16-head tile partial. Tolerance (relative L2) 2e-2: probabilities are rounded to bf16
+// for the tensor-core P.V product.
+#include "kernels/cuda/mla_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/test_util.h"
+
+namespace ringserve::cuda {
+namespace {
+
+using testing::Download;
+using testing::DownloadBf16;
+using testing::Poison;
+using testing::RandomBf16Values;
+using testing::RelL2;
+using testing::Upload;
+using testing::UploadBf16;
+
+struct Case {
+  int num_heads = 20;
+  int block_size = 16;
+  std::vector<int32_t> context_lens;
+  int num_splits = 1;
+  int partition = 1024;
+};
+
+void RunCase(const Case& c, unsigned seed) {
+  std::mt19937 rng(seed);
+  const int entries = static_cast<int>(c.context_lens.size());
+  const int max_ctx = *std::max_element(c.context_lens.begin(), c.context_lens.end());
+  const int max_blocks = std::max(1, (max_ctx + c.block_size - 1) / c.block_size);
+  const int num_blocks = entries * max_blocks + 3;
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int32_t> tables(static_cast<size_t>(entries) * max_blocks);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = ids[i];
+  const int64_t block_stride = static_cast<int64_t>(c.block_size) * kMlaRowDim;
+  const std::vector<float> cache =
+      RandomBf16Values(rng, static_cast<size_t>(num_blocks) * block_stride);
+  const std::vector<float> q =
+      RandomBf16Values(rng, static_cast<size_t>(entries) * c.num_heads * kMlaRowDim, 0.5f);
+  const float scale = 0.11f;
+
+  // Reference: softmax(scale * q . row) over the entry's rows, times the rows' latents.
+  std::vector<float> want(static_cast<size_t>(entries) * c.num_heads * kMlaLatentDim, 0.0f);
+  for (int e = 0; e < entries; ++e) {
+    const int ctx = c.context_lens[e];
+    for (int h = 0; h < c.num_heads; ++h) {
+      const float* qh = q.data() + (static_cast<size_t>(e) * c.num_heads + h) * kMlaRowDim;
+      std::vector<double> s(ctx);
+      double mx = -1e300;
+      for (int t = 0; t < ctx; ++t) {
+        const float* row = cache.data() + tables[e * max_blocks + t / c.block_size] * block_stride +
+                           static_cast<int64_t>(t % c.block_size) * kMlaRowDim;
+        double dot = 0;
+        for (int d = 0; d < kMlaRowDim; ++d) dot += static_cast<double>(qh[d]) * row[d];
+        s[t] = dot * scale;
+        mx = std::max(mx, s[t]);
+      }
+      double sum = 0;
+      for (int t = 0; t < ctx; ++t) sum += s[t] = std::exp(s[t] - mx);
+      float* out = want.data() + (static_cast<size_t>(e) * c.num_heads + h) * kMlaLatentDim;
+      for (int t = 0; t < ctx; ++t) {
+        const float* row = cache.data() + tables[e * max_blocks + t / c.block_size] * block_stride +
+                           static_cast<int64_t>(t % c.block_size) * kMlaRowDim;
+        for (int d = 0; d < kMlaLatentDim; ++d) out[d] += static_cast<float>(s[t] / sum) * row[d];
+      }
+    }
+  }
+
+  DeviceBuffer d_cache = UploadBf16(cache), d_q = UploadBf16(q);
+  DeviceBuffer d_lens = Upload(c.context_lens), d_tables = Upload(tables);
+  DeviceBuffer d_out;
+  ASSERT_TRUE(d_out.Allocate(want.size() * 2).ok());
+  Poison(d_out);
+  DeviceBuffer d_ws;
+  const int64_t ws_floats = MlaDecodeWorkspaceFloats(entries, c.num_heads, c.num_splits);
+  if (ws_floats > 0) {
+    ASSERT_TRUE(d_ws.Allocate(ws_floats * sizeof(float)).ok());
+  }
+  const MlaCacheLayer layer{.data = static_cast<bf16*>(d_cache.get()),
+                            .block_stride = block_stride,
+                            .block_size = c.block_size};
+  const MlaDecodeBatch batch{.context_lens = static_cast<const int32_t*>(d_lens.get()),
+                             .block_tables = static_cast<const int32_t*>(d_tables.get()),
+                             .max_blocks = max_blocks,
+                             .num_entries = entries,
+                             .num_splits = c.num_splits,
+                             .partition = c.partition,
+                             .workspace = static_cast<float*>(d_ws.get())};
+  RS_ASSERT_OK(LaunchMlaDecode(c.num_heads, scale, layer, static_cast<const bf16*>(d_q.get()),
+                               static_cast<bf16*>(d_out.get()), batch, nullptr));
+  const std::vector<float> got = DownloadBf16(d_out, want.size());
+  for (int e = 0; e < entries; ++e) {
+    if (c.context_lens[e] == 0) continue;  // nothing written
+    const size_t n = static_cast<size_t>(c.num_heads) * kMlaLatentDim;
+    const std::vector<float> g(got.begin() + e * n, got.begin() + (e + 1) * n);
+    const std::vector<float> w(want.begin() + e * n, want.begin() + (e + 1) * n);
+    EXPECT_LT(RelL2(g, w), 2e-2) << "entry " << e << " context " << c.context_lens[e] << " splits "
+                                 << c.num_splits;
+  }
+}
+
+TEST(MlaDecodeTest, OneSplitMatchesTheReference) {
+  RS_SKIP_WITHOUT_GPU();
+  RunCase({.num_heads = 20, .block_size = 16, .context_lens = {1, 33, 300, 0, 64}}, 1);
+}
+
+TEST(MlaDecodeTest, SplitsMergeToTheReference) {
+  RS_SKIP_WITHOUT_GPU();
+  RunCase({.num_heads = 20,
+           .block_size = 16,
+           .context_lens = {300, 33, 1, 0, 257},
+           .num_splits = 3,
+           .partition = 128},
+          2);
+}
+
+TEST(MlaDecodeTest, DeepseekV3HeadsWithBlocksOf64) {
+  RS_SKIP_WITHOUT_GPU();
+  RunCase({.num_heads = 128,
+           .block_size = 64,
+           .context_lens = {700, 5},
+           .num_splits = 2,
+           .partition = 352},
+          3);
+}
+
+TEST(MlaDecodeTest, SplitPlanCoversTheContextAndRefusesBadPartitions) {
+  const MlaSplitPlan one = PlanMlaDecodeSplits(1, 128, 32768, 132);
+  EXPECT_GT(one.num_splits, 1);
+  EXPECT_GE(one.num_splits * one.partition, 32768);
+  EXPECT_EQ(one.partition % 32, 0);
+  const MlaSplitPlan many = PlanMlaDecodeSplits(32, 128, 32768, 132);
+  EXPECT_GE(many.num_splits * many.partition, 32768);
+  const MlaSplitPlan tiny = PlanMlaDecodeSplits(1, 128, 10, 132);
+  EXPECT_EQ(tiny.num_splits, 1);
+  RS_SKIP_WITHOUT_GPU();
+  const MlaDecodeBatch bad{.num_entries = 1, .partition = 48};
+  EXPECT_FALSE(LaunchMlaDecode(16, 1.0f, {.block_size = 16}, nullptr, nullptr, bad, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace ringserve::cuda
