@@ -32,13 +32,13 @@ absl::StatusOr<std::unique_ptr<CpuMtpLayer>> CpuMtpLayer::Load(const ModelConfig
     return absl::NotFoundError(
         fmt::format("the checkpoint has no MTP layer ({}eh_proj.weight)", p));
   }
-  if (layer >= config.mla->first_k_dense_replace) {
-    return absl::UnimplementedError(fmt::format(
-        "MTP layer {} has a MoE block (first_k_dense_replace {}): MoE is not implemented yet",
-        layer, config.mla->first_k_dense_replace));
-  }
   std::unique_ptr<CpuMtpLayer> mtp(new CpuMtpLayer());
   mtp->config_ = config;
+  // The MTP block follows the decoder layers' rule: MoE from first_k_dense_replace on.
+  if (config.moe.enabled() && layer >= config.mla->first_k_dense_replace) {
+    mtp->config_.moe.layers.resize(layer + 1, false);
+    mtp->config_.moe.layers[layer] = true;
+  }
   mtp->layer_ = layer;
   mtp->kv_block_size_ = kv_block_size;
   mtp->kv_num_blocks_ = kv_num_blocks;
@@ -80,8 +80,14 @@ absl::StatusOr<std::unique_ptr<CpuMtpLayer>> CpuMtpLayer::Load(const ModelConfig
       {"mlp.up_proj.weight", &mtp->up_w_},
       {"mlp.down_proj.weight", &mtp->down_w_},
   };
-  for (const TensorSpec& spec : LayerTensorSpecs(config, layer)) {
-    RS_RETURN_IF_ERROR(read(*fields.at(spec.name.substr(p.size())), spec.name, spec.shape));
+  for (const TensorSpec& spec : LayerTensorSpecs(mtp->config_, layer)) {
+    auto field = fields.find(spec.name.substr(p.size()));
+    if (field == fields.end()) continue;  // a MoE block's tensor, read below
+    RS_RETURN_IF_ERROR(read(*field->second, spec.name, spec.shape));
+  }
+  if (mtp->config_.moe.IsMoeLayer(layer)) {
+    RS_ASSIGN_OR_RETURN(CpuMoeLayer moe, LoadCpuMoeLayer(mtp->config_, layer, weights));
+    mtp->moe_ = std::make_unique<CpuMoeLayer>(std::move(moe));
   }
   mtp->kv_ = std::make_unique<LatentKvCache>(LatentKvCache::Options{
       .num_layers = 1,
@@ -127,7 +133,7 @@ absl::StatusOr<std::vector<float>> CpuMtpLayer::Forward(const MicroBatch& batch,
   std::vector<float> x(tokens * hidden), h(tokens * hidden), attn(tokens * hidden);
   cpu::MatMul(both.data(), eh_proj_.data(), nullptr, tokens, 2 * hidden, hidden, x.data());
 
-  // The decoder block (dense MLP).
+  // The decoder block.
   cpu::RmsNorm(x.data(), input_norm_.data(), tokens, hidden, c.rms_norm_eps, h.data());
   MlaAttention({.config = &c,
                 .weights = &attention_,
@@ -139,6 +145,12 @@ absl::StatusOr<std::vector<float>> CpuMtpLayer::Forward(const MicroBatch& batch,
                h.data(), attn.data());
   cpu::Add(x.data(), attn.data(), tokens * hidden);
   cpu::RmsNorm(x.data(), post_norm_.data(), tokens, hidden, c.rms_norm_eps, h.data());
+  if (moe_ != nullptr) {
+    CpuMoeForward(c.moe, c.hidden_size, *moe_, h.data(), tokens, attn.data());
+    cpu::Add(x.data(), attn.data(), tokens * hidden);
+    return cpu::NormAndProjectRows(x.data(), batch.LogitRows(), head_norm_.data(), head_.data(),
+                                   hidden, c.vocab_size, c.rms_norm_eps);
+  }
   const int64_t inter = c.intermediate_size;
   std::vector<float> gate(tokens * inter), up(tokens * inter);
   cpu::MatMul(h.data(), gate_w_.data(), nullptr, tokens, hidden, inter, gate.data());

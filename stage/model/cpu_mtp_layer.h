@@ -5,7 +5,8 @@
 // trained with (as vLLM and SGLang apply it):
 //   h'_i   = eh_proj([enorm(Emb(t_{i+1})); hnorm(h_i)])     eh_proj: [hidden, 2 * hidden]
 //   o_i    = the MTP decoder block (MLA attention over its own latent cache, causal, at
-//            position i; then its MLP) applied to h'
+//            position i; then its MLP, a MoE block like the main model's from
+//            first_k_dense_replace on, as in DeepSeek-V3) applied to h'
 //   logits = shared_head.head(shared_head.norm(o_i))          predicts t_{i+2}
 // h_i is the main model's final hidden state at position i after model.norm (what lm_head
 // reads). Emb and the head are the layer's own copies (embed_tokens, shared_head.head), else
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "ring/model_config.h"
 #include "stage/model/cpu_mla_attention.h"
+#include "stage/model/cpu_moe.h"
 #include "stage/model/latent_kv_cache.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/quant/quant_config.h"
@@ -30,8 +32,9 @@ class CpuMtpLayer {
  public:
   // Loads the first MTP layer of `weights` (dequantized per `quant`, as the slice's layers).
   // NotFound when the checkpoint has none;
-  // InvalidArgument when config has no MLA or num_nextn_predict_layers is 0; Unimplemented when
-  // its block is MoE (index >= first_k_dense_replace), as it is in DeepSeek-V3 itself.
+  // InvalidArgument when config has no MLA or num_nextn_predict_layers is 0. Its block is MoE
+  // (the model's router and experts layout) when its index is >= first_k_dense_replace and the
+  // model has MoE layers, as in DeepSeek-V3 itself; dense otherwise.
   // The layer has its own latent KV cache of kv_num_blocks blocks of kv_block_size positions;
   // block ids are the sequences' ids of the main model.
   static absl::StatusOr<std::unique_ptr<CpuMtpLayer>> Load(const ModelConfig& config,
@@ -61,6 +64,7 @@ class CpuMtpLayer {
   std::vector<float> embedding_, enorm_, hnorm_, eh_proj_, head_norm_, head_;
   std::vector<float> input_norm_, post_norm_, gate_w_, up_w_, down_w_;
   MlaWeights attention_;
+  std::unique_ptr<CpuMoeLayer> moe_;  // a MoE block (then gate_w_/up_w_/down_w_ are empty)
   std::unique_ptr<LatentKvCache> kv_;
 };
 

@@ -4,16 +4,19 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <sstream>
 
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
 #include "ring/model_config.h"
 #include "stage/model/cpu_model_slice.h"
 #include "stage/model/cpu_mtp_layer.h"
 #include "stage/model/safetensors.h"
+#include "stage/model/testing/safetensors_writer.h"
 #include "tests/golden/golden_fixture.h"
 
 namespace ringserve::golden {
@@ -201,6 +204,95 @@ TEST(MlaMoeFixtureTest, LayersFromFirstKDenseReplaceAreMoeWithTheFamilysRouter) 
     auto slice = CpuModelSlice::Load({.model_dir = FixtureDir(c.arch), .layers = {1, 3}});
     ASSERT_TRUE(slice.ok()) << c.arch << ": " << slice.status();
   }
+}
+
+// DeepSeek-V3's own MTP layer has a MoE block. A copy of deepseek_v3_moe gets an MTP layer 3
+// whose decoder block is a copy of the MoE layer 2 and whose head norm is model.norm: its
+// logits must equal the published formula run with that layer, i.e. the last slice [2, 3)
+// applied to h' = eh_proj([enorm(Emb(t)); hnorm(h)]).
+TEST(MtpLoadTest, AMoeMtpBlockRunsTheModelsRouterAndExperts) {
+  const std::string src = FixtureDir("deepseek_v3_moe");
+  testing::TempDir tmp;
+  ASSERT_TRUE(testing::CopyFile(src + "/config.json", tmp.path() + "/config.json").ok());
+  auto source = SafetensorsModel::Open(src);
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto config = LoadModelConfig(src);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const int64_t hidden = config->hidden_size;
+  std::vector<testing::TensorToWrite> tensors;
+  std::vector<float> model_norm;
+  for (const std::string& name : (*source)->TensorNames()) {
+    auto view = (*source)->GetAnyShape(name);
+    ASSERT_TRUE(view.ok()) << view.status();
+    const std::vector<int64_t> shape = view->info->shape;
+    auto values = (*source)->ReadFloat(name, shape);
+    ASSERT_TRUE(values.ok()) << values.status();
+    if (name == "model.norm.weight") model_norm = *values;
+    tensors.push_back({.name = name, .shape = shape, .values = *values});
+    const std::string layer2 = "model.layers.2.";
+    if (name.starts_with(layer2)) {
+      tensors.push_back({.name = "model.layers.3." + name.substr(layer2.size()),
+                         .shape = shape,
+                         .values = *values});
+    }
+  }
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  auto random = [&](int64_t n, float offset) {
+    std::vector<float> v(n);
+    for (float& x : v) x = offset + normal(rng);
+    return v;
+  };
+  const std::vector<float> enorm = random(hidden, 1.0f), hnorm = random(hidden, 1.0f);
+  const std::vector<float> eh_proj = random(hidden * 2 * hidden, 0.0f);
+  tensors.push_back({.name = "model.layers.3.enorm.weight", .shape = {hidden}, .values = enorm});
+  tensors.push_back({.name = "model.layers.3.hnorm.weight", .shape = {hidden}, .values = hnorm});
+  tensors.push_back(
+      {.name = "model.layers.3.eh_proj.weight", .shape = {hidden, 2 * hidden}, .values = eh_proj});
+  tensors.push_back(
+      {.name = "model.layers.3.shared_head.norm.weight", .shape = {hidden}, .values = model_norm});
+  ASSERT_TRUE(
+      testing::WriteFile(tmp.path() + "/model.safetensors", testing::SafetensorsBytes(tensors))
+          .ok());
+
+  auto last = CpuModelSlice::Load({.model_dir = tmp.path(), .layers = {2, 3}});
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_NE((*last)->mtp(), nullptr) << "the MoE MTP layer was not loaded";
+  auto weights = SafetensorsModel::Open(tmp.path());
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  auto mtp = CpuMtpLayer::Load(*config, **weights, quant::QuantConfig{}, 4, 16);
+  ASSERT_TRUE(mtp.ok()) << mtp.status();
+
+  const std::vector<int32_t> next_tokens = {7, 42, 3, 99, 15, 64};
+  const int64_t n = static_cast<int64_t>(next_tokens.size());
+  const std::vector<float> main_hidden = random(n * hidden, 0.0f);
+  MicroBatch batch;
+  batch.chunks.push_back({.seq_id = 1,
+                          .start_position = 0,
+                          .num_tokens = static_cast<int32_t>(n),
+                          .block_table = {3, 0},
+                          .logits = LogitsMode::kAllTokens});
+  batch.token_ids = next_tokens;
+  auto got = (*mtp)->Forward(batch, main_hidden);
+  ASSERT_TRUE(got.ok()) << got.status();
+
+  // The formula: h' from the embedding and h, then layer 2 (a MoE layer), model.norm, lm_head.
+  auto embedding = (*weights)->ReadFloat("model.embed_tokens.weight",
+                                         std::vector<int64_t>{config->vocab_size, hidden});
+  ASSERT_TRUE(embedding.ok()) << embedding.status();
+  std::vector<float> both(n * 2 * hidden), emb(n * hidden), h_prime(n * hidden);
+  cpu::Embed(embedding->data(), hidden, next_tokens.data(), n, emb.data());
+  for (int64_t t = 0; t < n; ++t) {
+    cpu::RmsNorm(emb.data() + t * hidden, enorm.data(), 1, hidden, config->rms_norm_eps,
+                 both.data() + t * 2 * hidden);
+    cpu::RmsNorm(main_hidden.data() + t * hidden, hnorm.data(), 1, hidden, config->rms_norm_eps,
+                 both.data() + t * 2 * hidden + hidden);
+  }
+  cpu::MatMul(both.data(), eh_proj.data(), nullptr, n, 2 * hidden, hidden, h_prime.data());
+  auto want = (*last)->Forward(batch, h_prime);
+  ASSERT_TRUE(want.ok()) << want.status();
+  const Diff d = Compare(*got, *want);
+  EXPECT_TRUE(WithinTolerance(d)) << "max|diff| " << d.max_abs_diff << " vs " << d.max_abs_ref;
 }
 
 }  // namespace
