@@ -7,17 +7,44 @@
 #include "fmt/format.h"
 
 namespace ringserve {
+namespace {
+
+// DeepSeek's multi-head latent attention: q (low-rank or not), kv_a with the rope key, the
+// norms, kv_b and o_proj, as slice_weights' MlaAttentionTensorSpecs lists them.
+int64_t MlaAttentionParameterCount(const ModelConfig& c) {
+  const MlaConfig& m = *c.mla;
+  const int64_t hidden = c.hidden_size;
+  const int64_t heads = c.num_heads;
+  int64_t n = 0;
+  if (m.q_lora_rank > 0) {
+    n += int64_t{m.q_lora_rank} * (hidden + 1) + heads * m.qk_head_dim() * m.q_lora_rank;
+    if (m.attention_bias) n += m.q_lora_rank;
+  } else {
+    n += heads * m.qk_head_dim() * hidden;
+  }
+  n += int64_t{m.latent_cache_dim()} * hidden + m.kv_lora_rank;
+  n += heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank;
+  n += hidden * heads * m.v_head_dim;
+  if (m.attention_bias) n += m.latent_cache_dim() + hidden;
+  return n;
+}
+
+}  // namespace
 
 int64_t LayerParameterCount(const ModelConfig& c, int layer) {
   const int64_t hidden = c.hidden_size;
   const int64_t q = c.q_size();
   const int64_t kv = c.kv_size();
-  int64_t n = 2 * hidden;                   // input and post-attention norms
-  n += (q + 2 * kv) * hidden + hidden * q;  // q/k/v/o projections
-  if (c.qkv_bias) n += q + 2 * kv;
-  if (c.o_bias) n += hidden;
-  if (c.qk_norm) n += 2 * int64_t{c.head_dim};
-  if (c.attention_sinks) n += c.num_heads;
+  int64_t n = 2 * hidden;  // input and post-attention norms
+  if (c.mla) {
+    n += MlaAttentionParameterCount(c);
+  } else {
+    n += (q + 2 * kv) * hidden + hidden * q;  // q/k/v/o projections
+    if (c.qkv_bias) n += q + 2 * kv;
+    if (c.o_bias) n += hidden;
+    if (c.qk_norm) n += 2 * int64_t{c.head_dim};
+    if (c.attention_sinks) n += c.num_heads;
+  }
   const MoeConfig& m = c.moe;
   if (!m.IsMoeLayer(layer)) return n + 3 * hidden * c.intermediate_size;
   const int64_t experts = m.router.num_experts;

@@ -70,7 +70,7 @@ struct ModelShape {
   int moe_intermediate_size = 0;
   // DeepSeek-V3 (mla.enabled()): head_dim is qk_rope_head_dim, num_kv_heads == num_heads, and
   // the experts above sit on layers from mla.first_k_dense_replace on.
-  MlaShape mla;
+  MlaShape mla = {};
 };
 
 // Known shapes: "llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b" (48 MoE layers of 128 experts,

@@ -27,7 +27,7 @@ using testing::UploadBf16;
 struct Case {
   int num_heads = 20;
   int block_size = 16;
-  std::vector<int32_t> context_lens;
+  std::vector<int32_t> context_lens = {};
   int num_splits = 1;
   int partition = 1024;
 };

@@ -122,9 +122,10 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
         .rope_dim = config.mla->qk_rope_head_dim,
     });
     kv_bytes = slice->latent_kv_->bytes();
-    kv_per_token = fmt::format("{} bytes per token and layer (fp32 latent {} + rope key {})",
-                               slice->latent_kv_->bytes_per_token_layer(), config.mla->kv_lora_rank,
-                               config.mla->qk_rope_head_dim);
+    kv_per_token =
+        fmt::format("{} bytes per token and layer (fp32 latent {} + rope key {}; {} in bf16)",
+                    slice->latent_kv_->bytes_per_token_layer(), config.mla->kv_lora_rank,
+                    config.mla->qk_rope_head_dim, config.kv_values_per_token_layer() * 2);
   } else {
     slice->kv_ = std::make_unique<PagedKvCache>(PagedKvCache::Options{
         .num_layers = layers.size(),

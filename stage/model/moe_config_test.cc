@@ -162,12 +162,29 @@ TEST(MoeConfigTest, LayerWeightBytesCountEveryExpert) {
   EXPECT_NEAR(LayerWeightBytes(c, 1, 2) / 1e9, 1.246, 0.001);  // bf16 GB of one MoE layer
 }
 
+// DeepSeek-V3: a MoE layer (256 experts of 3 x 7168 x 2048, a shared one, the router and its
+// correction bias, latent attention) holds 23.0 GB in bf16; a dense layer 1.17 GB.
+TEST(MoeConfigTest, DeepseekV3LayerWeightBytes) {
+  ModelConfig c = Parse(Json::parse(R"({
+    "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+    "num_key_value_heads": 128, "vocab_size": 129280, "max_position_embeddings": 163840,
+    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "v_head_dim": 128, "n_routed_experts": 256, "num_experts_per_tok": 8, "n_group": 8,
+    "topk_group": 4, "n_shared_experts": 1, "routed_scaling_factor": 2.5,
+    "first_k_dense_replace": 3, "rope_theta": 10000})"));
+  EXPECT_EQ(LayerWeightBytes(c, 3, 2), 23014572544);
+  EXPECT_EQ(LayerWeightBytes(c, 2, 2), 1166966784);
+}
+
 // The coordinator's parameter count (ring/, from the config alone) and the checkpoint tensors a
 // stage reads (slice_weights) agree on every layer of every fixture, dense and MoE.
 TEST(MoeConfigTest, LayerParameterCountMatchesTheTensorsAStageReads) {
   const char* source = std::getenv("RINGSERVE_SOURCE_DIR");
-  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral",
-                           "qwen2_moe", "glm4_moe", "gpt_oss"}) {
+  for (const char* arch :
+       {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe", "glm4_moe",
+        "gpt_oss", "deepseek_v3", "deepseek_v3_nolora", "deepseek_v2", "deepseek_v3_moe",
+        "deepseek_v2_moe", "deepseek_v2_moe_group"}) {
     SCOPED_TRACE(arch);
     auto config =
         LoadModelConfig(std::string(source ? source : ".") + "/tests/fixtures/models/" + arch);
