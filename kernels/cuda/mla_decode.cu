@@ -57,7 +57,9 @@ __global__ void __launch_bounds__(kThreads, 2) MlaDecodeKernel(Args a) {
   const int k_begin = split * a.batch.partition;
   if (k_begin >= ctx) return;
   const int k_end = min(ctx, k_begin + a.batch.partition);
-  const int32_t* table = a.batch.block_tables + static_cast<int64_t>(e) * a.batch.max_blocks;
+  const int table_row = a.batch.table_rows != nullptr ? a.batch.table_rows[e] : e;
+  const int32_t* table =
+      a.batch.block_tables + static_cast<int64_t>(table_row) * a.batch.max_blocks;
   const MlaCacheLayer c = a.cache;
   const int head0 = tile * kHeads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

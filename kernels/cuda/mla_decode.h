@@ -35,12 +35,15 @@ struct MlaCacheLayer {
 };
 
 // Entries, device memory. Entry e attends query q[e] ([num_entries, num_heads, kMlaRowDim] bf16)
-// to cache positions [0, context_lens[e]) through block_tables row e ([num_entries, max_blocks]
-// int32) and writes out[e] ([num_entries, num_heads, kMlaLatentDim] bf16, normalized).
+// to cache positions [0, context_lens[e]) through block_tables row table_rows[e] (row e when
+// table_rows is null; [*, max_blocks] int32) and writes out[e] ([num_entries, num_heads,
+// kMlaLatentDim] bf16, normalized). A prefill chunk over the compressed cache is one entry per
+// query token: the sequence's table row for each, context_lens = position + 1 (causal).
 // context_lens[e] <= num_splits * partition is the caller's contract; 0 writes nothing.
 // `workspace` holds MlaDecodeWorkspaceFloats(...) floats when num_splits > 1.
 struct MlaDecodeBatch {
   const int32_t* context_lens = nullptr;
+  const int32_t* table_rows = nullptr;
   const int32_t* block_tables = nullptr;
   int max_blocks = 0;
   int num_entries = 0;

@@ -30,6 +30,8 @@ struct Case {
   std::vector<int32_t> context_lens = {};
   int num_splits = 1;
   int partition = 1024;
+  // Block table row of each entry (empty: entry e uses row e); rows = the largest + 1.
+  std::vector<int32_t> table_rows = {};
 };
 
 void RunCase(const Case& c, unsigned seed) {
@@ -37,11 +39,15 @@ void RunCase(const Case& c, unsigned seed) {
   const int entries = static_cast<int>(c.context_lens.size());
   const int max_ctx = *std::max_element(c.context_lens.begin(), c.context_lens.end());
   const int max_blocks = std::max(1, (max_ctx + c.block_size - 1) / c.block_size);
-  const int num_blocks = entries * max_blocks + 3;
+  std::vector<int32_t> row_of(entries);
+  std::iota(row_of.begin(), row_of.end(), 0);
+  if (!c.table_rows.empty()) row_of = c.table_rows;
+  const int rows = *std::max_element(row_of.begin(), row_of.end()) + 1;
+  const int num_blocks = rows * max_blocks + 3;
   std::vector<int32_t> ids(num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
-  std::vector<int32_t> tables(static_cast<size_t>(entries) * max_blocks);
+  std::vector<int32_t> tables(static_cast<size_t>(rows) * max_blocks);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = ids[i];
   const int64_t block_stride = static_cast<int64_t>(c.block_size) * kMlaRowDim;
   const std::vector<float> cache =
@@ -59,7 +65,8 @@ void RunCase(const Case& c, unsigned seed) {
       std::vector<double> s(ctx);
       double mx = -1e300;
       for (int t = 0; t < ctx; ++t) {
-        const float* row = cache.data() + tables[e * max_blocks + t / c.block_size] * block_stride +
+        const float* row = cache.data() +
+                           tables[row_of[e] * max_blocks + t / c.block_size] * block_stride +
                            static_cast<int64_t>(t % c.block_size) * kMlaRowDim;
         double dot = 0;
         for (int d = 0; d < kMlaRowDim; ++d) dot += static_cast<double>(qh[d]) * row[d];
@@ -70,7 +77,8 @@ void RunCase(const Case& c, unsigned seed) {
       for (int t = 0; t < ctx; ++t) sum += s[t] = std::exp(s[t] - mx);
       float* out = want.data() + (static_cast<size_t>(e) * c.num_heads + h) * kMlaLatentDim;
       for (int t = 0; t < ctx; ++t) {
-        const float* row = cache.data() + tables[e * max_blocks + t / c.block_size] * block_stride +
+        const float* row = cache.data() +
+                           tables[row_of[e] * max_blocks + t / c.block_size] * block_stride +
                            static_cast<int64_t>(t % c.block_size) * kMlaRowDim;
         for (int d = 0; d < kMlaLatentDim; ++d) out[d] += static_cast<float>(s[t] / sum) * row[d];
       }
@@ -78,7 +86,7 @@ void RunCase(const Case& c, unsigned seed) {
   }
 
   DeviceBuffer d_cache = UploadBf16(cache), d_q = UploadBf16(q);
-  DeviceBuffer d_lens = Upload(c.context_lens), d_tables = Upload(tables);
+  DeviceBuffer d_lens = Upload(c.context_lens), d_tables = Upload(tables), d_rows = Upload(row_of);
   DeviceBuffer d_out;
   ASSERT_TRUE(d_out.Allocate(want.size() * 2).ok());
   Poison(d_out);
@@ -90,13 +98,15 @@ void RunCase(const Case& c, unsigned seed) {
   const MlaCacheLayer layer{.data = static_cast<bf16*>(d_cache.get()),
                             .block_stride = block_stride,
                             .block_size = c.block_size};
-  const MlaDecodeBatch batch{.context_lens = static_cast<const int32_t*>(d_lens.get()),
-                             .block_tables = static_cast<const int32_t*>(d_tables.get()),
-                             .max_blocks = max_blocks,
-                             .num_entries = entries,
-                             .num_splits = c.num_splits,
-                             .partition = c.partition,
-                             .workspace = static_cast<float*>(d_ws.get())};
+  const MlaDecodeBatch batch{
+      .context_lens = static_cast<const int32_t*>(d_lens.get()),
+      .table_rows = c.table_rows.empty() ? nullptr : static_cast<const int32_t*>(d_rows.get()),
+      .block_tables = static_cast<const int32_t*>(d_tables.get()),
+      .max_blocks = max_blocks,
+      .num_entries = entries,
+      .num_splits = c.num_splits,
+      .partition = c.partition,
+      .workspace = static_cast<float*>(d_ws.get())};
   RS_ASSERT_OK(LaunchMlaDecode(c.num_heads, scale, layer, static_cast<const bf16*>(d_q.get()),
                                static_cast<bf16*>(d_out.get()), batch, nullptr));
   const std::vector<float> got = DownloadBf16(d_out, want.size());
@@ -133,6 +143,20 @@ TEST(MlaDecodeTest, DeepseekV3HeadsWithBlocksOf64) {
            .num_splits = 2,
            .partition = 352},
           3);
+}
+
+// A prefill chunk over the compressed cache: one entry per query token of one sequence at
+// positions 40..46 (causal contexts 41..47), all through the sequence's table row 1, beside a
+// decode entry of another sequence (row 0).
+TEST(MlaDecodeTest, PrefillChunkAsOneEntryPerQueryToken) {
+  RS_SKIP_WITHOUT_GPU();
+  RunCase({.num_heads = 16,
+           .block_size = 16,
+           .context_lens = {41, 42, 43, 44, 45, 46, 47, 90},
+           .num_splits = 2,
+           .partition = 64,
+           .table_rows = {1, 1, 1, 1, 1, 1, 1, 0}},
+          4);
 }
 
 TEST(MlaDecodeTest, SplitPlanCoversTheContextAndRefusesBadPartitions) {
