@@ -138,7 +138,32 @@ __global__ void __launch_bounds__(256) UpProjectValueKernel(MlaUpProjectValueArg
   }
 }
 
+// One CTA (256 threads) per row.
+__global__ void __launch_bounds__(256)
+    RmsNormKernel(const bf16* x, const bf16* bias, const bf16* w, bf16* out, int dim) {
+  __shared__ float scratch[32];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  float sq = 0.0f;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+    const float v = __bfloat162float(x[base + c]) + (bias ? __bfloat162float(bias[c]) : 0.0f);
+    sq += v * v;
+  }
+  const float inv = rsqrtf(BlockSum(sq, scratch) / dim + kLatentNormEps);
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+    const float v = __bfloat162float(x[base + c]) + (bias ? __bfloat162float(bias[c]) : 0.0f);
+    out[base + c] = __float2bfloat16(v * inv * __bfloat162float(w[c]));
+  }
+}
+
 }  // namespace
+
+absl::Status LaunchMlaRmsNorm(const bf16* x, const bf16* bias, const bf16* w, bf16* out, int rows,
+                              int dim, cudaStream_t stream) {
+  if (rows == 0) return absl::OkStatus();
+  if (dim < 1 || w == nullptr) return absl::InvalidArgumentError("LaunchMlaRmsNorm: bad shape");
+  RmsNormKernel<<<rows, 256, 0, stream>>>(x, bias, w, out, dim);
+  return LaunchStatus("RmsNormKernel");
+}
 
 absl::Status LaunchMlaStoreLatent(const MlaStoreLatentArgs& args, cudaStream_t stream) {
   if (args.num_tokens == 0) return absl::OkStatus();

@@ -61,4 +61,9 @@ struct MlaUpProjectValueArgs {
 };
 absl::Status LaunchMlaUpProjectValue(const MlaUpProjectValueArgs& args, cudaStream_t stream);
 
+// out[r] = rms(x[r] + bias) * w over `dim` values per row (q_a_layernorm; eps 1e-6 as
+// transformers builds it). x, out: [rows, dim] bf16 (may alias); bias: [dim] or nullptr.
+absl::Status LaunchMlaRmsNorm(const bf16* x, const bf16* bias, const bf16* w, bf16* out, int rows,
+                              int dim, cudaStream_t stream);
+
 }  // namespace ringserve::cuda
