@@ -16,6 +16,9 @@ attention, seeds searched for greedy margins; golden.json + golden.bin), for:
   deepseek_v3_moe_nolora  4 layers (rings of 1-4 stages), plain q_proj, attention_bias, YaRN
                       with a 40-token prompt, layers 1-3 MoE with grouped sigmoid routing and a
                       non-zero e_score_correction_bias
+  deepseek_v3_latent512  3 dense layers at DeepSeek's real latent sizes (kv_lora_rank 512,
+                      qk_rope_head_dim 64), the only ones the CUDA kernels run
+                      (kernels/cuda/mla_decode.h): q low-rank, YaRN, a 40-token prompt
 
 MoE fixtures also record "min_router_gap": the smallest margin of any routing decision (k-th vs
 (k+1)-th selection score, kept vs dropped group score) over every prompt and greedy step; new
@@ -97,6 +100,15 @@ FIXTURES = {
                                    kw=dict(COMMON, num_hidden_layers=4, q_lora_rank=None,
                                            rope_interleave=True, attention_bias=True, **MOE_V3),
                                    rope=YARN_V3, prompts=[5, 12, 40], gap=True),
+    "deepseek_v3_latent512": dict(cls="DeepseekV3ForCausalLM", cfg="DeepseekV3Config",
+                                  kw=dict(COMMON, hidden_size=64, num_attention_heads=2,
+                                          num_key_value_heads=2, q_lora_rank=32,
+                                          kv_lora_rank=512, qk_nope_head_dim=32,
+                                          qk_rope_head_dim=64, v_head_dim=32,
+                                          rope_interleave=True, first_k_dense_replace=3,
+                                          n_routed_experts=8, moe_intermediate_size=32),
+                                  rope=dict(YARN_V3, original_max_position_embeddings=32),
+                                  prompts=[5, 12, 40]),
     "deepseek_v2_moe_group": dict(cls="DeepseekV2ForCausalLM", cfg="DeepseekV2Config",
                                   kw=dict(COMMON, q_lora_rank=None,
                                           **dict(MOE_V2, n_group=4, topk_group=2,
