@@ -20,7 +20,9 @@
 #define RINGSERVE_TOKENIZERS_DIR ".deps/tokenizers"
 #endif
 
-ABSL_FLAG(std::string, shape, "", "model shape: llama-3.1-8b, qwen3-8b, tiny, tiny-qwen3");
+ABSL_FLAG(std::string, shape, "",
+          "model shape: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, glm-4.5-air, tiny, tiny-qwen3, "
+          "tiny-qwen3-moe, tiny-glm4-moe");
 ABSL_FLAG(std::string, out, "", "output model directory");
 ABSL_FLAG(int, layers, 0, "layer count (0: the shape's)");
 ABSL_FLAG(std::string, dtype, "bf16", "weight dtype: bf16, f16 or f32");

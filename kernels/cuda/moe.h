@@ -22,7 +22,12 @@ inline constexpr int kMoeTileRows = 128;
 // Steps of at most this many tokens route in one single-block kernel.
 inline constexpr int kMoeSmallRouteTokens = 64;
 // Experts a router kernel handles (the largest families have 256).
-inline constexpr int kMoeMaxExperts = 1024;
+inline constexpr int kMoeMaxExperts = 512;
+
+// Opts the kernels that need it into large shared memory on the current device (once per
+// device; every launcher calls it, and CudaMoeLayer calls it at load so that no first launch
+// happens inside a graph capture).
+absl::Status PrepareMoeKernels();
 
 // logits[t, e] = sum_h x[t, h] * router[e, h] (+ bias[e]), fp32 math.
 // x: [tokens, hidden] bf16; router: [experts, hidden] fp32; bias: [experts] fp32 or null;
@@ -95,7 +100,7 @@ struct MoeGroupedLinear {
   int k = 0;
   void* out = nullptr;
   bool out_f32 = false;
-  MoeActivationParams act;
+  MoeActivationParams act{};
 };
 // CUDA cores, one pass over each used group's weights per 8 of its rows (decode-sized steps:
 // only the experts in use are read). Any k; grid sized by n and groups.

@@ -93,31 +93,31 @@ class CudaMoeLayer {
   //   out: [tokens, hidden] bf16, device: out = bf16(block(x)).
   // stats_slot in [0, ws.num_layers()) records the touched-expert count there; -1 skips it.
   // Enqueues only (no host synchronization).
-  absl::Status Forward(const bf16* x, int tokens, float* residual, bf16* out,
-                       CudaMoeWorkspace& ws, int stats_slot, LaunchStream stream) const;
+  absl::Status Forward(const bf16* x, int tokens, float* residual, bf16* out, CudaMoeWorkspace& ws,
+                       int stats_slot, LaunchStream stream) const;
 
   int64_t weight_bytes() const { return static_cast<int64_t>(buffer_.bytes()); }
 
  private:
   CudaMoeLayer() = default;
   // One expert FFN (routed, grouped by `offsets`, or the shared one over every token).
-  absl::Status RunExperts(const bf16* x, const int32_t* row_token, const int32_t* offsets,
-                          int rows, int groups, const bf16* w_gate_up, const bf16* gate_up_bias,
+  absl::Status RunExperts(const bf16* x, const int32_t* row_token, const int32_t* offsets, int rows,
+                          int groups, const bf16* w_gate_up, const bf16* gate_up_bias,
                           const bf16* w_down, const bf16* down_bias, int inter, bool grouped_gemv,
                           bf16* out, CudaMoeWorkspace& ws, LaunchStream stream) const;
 
   MoeConfig moe_;
   int hidden_ = 0;
   DeviceBuffer buffer_;
-  float* router_ = nullptr;            // [E, hidden]
-  float* router_bias_ = nullptr;       // [E] or null
-  float* correction_bias_ = nullptr;   // [E] or null
-  bf16* gate_up_ = nullptr;            // [E, 2 inter, hidden]
-  bf16* gate_up_bias_ = nullptr;       // [E, 2 inter] or null (gpt-oss)
-  bf16* down_ = nullptr;               // [E, hidden, inter]
-  bf16* down_bias_ = nullptr;          // [E, hidden] or null
-  bf16* shared_gate_up_ = nullptr;     // [2 shared, hidden] or null
-  bf16* shared_down_ = nullptr;        // [hidden, shared] or null
+  float* router_ = nullptr;              // [E, hidden]
+  float* router_bias_ = nullptr;         // [E] or null
+  float* correction_bias_ = nullptr;     // [E] or null
+  bf16* gate_up_ = nullptr;              // [E, 2 inter, hidden]
+  bf16* gate_up_bias_ = nullptr;         // [E, 2 inter] or null (gpt-oss)
+  bf16* down_ = nullptr;                 // [E, hidden, inter]
+  bf16* down_bias_ = nullptr;            // [E, hidden] or null
+  bf16* shared_gate_up_ = nullptr;       // [2 shared, hidden] or null
+  bf16* shared_down_ = nullptr;          // [hidden, shared] or null
   float* shared_expert_gate_ = nullptr;  // [hidden] or null (Qwen2-MoE)
 };
 
