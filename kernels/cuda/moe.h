@@ -58,6 +58,8 @@ struct MoeRouting {
   // length [1] (tiles of kMoeTileRows rows, expert by expert).
   int32_t* tiles = nullptr;
   int32_t* num_tiles = nullptr;
+  // Out: the experts with rows, ascending, then -1: [experts] (the grouped GEMV's blocks).
+  int32_t* active = nullptr;
   // Out, optional: the number of experts with at least one row, written to *experts_touched.
   int32_t* experts_touched = nullptr;
   int tokens = 0;
@@ -94,6 +96,10 @@ struct MoeGroupedLinear {
   const int32_t* offsets = nullptr;
   int rows = 0;    // rows of the one group when offsets is null; else ignored
   int groups = 1;  // groups (experts); 1 when offsets is null
+  // Optional, with offsets: LaunchMoeRoute's active list. The GEMV then runs min(groups,
+  // max_active) block rows, row y on group active[y] (none when -1), instead of one per group.
+  const int32_t* active = nullptr;
+  int max_active = 0;
   const bf16* w = nullptr;
   const bf16* bias = nullptr;
   int n = 0;

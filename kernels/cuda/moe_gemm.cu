@@ -3,6 +3,7 @@
 // (prefill), the expert activation, and the load-time unstacking of gpt-oss's experts.
 #include <mma.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "common/status_macros.h"
@@ -42,7 +43,8 @@ __device__ __forceinline__ float RoundBf16(float v) {
 template <bool kVec, bool kGated>
 __global__ void __launch_bounds__(kGemvWarps * 32) GroupedGemvKernel(MoeGroupedLinear a) {
   WaitForPreviousKernel();
-  const int g = blockIdx.y;
+  const int g = a.active != nullptr ? a.active[blockIdx.y] : blockIdx.y;
+  if (g < 0) return;
   const int begin = a.offsets != nullptr ? a.offsets[g] : 0;
   const int end = a.offsets != nullptr ? a.offsets[g + 1] : a.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -354,11 +356,14 @@ absl::Status PrepareMoeKernels() {
 
 absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream) {
   if (a.n <= 0 || a.k <= 0 || a.groups < 1 || (a.offsets == nullptr && a.groups != 1) ||
-      a.rows < 0 || (a.act.kind != MoeActivation::kNone && a.out_f32)) {
+      a.rows < 0 || (a.act.kind != MoeActivation::kNone && a.out_f32) ||
+      (a.active != nullptr && a.offsets == nullptr)) {
     return absl::InvalidArgumentError("LaunchMoeGroupedGemv: bad arguments");
   }
   if (a.offsets == nullptr && a.rows == 0) return absl::OkStatus();
-  const dim3 grid((a.n + kGemvCols - 1) / kGemvCols, a.groups);
+  const int group_rows =
+      a.active != nullptr && a.max_active > 0 ? std::min(a.groups, a.max_active) : a.groups;
+  const dim3 grid((a.n + kGemvCols - 1) / kGemvCols, group_rows);
   const bool vec = a.k % 8 == 0;
   const bool gated = a.act.kind != MoeActivation::kNone;
   if (vec && gated) {

@@ -216,8 +216,9 @@ __device__ void ScanCounts(const MoeRouting& r, int experts, const int32_t* coun
       sh[e] = tiles;
       rows += c;
       tiles += (c + kMoeTileRows - 1) / kMoeTileRows;
-      touched += c > 0;
+      if (c > 0) r.active[touched++] = e;
     }
+    for (int e = touched; e < experts; ++e) r.active[e] = -1;
     r.offsets[experts] = rows;
     sh[experts] = tiles;
     *r.num_tiles = tiles;

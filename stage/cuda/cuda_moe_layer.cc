@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(const
     ws->row_token_ = c.Take<int32_t>(rows);
     ws->entry_row_ = c.Take<int32_t>(rows);
     ws->tiles_ = c.Take<int32_t>(2 * int64_t{ws->max_tiles_});
+    ws->active_ = c.Take<int32_t>(e);
     ws->num_tiles_ = c.Take<int32_t>(1);
     ws->touched_ = c.Take<int32_t>(std::max(1, num_layers));
     ws->gate_up_ = c.Take<bf16>(rows * 2 * width);
@@ -216,11 +217,15 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
   const MoeActivationParams act = ActivationOf(moe_);
   const int32_t* tiles = offsets != nullptr ? ws.tiles_ : nullptr;
   const int32_t* num_tiles = offsets != nullptr ? ws.num_tiles_ : nullptr;
+  // Grouped GEMV blocks go to the experts with rows only (at most `rows` of them).
+  const int32_t* active = offsets != nullptr ? ws.active_ : nullptr;
   MoeGroupedLinear up{.x = x,
                       .row_token = row_token,
                       .offsets = offsets,
                       .rows = rows,
                       .groups = groups,
+                      .active = active,
+                      .max_active = rows,
                       .w = w_gate_up,
                       .bias = gate_up_bias,
                       .n = inter,
@@ -243,6 +248,8 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
                               .offsets = offsets,
                               .rows = rows,
                               .groups = groups,
+                              .active = active,
+                              .max_active = rows,
                               .w = w_down,
                               .bias = down_bias,
                               .n = hidden_,
@@ -280,6 +287,7 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
                       .entry_row = ws.entry_row_,
                       .tiles = ws.tiles_,
                       .num_tiles = ws.num_tiles_,
+                      .active = ws.active_,
                       .experts_touched = stats_slot >= 0 ? ws.touched_ + stats_slot : nullptr,
                       .tokens = tokens},
                      stream));

@@ -61,6 +61,7 @@ class CudaMoeWorkspace {
   int32_t* row_token_ = nullptr;  // [T k]
   int32_t* entry_row_ = nullptr;  // [T k]
   int32_t* tiles_ = nullptr;      // [max_tiles, 2]
+  int32_t* active_ = nullptr;     // [E]
   int32_t* num_tiles_ = nullptr;  // [1]
   int32_t* touched_ = nullptr;    // [num_layers]
   bf16* gate_up_ = nullptr;       // [T k, 2 max(inter, shared)]

@@ -111,14 +111,16 @@ TEST(CudaMoeRouteTest, MatchesCpuRouterAndGroupsEveryEntry) {
       auto d_logits = Upload(logits);
       auto d_bias = Upload(bias);
       ASSERT_TRUE(d_logits.ok() && d_bias.ok());
-      DeviceBuffer ids, w, counts, offsets, cursor, row_token, entry_row, tiles, num_tiles, touched;
+      DeviceBuffer ids, w, counts, offsets, cursor, row_token, entry_row, tiles, num_tiles, touched,
+          active;
       const int rows = tokens * k;
       const std::vector<std::pair<DeviceBuffer*, int64_t>> sizes = {
           {&ids, rows},       {&w, rows},
           {&counts, e},       {&offsets, e + 1},
           {&cursor, e},       {&row_token, rows},
           {&entry_row, rows}, {&num_tiles, 1},
-          {&touched, 1},      {&tiles, 2 * MoeMaxTiles(rows, e)}};
+          {&touched, 1},      {&tiles, 2 * MoeMaxTiles(rows, e)},
+          {&active, e}};
       for (const auto& [buf, n] : sizes) ASSERT_TRUE(buf->Allocate(n * 4).ok());
       const absl::Status launched =
           LaunchMoeRoute(o,
@@ -133,6 +135,7 @@ TEST(CudaMoeRouteTest, MatchesCpuRouterAndGroupsEveryEntry) {
                           .entry_row = entry_row.as<int32_t>(),
                           .tiles = tiles.as<int32_t>(),
                           .num_tiles = num_tiles.as<int32_t>(),
+                          .active = active.as<int32_t>(),
                           .experts_touched = touched.as<int32_t>(),
                           .tokens = tokens},
                          nullptr);
@@ -151,6 +154,12 @@ TEST(CudaMoeRouteTest, MatchesCpuRouterAndGroupsEveryEntry) {
       for (int x = 0; x < e; ++x) used += off[x + 1] > off[x];
       EXPECT_EQ(off[e], rows);
       EXPECT_EQ(Download<int32_t>(touched, 1)[0], used);
+      std::vector<int32_t> want_active;
+      for (int x = 0; x < e; ++x) {
+        if (off[x + 1] > off[x]) want_active.push_back(x);
+      }
+      want_active.resize(e, -1);
+      EXPECT_EQ(Download<int32_t>(active, e), want_active);
       for (int i = 0; i < rows; ++i) {
         const int r = at[i], x = want_ids[i];
         ASSERT_GE(r, off[x]);
@@ -227,14 +236,21 @@ TEST(CudaMoeGroupedLinearTest, GemvAndGemmMatchHostProduct) {
                      .row_token = dtok->as<int32_t>(),
                      .offsets = doff->as<int32_t>(),
                      .groups = groups,
+                     .active = nullptr,
+                     .max_active = 0,
                      .w = dw->as<bf16>(),
                      .n = 2 * n,
                      .k = k,
                      .out = out.get(),
                      .out_f32 = true,
                      .act = {}};
-  for (bool gemm : {false, true}) {
-    SCOPED_TRACE(gemm ? "gemm" : "gemv");
+  auto dactive = Upload(std::vector<int32_t>{1, 2, 3, 4, -1});  // group 0 has no rows
+  ASSERT_TRUE(dactive.ok());
+  for (int pass = 0; pass < 3; ++pass) {
+    const bool gemm = pass == 2;
+    SCOPED_TRACE(gemm ? "gemm" : pass == 1 ? "gemv over the active list" : "gemv");
+    a.active = pass == 1 ? dactive->as<int32_t>() : nullptr;
+    a.max_active = pass == 1 ? 4 : 0;
     ASSERT_EQ(cudaMemset(out.get(), 0, out.bytes()), cudaSuccess);
     const absl::Status s = gemm ? LaunchMoeGroupedGemm(a, dtiles->as<int32_t>(),
                                                        dnum->as<int32_t>(), max_tiles, nullptr)
@@ -244,6 +260,8 @@ TEST(CudaMoeGroupedLinearTest, GemvAndGemmMatchHostProduct) {
     EXPECT_LT(RelL2(Download<float>(out, want.size()), want), 1e-5);
   }
   // The gated GEMV: silu(bf16(gate)) * bf16(up) over n columns, bf16 out.
+  a.active = nullptr;
+  a.max_active = 0;
   a.n = n;
   a.out_f32 = false;
   a.act = {.kind = MoeActivation::kSiluMul};
