@@ -31,7 +31,7 @@ ABSL_FLAG(std::string, shape, "qwen3-30b-a3b", "make_random_model shape (a MoE o
 ABSL_FLAG(int, layers, 0, "layer count (0: the shape's)");
 ABSL_FLAG(double, bandwidth_tbps, 4.28, "memory bandwidth bound, TB/s (H200: 4.28 measured)");
 ABSL_FLAG(double, peak_tflops, 790, "dense bf16 tensor-core bound, TFLOP/s");
-ABSL_FLAG(int, prefill_tokens, 8192, "prompt length of the prefill row");
+ABSL_FLAG(int, prefill_tokens, 8192, "prompt length of the prefill row (0: no prefill row)");
 ABSL_FLAG(std::string, streams, "1,32,64", "decode stream counts");
 ABSL_FLAG(int, prompt, 128, "prompt tokens of each decode stream");
 ABSL_FLAG(int, steps, 16, "timed decode steps");
@@ -223,6 +223,7 @@ absl::Status Main() {
   const int max_streams = *std::max_element(streams.begin(), streams.end());
   const int per_seq = (prompt + 2 * steps + 8 + kBlockSize - 1) / kBlockSize;
   const int blocks = std::max(max_streams * per_seq, (prefill + kBlockSize - 1) / kBlockSize) + 16;
+  if (prefill < 0) return absl::InvalidArgumentError("--prefill_tokens must be >= 0");
   const auto start = Clock::now();
   RS_ASSIGN_OR_RETURN(
       std::unique_ptr<CudaModelSlice> slice,
@@ -245,7 +246,7 @@ absl::Status Main() {
   MoeBench bench(*slice, absl::GetFlag(FLAGS_bandwidth_tbps) * 1e12,
                  absl::GetFlag(FLAGS_peak_tflops) * 1e12);
   for (int s : streams) RS_RETURN_IF_ERROR(bench.Decode(s, prompt, steps));
-  return bench.Prefill(prefill);
+  return prefill > 0 ? bench.Prefill(prefill) : absl::OkStatus();
 }
 
 }  // namespace

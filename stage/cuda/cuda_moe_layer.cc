@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "common/status_macros.h"
@@ -106,6 +107,10 @@ absl::StatusOr<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::Create(const ModelCo
   RS_RETURN_IF_ERROR(ValidateRouterOptions(m.router));
   RS_RETURN_IF_ERROR(PrepareMoeKernels());
   std::unique_ptr<CudaMoeLayer> layer(new CudaMoeLayer());
+  // Debug switch (README): the largest step that runs the grouped GEMV.
+  if (const char* env = std::getenv("RINGSERVE_MOE_GEMV_MAX_TOKENS"); env != nullptr) {
+    layer->gemv_max_tokens_ = std::atoi(env);
+  }
   layer->moe_ = m;
   layer->hidden_ = h;
   const int64_t e = m.router.num_experts, inter = m.expert_intermediate_size,
@@ -294,7 +299,7 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
   const int rows = tokens * k;
   // Decode-sized steps (a few rows per expert) stream only the chosen experts' weights; larger
   // ones run the tensor-core GEMM (which re-reads no weight per row).
-  const bool gemv = tokens <= kMoeSmallRouteTokens && rows <= 4 * e;
+  const bool gemv = tokens <= gemv_max_tokens_ && rows <= 4 * e;
   RS_RETURN_IF_ERROR(RunExperts(x, ws.row_token_, ws.offsets_, rows, e, gate_up_, gate_up_bias_,
                                 down_, down_bias_, moe_.expert_intermediate_size, gemv,
                                 ws.expert_out_, ws, stream));

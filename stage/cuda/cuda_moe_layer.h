@@ -8,7 +8,7 @@
 //
 // Device layout: routed experts [E, 2 inter, hidden] (gate rows, then up rows) and
 // [E, hidden, inter]; shared experts [2 shared, hidden] and [hidden, shared]; router [E, hidden]
-// fp32. Steps of up to kMoeSmallRouteTokens tokens with at most 4 rows per expert on average run
+// fp32. Steps of up to kDefaultGemvMaxTokens tokens with at most 4 rows per expert on average run
 // the grouped GEMV (only the chosen experts' weights are read); larger steps the grouped
 // tensor-core GEMM (kernels/cuda/moe.h). Forward never synchronizes with the host, so it can be
 // captured into a CUDA graph.
@@ -72,6 +72,10 @@ class CudaMoeWorkspace {
 
 class CudaMoeLayer {
  public:
+  // Steps of up to this many tokens (and at most 4 rows per expert on average) run the grouped
+  // GEMV; RINGSERVE_MOE_GEMV_MAX_TOKENS overrides it (a debug switch for A/B runs).
+  static constexpr int kDefaultGemvMaxTokens = 64;
+
   // Uploads checkpoint tensor `spec` ([out, in] as the checkpoint stores it) to dst as bf16
   // (the slice's loader: staging, dtype conversion, dequantization).
   using UploadFn = std::function<absl::Status(const TensorSpec& spec, bf16* dst)>;
@@ -109,6 +113,7 @@ class CudaMoeLayer {
 
   MoeConfig moe_;
   int hidden_ = 0;
+  int gemv_max_tokens_ = kDefaultGemvMaxTokens;
   DeviceBuffer buffer_;
   float* router_ = nullptr;              // [E, hidden]
   float* router_bias_ = nullptr;         // [E] or null
