@@ -121,6 +121,8 @@ absl::StatusOr<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::Create(const ModelCo
     Carver c(base);
     l->router_ = c.Take<float>(e * h);
     l->router_bias_ = m.router_bias ? c.Take<float>(e) : nullptr;
+    l->router_bf16_ = c.Take<bf16>(e * h);
+    l->router_bias_bf16_ = m.router_bias ? c.Take<bf16>(e) : nullptr;
     l->correction_bias_ = m.correction_bias ? c.Take<float>(e) : nullptr;
     l->gate_up_ = c.Take<bf16>(e * 2 * inter * h);
     l->gate_up_bias_ = biases ? c.Take<bf16>(e * 2 * inter) : nullptr;
@@ -179,6 +181,15 @@ absl::Status CudaMoeLayer::Load(const ModelConfig& config, int layer, Safetensor
   if (specs.shared_expert_gate) {
     RS_RETURN_IF_ERROR(CopyFloats(weights, *specs.shared_expert_gate, shared_expert_gate_, stream));
   }
+  return MirrorRouter(stream);
+}
+
+absl::Status CudaMoeLayer::MirrorRouter(cudaStream_t stream) {
+  const int64_t e = moe_.router.num_experts;
+  RS_RETURN_IF_ERROR(LaunchF32ToBF16(router_, router_bf16_, e * hidden_, stream));
+  if (router_bias_ != nullptr) {
+    RS_RETURN_IF_ERROR(LaunchF32ToBF16(router_bias_, router_bias_bf16_, e, stream));
+  }
   RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return absl::OkStatus();
 }
@@ -209,8 +220,7 @@ absl::Status CudaMoeLayer::Randomize(uint64_t seed, cudaStream_t stream) {
   RS_RETURN_IF_ERROR(fill_f32(router_bias_, e));
   RS_RETURN_IF_ERROR(fill_f32(correction_bias_, e));
   RS_RETURN_IF_ERROR(fill_f32(shared_expert_gate_, h));
-  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return absl::OkStatus();
+  return MirrorRouter(stream);
 }
 
 absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
@@ -277,8 +287,26 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
   }
   if (tokens == 0) return absl::OkStatus();
   const int e = moe_.router.num_experts, k = moe_.router.top_k;
-  RS_RETURN_IF_ERROR(
-      LaunchMoeRouterLogits(x, router_, router_bias_, ws.logits_, tokens, e, hidden_, stream));
+  if (tokens <= kMoeSmallRouteTokens) {
+    RS_RETURN_IF_ERROR(
+        LaunchMoeRouterLogits(x, router_, router_bias_, ws.logits_, tokens, e, hidden_, stream));
+  } else {
+    RS_RETURN_IF_ERROR(LaunchMoeGroupedGemm({.x = x,
+                                             .row_token = nullptr,
+                                             .offsets = nullptr,
+                                             .rows = tokens,
+                                             .groups = 1,
+                                             .active = nullptr,
+                                             .max_active = 0,
+                                             .w = router_bf16_,
+                                             .bias = router_bias_bf16_,
+                                             .n = e,
+                                             .k = hidden_,
+                                             .out = ws.logits_,
+                                             .out_f32 = true,
+                                             .act = {}},
+                                            nullptr, nullptr, 0, stream));
+  }
   RS_RETURN_IF_ERROR(
       LaunchMoeRoute(moe_.router,
                      {.logits = ws.logits_,

@@ -4,7 +4,9 @@
 // residual stream (or written as bf16 rows). Every rule of ring/moe_config.h's MoeConfig runs
 // (scoring, norm_topk_prob, correction bias and groups, routed scaling, router bias, SiLU or
 // clamped SwiGLU with biases, plain or sigmoid-gated shared experts), with the CPU reference's
-// values (stage/model/cpu_moe.h) up to bf16 rounding: the router runs in fp32 on fp32 weights.
+// values (stage/model/cpu_moe.h) up to bf16 rounding: the router runs in fp32 on fp32 weights
+// for steps of up to kMoeSmallRouteTokens tokens (decode), on bf16 copies (tensor cores, fp32
+// accumulation) for larger ones (prefill), as a bf16 model's gate does.
 //
 // Device layout: routed experts [E, 2 inter, hidden] (gate rows, then up rows) and
 // [E, hidden, inter]; shared experts [2 shared, hidden] and [hidden, shared]; router [E, hidden]
@@ -105,6 +107,8 @@ class CudaMoeLayer {
 
  private:
   CudaMoeLayer() = default;
+  // Writes router_bf16_ / router_bias_bf16_ from the fp32 router. Synchronizes `stream`.
+  absl::Status MirrorRouter(cudaStream_t stream);
   // One expert FFN (routed, grouped by `offsets`, or the shared one over every token).
   absl::Status RunExperts(const bf16* x, const int32_t* row_token, const int32_t* offsets, int rows,
                           int groups, const bf16* w_gate_up, const bf16* gate_up_bias,
@@ -115,8 +119,12 @@ class CudaMoeLayer {
   int hidden_ = 0;
   int gemv_max_tokens_ = kDefaultGemvMaxTokens;
   DeviceBuffer buffer_;
-  float* router_ = nullptr;              // [E, hidden]
-  float* router_bias_ = nullptr;         // [E] or null
+  float* router_ = nullptr;       // [E, hidden]
+  float* router_bias_ = nullptr;  // [E] or null
+  // bf16 copies of the router for steps above kMoeSmallRouteTokens tokens: their logits are a
+  // tensor-core GEMM (the fp32 CUDA-core product would cost ~10% of a long prefill).
+  bf16* router_bf16_ = nullptr;          // [E, hidden]
+  bf16* router_bias_bf16_ = nullptr;     // [E] or null
   float* correction_bias_ = nullptr;     // [E] or null
   bf16* gate_up_ = nullptr;              // [E, 2 inter, hidden]
   bf16* gate_up_bias_ = nullptr;         // [E, 2 inter] or null (gpt-oss)

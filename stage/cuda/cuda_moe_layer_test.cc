@@ -281,7 +281,8 @@ TEST(CudaMoeGroupedLinearTest, GemvAndGemmMatchHostProduct) {
 }
 
 // The block of each fixture's first MoE layer on random rows, through the GEMV (3 tokens) and
-// the tensor-core GEMM (40 tokens) paths, against CpuMoeForward on the same bf16 values.
+// the tensor-core GEMM (40 tokens; 100 with the router on tensor cores too) paths, against
+// CpuMoeForward on the same bf16 values.
 class CudaMoeBlockTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaMoeBlockTest, MatchesCpuMoeForward) {
@@ -317,19 +318,24 @@ TEST_P(CudaMoeBlockTest, MatchesCpuMoeForward) {
   round_expert(cpu->shared);
 
   const int h = config->hidden_size;
-  auto ws = CudaMoeWorkspace::Create(config->moe, h, 64, 1);
+  auto ws = CudaMoeWorkspace::Create(config->moe, h, 128, 1);
   ASSERT_TRUE(ws.ok()) << ws.status();
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int tokens : {3, 40}) {
+  // Above kMoeSmallRouteTokens tokens the router runs on bf16 copies of its weights.
+  CpuMoeLayer cpu_bf16_router = *cpu;
+  cpu_bf16_router.router = RoundBf16(cpu_bf16_router.router);
+  cpu_bf16_router.router_bias = RoundBf16(cpu_bf16_router.router_bias);
+  for (int tokens : {3, 40, 100}) {
     SCOPED_TRACE(::testing::Message() << tokens << " tokens");
     std::vector<float> x(tokens * h);
     for (float& v : x) v = normal(rng);
     x = RoundBf16(x);
     std::vector<float> want(tokens * h);
-    CpuMoeForward(config->moe, h, *cpu, x.data(), tokens, want.data());
+    CpuMoeForward(config->moe, h, tokens > kMoeSmallRouteTokens ? cpu_bf16_router : *cpu, x.data(),
+                  tokens, want.data());
     auto dx = Upload(ToBf16(x));
     ASSERT_TRUE(dx.ok());
     // Both outputs: bf16 rows, and added into an fp32 residual of ones.
