@@ -68,7 +68,9 @@ struct MoeRouting {
 inline int64_t MoeMaxTiles(int64_t rows, int experts) {
   return (rows + kMoeTileRows - 1) / kMoeTileRows + experts;
 }
-// Routes routing.tokens tokens under `options` (ValidateRouterOptions must hold; num_experts
+// Routes routing.tokens tokens under `options` (kSoftmaxTopK also with groups, topk_group <
+// n_group: DeepSeek-V2's group_limited_greedy, a group scored by its best probability, and
+// routed_scaling_factor) (ValidateRouterOptions must hold; num_experts
 // <= kMoeMaxExperts, top_k <= 32, n_group <= 32) and groups the entries by expert. Steps of at
 // most kMoeSmallRouteTokens tokens run one kernel; larger ones three (clear, top-k, scan).
 absl::Status LaunchMoeRoute(const RouterOptions& options, const MoeRouting& routing,

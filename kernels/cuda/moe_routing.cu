@@ -103,6 +103,18 @@ __device__ __forceinline__ void WarpTopK(const float* values, int n, int k, int*
   __syncwarp();
 }
 
+// The topk_group best groups (ties to the lower group) as a bit mask, every lane; lane g holds
+// group g's score.
+__device__ __forceinline__ unsigned KeptGroups(const RouterOptions& o, float group_score) {
+  const int lane = threadIdx.x & 31;
+  int better = 0;
+  for (int g = 0; g < o.n_group; ++g) {
+    const float sg = __shfl_sync(0xffffffffu, group_score, g);
+    if (lane < o.n_group && g != lane && Beats(sg, g, group_score, lane)) ++better;
+  }
+  return __ballot_sync(0xffffffffu, lane < o.n_group && better < o.topk_group);
+}
+
 // One token's routing by one warp. `scratch`: 2 * experts floats + 32 ints of this warp's shared
 // memory. Lane 0 writes ids and weights of the token (top_k each).
 __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row,
@@ -124,11 +136,32 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
       sum = WarpSum(sum);
       for (int x = lane; x < e; x += 32) score[x] /= sum;
       __syncwarp();
-      WarpTopK(score, e, k, order, picked);
+      if (o.topk_group < o.n_group) {
+        // DeepSeek-V2's group_limited_greedy: a group scores its best expert; experts of dropped
+        // groups score 0, below every probability.
+        const int per_group = e / o.n_group;
+        float group_score = -INFINITY;
+        if (lane < o.n_group) {
+          for (int i = 0; i < per_group; ++i) {
+            group_score = fmaxf(group_score, score[lane * per_group + i]);
+          }
+        }
+        const unsigned kept_mask = KeptGroups(o, group_score);
+        for (int x = lane; x < e; x += 32) {
+          choice[x] = kept_mask & (1u << (x / per_group)) ? score[x] : 0.0f;
+        }
+        __syncwarp();
+        WarpTopK(choice, e, k, order, picked);
+      } else {
+        WarpTopK(score, e, k, order, picked);
+      }
       if (lane == 0) {
         float top = 0.0f;
-        for (int j = 0; j < k; ++j) top += picked[j];
-        for (int j = 0; j < k; ++j) weights[j] = o.norm_topk_prob ? picked[j] / top : picked[j];
+        for (int j = 0; j < k; ++j) top += weights[j] = score[order[j]];
+        const float denominator = o.norm_topk_prob ? top : 1.0f;
+        for (int j = 0; j < k; ++j) {
+          weights[j] = weights[j] / denominator * o.routed_scaling_factor;
+        }
       }
       break;
     }
@@ -170,14 +203,7 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
           }
           group_score = b0 + b1;
         }
-        // The topk_group best groups stay (ties to the lower group).
-        int better = 0;
-        for (int g = 0; g < o.n_group; ++g) {
-          const float sg = __shfl_sync(0xffffffffu, group_score, g);
-          if (lane < o.n_group && g != lane && Beats(sg, g, group_score, lane)) ++better;
-        }
-        const bool kept = lane < o.n_group && better < o.topk_group;
-        const unsigned kept_mask = __ballot_sync(0xffffffffu, kept);
+        const unsigned kept_mask = KeptGroups(o, group_score);
         for (int x = lane; x < e; x += 32) {
           if (!(kept_mask & (1u << (x / per_group)))) choice[x] = -INFINITY;
         }
