@@ -24,8 +24,8 @@
 #endif
 
 ABSL_FLAG(std::string, shape, "",
-          "model shape: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, deepseek-v3, tiny, tiny-qwen3, "
-          "tiny-qwen3-moe, tiny-deepseek-v3");
+          "model shape: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, deepseek-v3, glm-4.5-air, tiny, "
+          "tiny-qwen3, tiny-qwen3-moe, tiny-deepseek-v3, tiny-glm4-moe");
 ABSL_FLAG(std::string, out, "", "output model directory");
 ABSL_FLAG(int, layers, 0,
           "layer count (0: the shape's); with --first_layer, how many layers to write");

@@ -190,8 +190,8 @@ int64_t CheckpointTensor::NumElements() const {
 }
 
 std::vector<std::string> KnownShapeNames() {
-  return {"llama-3.1-8b", "qwen3-8b",   "qwen3-30b-a3b",  "deepseek-v3",
-          "tiny",         "tiny-qwen3", "tiny-qwen3-moe", "tiny-deepseek-v3"};
+  return {"llama-3.1-8b", "qwen3-8b",   "qwen3-30b-a3b",  "deepseek-v3",      "glm-4.5-air",
+          "tiny",         "tiny-qwen3", "tiny-qwen3-moe", "tiny-deepseek-v3", "tiny-glm4-moe"};
 }
 
 absl::StatusOr<ModelShape> FindShape(const std::string& name) {
@@ -256,6 +256,48 @@ absl::StatusOr<ModelShape> FindShape(const std::string& name) {
   qwen3_moe.num_experts = 128;
   qwen3_moe.num_experts_per_tok = 8;
   qwen3_moe.moe_intermediate_size = 768;
+  // GLM-4.5-Air's config.json: 106 B parameters, 12 B active.
+  ModelShape glm{.name = name,
+                 .architecture = "Glm4MoeForCausalLM",
+                 .model_type = "glm4_moe",
+                 .tokenizer = "",
+                 .hidden_size = 4096,
+                 .intermediate_size = 10944,
+                 .num_layers = 46,
+                 .num_heads = 96,
+                 .num_kv_heads = 8,
+                 .head_dim = 128,
+                 .vocab_size = 151552,
+                 .max_position_embeddings = 131072,
+                 .rms_norm_eps = 1e-5,
+                 .rope_theta = 1000000.0,
+                 .llama3_rope_scaling = false,
+                 .qk_norm = false,
+                 .tie_word_embeddings = false,
+                 .bos_token_id = 151329,
+                 .eos_token_ids = {151329, 151336, 151338},
+                 .num_experts = 128,
+                 .num_experts_per_tok = 8,
+                 .moe_intermediate_size = 1408,
+                 .n_shared_experts = 1,
+                 .first_k_dense_replace = 1,
+                 .n_group = 1,
+                 .topk_group = 1,
+                 .routed_scaling_factor = 1.0,
+                 .partial_rotary_factor = 0.5,
+                 .attention_bias = true};
+  if (name == "glm-4.5-air") return glm;
+  if (name == "tiny-glm4-moe") {
+    ModelShape shape = tiny(glm);
+    shape.num_layers = 3;
+    shape.num_experts = 8;
+    shape.moe_intermediate_size = 32;
+    shape.num_experts_per_tok = 2;
+    shape.n_group = 4;
+    shape.topk_group = 2;
+    shape.routed_scaling_factor = 2.5;
+    return shape;
+  }
   if (name == "llama-3.1-8b") return llama;
   if (name == "qwen3-8b") return qwen3;
   if (name == "qwen3-30b-a3b") return qwen3_moe;
@@ -299,9 +341,21 @@ std::string ConfigJson(const ModelShape& shape, DType dtype) {
     config["rope_scaling"] = nullptr;
   }
   config["hidden_act"] = "silu";
-  config["attention_bias"] = false;
+  config["attention_bias"] = shape.attention_bias;
   config["attention_dropout"] = 0.0;
-  if (shape.model_type == "llama") {
+  if (shape.model_type == "glm4_moe") {
+    config["n_routed_experts"] = shape.num_experts;
+    config["num_experts_per_tok"] = shape.num_experts_per_tok;
+    config["moe_intermediate_size"] = shape.moe_intermediate_size;
+    config["n_shared_experts"] = shape.n_shared_experts;
+    config["first_k_dense_replace"] = shape.first_k_dense_replace;
+    config["n_group"] = shape.n_group;
+    config["topk_group"] = shape.topk_group;
+    config["routed_scaling_factor"] = shape.routed_scaling_factor;
+    config["norm_topk_prob"] = true;
+    config["partial_rotary_factor"] = shape.partial_rotary_factor;
+    config["use_qk_norm"] = shape.qk_norm;
+  } else if (shape.model_type == "llama") {
     config["mlp_bias"] = false;
     config["pretraining_tp"] = 1;
   } else {
@@ -311,7 +365,7 @@ std::string ConfigJson(const ModelShape& shape, DType dtype) {
   }
   if (shape.mla.enabled()) {
     AddDeepseekConfig(shape, config);
-  } else if (shape.num_experts > 0) {
+  } else if (shape.num_experts > 0 && shape.model_type != "glm4_moe") {
     config["num_experts"] = shape.num_experts;
     config["num_experts_per_tok"] = shape.num_experts_per_tok;
     config["moe_intermediate_size"] = shape.moe_intermediate_size;
@@ -357,22 +411,35 @@ std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape, int fir
     const std::string prefix = fmt::format("model.layers.{}.", layer);
     specs.push_back({prefix + "input_layernorm.weight", {hidden}, true});
     specs.push_back({prefix + "self_attn.q_proj.weight", {q, hidden}, false});
+    if (shape.attention_bias) specs.push_back({prefix + "self_attn.q_proj.bias", {q}, false});
     specs.push_back({prefix + "self_attn.k_proj.weight", {kv, hidden}, false});
+    if (shape.attention_bias) specs.push_back({prefix + "self_attn.k_proj.bias", {kv}, false});
     specs.push_back({prefix + "self_attn.v_proj.weight", {kv, hidden}, false});
+    if (shape.attention_bias) specs.push_back({prefix + "self_attn.v_proj.bias", {kv}, false});
     specs.push_back({prefix + "self_attn.o_proj.weight", {hidden, q}, false});
     if (shape.qk_norm) {
       specs.push_back({prefix + "self_attn.q_norm.weight", {shape.head_dim}, true});
       specs.push_back({prefix + "self_attn.k_norm.weight", {shape.head_dim}, true});
     }
     specs.push_back({prefix + "post_attention_layernorm.weight", {hidden}, true});
-    if (shape.num_experts > 0) {
+    if (shape.num_experts > 0 && layer >= shape.first_k_dense_replace) {
       const int64_t moe_inter = shape.moe_intermediate_size;
       specs.push_back({prefix + "mlp.gate.weight", {shape.num_experts, hidden}, false});
+      if (shape.model_type == "glm4_moe") {
+        specs.push_back({prefix + "mlp.gate.e_score_correction_bias", {shape.num_experts}, false});
+      }
       for (int e = 0; e < shape.num_experts; ++e) {
         const std::string expert = fmt::format("{}mlp.experts.{}.", prefix, e);
         specs.push_back({expert + "gate_proj.weight", {moe_inter, hidden}, false});
         specs.push_back({expert + "up_proj.weight", {moe_inter, hidden}, false});
         specs.push_back({expert + "down_proj.weight", {hidden, moe_inter}, false});
+      }
+      if (shape.n_shared_experts > 0) {
+        const int64_t shared = moe_inter * shape.n_shared_experts;
+        const std::string sp = prefix + "mlp.shared_experts.";
+        specs.push_back({sp + "gate_proj.weight", {shared, hidden}, false});
+        specs.push_back({sp + "up_proj.weight", {shared, hidden}, false});
+        specs.push_back({sp + "down_proj.weight", {hidden, shared}, false});
       }
       continue;
     }
@@ -419,7 +486,7 @@ absl::StatusOr<RandomModelResult> WriteRandomModel(const RandomModelOptions& opt
   }
 
   std::vector<std::string> tokenizer_files;
-  if (!options.tokenizers_dir.empty()) {
+  if (!options.tokenizers_dir.empty() && !shape.tokenizer.empty()) {
     const fs::path from = fs::path(options.tokenizers_dir) / shape.tokenizer;
     for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
       if (!fs::exists(from / name)) {

@@ -68,6 +68,17 @@ struct ModelShape {
   int num_experts = 0;
   int num_experts_per_tok = 0;
   int moe_intermediate_size = 0;
+  // GLM-4.5 (model_type "glm4_moe"): DeepSeek-V3's sigmoid router (n_group / topk_group groups,
+  // mlp.gate.e_score_correction_bias, routed_scaling_factor), n_shared_experts shared experts
+  // (mlp.shared_experts.*) of moe_intermediate_size each, the first first_k_dense_replace layers
+  // dense (intermediate_size), q/k/v biases (attention_bias) and partial rotary.
+  int n_shared_experts = 0;
+  int first_k_dense_replace = 0;
+  int n_group = 1;
+  int topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  double partial_rotary_factor = 1.0;
+  bool attention_bias = false;
   // DeepSeek-V3 (mla.enabled()): head_dim is qk_rope_head_dim, num_kv_heads == num_heads, and
   // the experts above sit on layers from mla.first_k_dense_replace on.
   MlaShape mla = {};
@@ -75,10 +86,11 @@ struct ModelShape {
 
 // Known shapes: "llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b" (48 MoE layers of 128 experts,
 // top-8), "deepseek-v3" (671 B: 61 layers, MLA, 3 dense layers then 256 experts top-8 and a
-// shared expert; no MTP layer), "tiny" (Llama family, hidden 64, 2 layers, the Llama 3
+// shared expert; no MTP layer), "glm-4.5-air" (46 layers, the first dense, 128 experts of 1408
+// top-8 and one shared, no tokenizer), "tiny" (Llama family, hidden 64, 2 layers, the Llama 3
 // tokenizer and its full vocabulary, tied embeddings), "tiny-qwen3" (the same for Qwen3, with
-// q/k norm), "tiny-qwen3-moe" (tiny-qwen3 with 8 experts of 32, top-2) and "tiny-deepseek-v3"
-// (deepseek-v3's layout at hidden 64, 4 layers, 8 experts in 4 groups).
+// q/k norm), "tiny-qwen3-moe" (tiny-qwen3 with 8 experts of 32, top-2), "tiny-deepseek-v3"
+// (deepseek-v3's layout at hidden 64, 4 layers, 8 experts in 4 groups) and "tiny-glm4-moe".
 std::vector<std::string> KnownShapeNames();
 // NotFound listing the known names for anything else.
 absl::StatusOr<ModelShape> FindShape(const std::string& name);

@@ -132,6 +132,33 @@ TEST_F(RandomModelTest, TinyMoeModelRunsInTheCpuSlice) {
   for (float v : *logits) ASSERT_TRUE(std::isfinite(v));
 }
 
+// GLM-4.5's layout: a dense first layer, then sigmoid-routed experts with a correction bias, a
+// shared expert, q/k/v biases and partial rotary; the CPU slice reads every tensor.
+TEST_F(RandomModelTest, TinyGlmMoeModelRunsInTheCpuSlice) {
+  RandomModelOptions options = Tiny("tiny-glm4-moe");
+  auto result = WriteRandomModel(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  auto config = LoadModelConfig(dir_.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->moe.IsMoeLayer(0));
+  EXPECT_TRUE(config->moe.IsMoeLayer(1));
+  EXPECT_EQ(config->rotary_dim, config->head_dim / 2);
+  EXPECT_EQ(config->moe.shared_intermediate_size, 32);
+  auto slice = ModelSlice::LoadCpu(
+      {.model_dir = dir_.string(), .layers = {0, 3}, .kv_block_size = 16, .kv_num_blocks = 4});
+  ASSERT_TRUE(slice.ok()) << slice.status();
+  MicroBatch batch;
+  batch.chunks.push_back(SequenceChunk{.seq_id = 1,
+                                       .start_position = 0,
+                                       .num_tokens = 4,
+                                       .block_table = {0},
+                                       .logits = LogitsMode::kLastToken});
+  batch.token_ids = {151329, 9707, 11, 1879};
+  auto logits = (*slice)->Forward(batch, {});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  for (float v : *logits) ASSERT_TRUE(std::isfinite(v));
+}
+
 TEST_F(RandomModelTest, TinyModelLoadsAndRunsInTheCpuSlice) {
   RandomModelOptions options = Tiny();
   auto result = WriteRandomModel(options);

@@ -8,7 +8,7 @@
 //    context split) processes all query heads of the kv head's group, so K/V are read once per
 //    group, in one pass (online softmax; K and V loads in flight together). Contexts are split
 //    into `partition`-key pieces (split-K, PlanDecodeSplits) and a second kernel merges the
-//    pieces when num_splits > 1. Any head_dim in {16, 32, 64, 128, 256} with group * head_dim
+//    pieces when num_splits > 1. Any head_dim in {8, 16, 32, 64, 128, 256} with group * head_dim
 //    <= 1024. DecodeBatch::kernel picks the kernel (the KernelPlan's decode_attention,
 //    kernel_selector.h): kTensorCore runs head dim 128 on tensor cores (decode_attention_tc.cu:
 //    the group's query heads are the rows of an mma.sync tile, K/V through shared memory, 3
@@ -36,6 +36,12 @@ struct AttentionShape {
   int num_heads = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
   KvCacheLayer cache;  // num_kv_heads, block_size, head_dim and the layer's K/V
+  // gpt-oss: [num_heads] fp32 or null: head h's softmax gets one more logit, sinks[h] (not
+  // scaled), with no value. Decode kernels only (the prefill kernels refuse it).
+  const float* sinks = nullptr;
+  // > 0: a query at position p sees positions (p - sliding_window, p] only. The CUDA-core decode
+  // kernel only (the tensor-core and prefill kernels refuse it).
+  int sliding_window = 0;
 };
 
 // Decode entries, device memory. Entry e attends query row q_rows[e] of q ([rows, num_heads,

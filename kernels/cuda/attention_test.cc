@@ -111,7 +111,7 @@ struct DeviceDecodeBatch {
 // (dependent launch where the plan has it).
 void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> contexts,
                    uint32_t seed, int partition = kDecodePartition,
-                   const KernelOptions& options = {}) {
+                   const KernelOptions& options = {}, int sliding_window = 0, bool sinks = false) {
   SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " seed " << seed);
   const KernelPlan plan = DevicePlan(head_dim, heads, kv_heads, options);
   std::mt19937 rng(seed);
@@ -128,23 +128,48 @@ void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> c
   }
   const auto q = RandomBf16Values(rng, static_cast<size_t>(entries) * heads * head_dim);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> sink_logits;
+  if (sinks) {
+    std::uniform_real_distribution<float> uni(-2.0f, 3.0f);
+    for (int h = 0; h < heads; ++h) sink_logits.push_back(uni(rng));
+  }
+  const cpu::AttentionVariant variant{.sliding_window = sliding_window,
+                                      .sinks = sinks ? sink_logits.data() : nullptr};
   std::vector<float> want(q.size());
   for (int e = 0; e < entries; ++e) {
     const size_t row = static_cast<size_t>(q_rows[e]) * heads * head_dim;
     cpu::PagedAttention(q.data() + row, 1, heads, cache.CpuView(),
                         std::span<const int32_t>(tables.data() + e * max_blocks, max_blocks),
-                        contexts[e] - 1, scale, want.data() + row);
+                        contexts[e] - 1, scale, variant, want.data() + row);
   }
+  DeviceBuffer dsinks = Upload(sinks ? sink_logits : std::vector<float>{0.0f});
   DeviceBuffer dq = UploadBf16(q), dout;
   ASSERT_TRUE(dout.Allocate(q.size() * 2).ok());
   Poison(dout);
   const DeviceDecodeBatch device_batch(contexts, q_rows, tables, max_blocks, heads, head_dim,
                                        partition, plan.decode_attention);
   const DecodeBatch& batch = device_batch.batch;
-  AttentionShape shape{.num_heads = heads, .scale = scale, .cache = cache.Layer()};
+  AttentionShape shape{.num_heads = heads,
+                       .scale = scale,
+                       .cache = cache.Layer(),
+                       .sinks = sinks ? dsinks.as<float>() : nullptr,
+                       .sliding_window = sliding_window};
   RS_ASSERT_OK(LaunchDecodeAttention(shape, dq.as<bf16>(), dout.as<bf16>(), batch,
                                      LaunchStream(nullptr, plan.dependent_launch)));
   EXPECT_LT(RelL2(DownloadBf16(dout, q.size()), want), 1e-2) << "splits " << batch.num_splits;
+}
+
+// gpt-oss's attention on the CUDA-core kernel: sinks (with one and several splits) and sliding
+// windows (splits wholly before the window leave empty partials), head_dim 8 too.
+TEST(CudaDecodeAttentionTest, SinksAndSlidingWindowMatchCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  const KernelOptions cuda_core{.decode_attention_tensor_cores = false};
+  RunDecodeCase(8, 4, 2, {1, 5, 40, 600}, seed, kDecodePartition, cuda_core, 6, true);
+  RunDecodeCase(64, 8, 2, {3, 130, 700, 1100}, seed + 1, 256, cuda_core, 128, true);
+  RunDecodeCase(64, 8, 2, {3, 130, 700}, seed + 2, kDecodePartition, cuda_core, 0, true);
+  RunDecodeCase(16, 4, 1, {1, 9, 300}, seed + 3, 64, cuda_core, 20, false);
+  RunDecodeCase(128, 16, 2, {2, 90, 1500}, seed + 4, 512, cuda_core, 64, true);
 }
 
 TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {

@@ -46,6 +46,9 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   const int k_begin = split * a.batch.partition;
   if (k_begin >= ctx) return;
   const int k_end = min(ctx, k_begin + a.batch.partition);
+  // Keys before the window are skipped (a split wholly before it leaves an empty partial).
+  const int k_first =
+      a.shape.sliding_window > 0 ? max(k_begin, ctx - a.shape.sliding_window) : k_begin;
   const int d = c.head_dim;
   const int group = a.shape.num_heads / c.num_kv_heads;
   const int lanes_per_key = d / 8;
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
     }
   }
 
-  for (int wb = k_begin + warp * keys_per_warp + sub; wb < k_end + sub; wb += stride * kUnroll) {
+  for (int wb = k_first + warp * keys_per_warp + sub; wb < k_end + sub; wb += stride * kUnroll) {
     uint4 kr[kUnroll], vr[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -186,7 +189,7 @@ __global__ void DecodeReduceKernel(DecodeArgs a) {
                     static_cast<int64_t>(a.batch.num_entries) * a.shape.num_heads * num_splits * d;
   float mx = -FLT_MAX;
   for (int s = 0; s < used; ++s) mx = fmaxf(mx, ml[2 * (part0 + s)]);
-  float denom = 0.0f;
+  float denom = a.shape.sinks != nullptr ? exp2f(a.shape.sinks[head] * kLog2e - mx) : 0.0f;
   for (int s = 0; s < used; ++s) denom += exp2f(ml[2 * (part0 + s)] - mx) * ml[2 * (part0 + s) + 1];
   const int q_row = a.batch.q_rows[e];
   for (int dim = threadIdx.x; dim < d; dim += blockDim.x) {
@@ -212,17 +215,18 @@ absl::Status CheckDecodeShape(const AttentionShape& shape, const DecodeBatch& ba
   const int d = c.head_dim;
   if (c.num_kv_heads <= 0 || shape.num_heads % c.num_kv_heads != 0 ||
       shape.num_heads / c.num_kv_heads > kMaxGroup ||
-      !(d == 16 || d == 32 || d == 64 || d == 128 || d == 256) ||
+      !(d == 8 || d == 16 || d == 32 || d == 64 || d == 128 || d == 256) ||
       (shape.num_heads / c.num_kv_heads) * d > kMaxGroupDim || batch.num_splits < 1 ||
       (batch.num_splits > 1 && batch.workspace == nullptr) || c.block_size <= 0 ||
       batch.partition < 1) {
     return absl::InvalidArgumentError(
-        "LaunchDecodeAttention: unsupported shape (head_dim in {16,32,64,128,256}, group <= 8, "
+        "LaunchDecodeAttention: unsupported shape (head_dim in {8,16,32,64,128,256}, group <= 8, "
         "group * head_dim <= 1024)");
   }
-  if (batch.kernel == DecodeAttentionKernel::kTensorCore && d != 128) {
+  if (batch.kernel == DecodeAttentionKernel::kTensorCore &&
+      (d != 128 || shape.sliding_window > 0)) {
     return absl::InvalidArgumentError(
-        "LaunchDecodeAttention: the tensor-core kernel needs head_dim 128");
+        "LaunchDecodeAttention: the tensor-core kernel needs head_dim 128 and no sliding window");
   }
   return absl::OkStatus();
 }

@@ -39,6 +39,8 @@ __device__ __forceinline__ void FinishDecodeSplit(const float* partial, const fl
     }
     const int head = kvh * group + g;
     if (num_splits == 1) {
+      // A sink (a logit without a value) only enlarges the denominator.
+      if (shape.sinks != nullptr) sum += exp2f(shape.sinks[head] * 1.4426950408889634f - mx);
       out[(static_cast<int64_t>(q_row) * shape.num_heads + head) * d + dim] =
           __float2bfloat16(v / sum);
     } else {

@@ -46,10 +46,10 @@ absl::Status CheckAttentionSupported(const AttentionDims& dims) {
                      dims.num_heads, " and ", dims.num_kv_heads));
   }
   const int group = dims.num_heads / dims.num_kv_heads;
-  if (!(d == 16 || d == 32 || d == 64 || d == 128 || d == 256) || group > kDecodeMaxGroup ||
-      group * d > kDecodeMaxGroupDim) {
+  if (!(d == 8 || d == 16 || d == 32 || d == 64 || d == 128 || d == 256) ||
+      group > kDecodeMaxGroup || group * d > kDecodeMaxGroupDim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "CUDA attention supports head_dim in {16,32,64,128,256} with group (heads/kv_heads) <= ",
+        "CUDA attention supports head_dim in {8,16,32,64,128,256} with group (heads/kv_heads) <= ",
         kDecodeMaxGroup, " and group * head_dim <= ", kDecodeMaxGroupDim, "; model has head_dim ",
         d, " and group ", group));
   }

@@ -507,10 +507,14 @@ TEST(CudaRopeTest, QkvPrepareMatchesCpuNormRopeAndStoresCache) {
   struct Case {
     int head_dim, heads, kv_heads;
     bool bias, norm;
+    int rotary = 0;  // partial rotary (GLM-4.5) when 0 < rotary < head_dim
   };
   for (const Case& cs :
-       {Case{128, 8, 2, true, true}, Case{16, 4, 1, false, false}, Case{64, 4, 4, true, false}}) {
-    SCOPED_TRACE(::testing::Message() << "head_dim " << cs.head_dim);
+       {Case{128, 8, 2, true, true}, Case{16, 4, 1, false, false}, Case{64, 4, 4, true, false},
+        Case{16, 4, 2, true, true, 8}, Case{128, 8, 2, true, false, 64}, Case{8, 4, 2, true, false},
+        Case{256, 2, 1, false, true, 96}}) {
+    SCOPED_TRACE(::testing::Message() << "head_dim " << cs.head_dim << " rotary " << cs.rotary);
+    const bool partial = cs.rotary > 0 && cs.rotary < cs.head_dim;
     const int tokens = 6, d = cs.head_dim, block_size = 4, num_blocks = 8;
     const int width = (cs.heads + 2 * cs.kv_heads) * d;
     const auto qkv = RandomBf16Values(rng, tokens * width);
@@ -518,7 +522,7 @@ TEST(CudaRopeTest, QkvPrepareMatchesCpuNormRopeAndStoresCache) {
     const auto qn = RandomBf16Values(rng, d), kn = RandomBf16Values(rng, d);
     const std::vector<int32_t> positions = {0, 1, 2, 700, 9000, 31};
     const std::vector<int32_t> slots = {5, 6, 7, 30, -1, 0};
-    std::vector<float> inv_freq = cpu::RopeInvFreq(d, 500000.0);
+    std::vector<float> inv_freq = cpu::RopeInvFreq(partial ? cs.rotary : d, 500000.0);
     cpu::ApplyLlama3RopeScaling(inv_freq, 8.0, 1.0, 4.0, 8192);
 
     // CPU: split, bias, norm, rope.
@@ -540,8 +544,15 @@ TEST(CudaRopeTest, QkvPrepareMatchesCpuNormRopeAndStoresCache) {
       cpu::RmsNorm(q.data(), qn.data(), tokens * cs.heads, d, 1e-6f, q.data());
       cpu::RmsNorm(k.data(), kn.data(), tokens * cs.kv_heads, d, 1e-6f, k.data());
     }
-    cpu::ApplyRope(q.data(), tokens, cs.heads, d, positions.data(), inv_freq.data());
-    cpu::ApplyRope(k.data(), tokens, cs.kv_heads, d, positions.data(), inv_freq.data());
+    if (partial) {
+      cpu::ApplyPartialRope(q.data(), tokens, cs.heads, d, cs.rotary, positions.data(),
+                            inv_freq.data());
+      cpu::ApplyPartialRope(k.data(), tokens, cs.kv_heads, d, cs.rotary, positions.data(),
+                            inv_freq.data());
+    } else {
+      cpu::ApplyRope(q.data(), tokens, cs.heads, d, positions.data(), inv_freq.data());
+      cpu::ApplyRope(k.data(), tokens, cs.kv_heads, d, positions.data(), inv_freq.data());
+    }
 
     DeviceBuffer dqkv = UploadBf16(qkv), dbias = UploadBf16(bias), dqn = UploadBf16(qn),
                  dkn = UploadBf16(kn), dpos = Upload(positions), dslots = Upload(slots),
@@ -570,6 +581,7 @@ TEST(CudaRopeTest, QkvPrepareMatchesCpuNormRopeAndStoresCache) {
                   .head_dim = d},
         .num_tokens = tokens,
         .num_heads = cs.heads,
+        .rotary_dim = cs.rotary,
     };
     RS_ASSERT_OK(LaunchQkvPrepare(args, nullptr));
     EXPECT_LT(RelL2(DownloadBf16(dq, q.size()), q), kBf16Tol);

@@ -270,6 +270,10 @@ absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, 
       c.block_size <= 0) {
     return absl::InvalidArgumentError("LaunchPrefillAttention: needs head_dim 128 and GQA shape");
   }
+  if (shape.sinks != nullptr || shape.sliding_window > 0) {
+    return absl::InvalidArgumentError(
+        "LaunchPrefillAttention: no sinks or sliding window (the decode kernel runs them)");
+  }
   if (batch.num_tiles == 0) return absl::OkStatus();
   if (batch.tile_rows == kPrefillTileSm90) {
 #if defined(RS_HAVE_SM90_PREFILL)

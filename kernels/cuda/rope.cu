@@ -9,6 +9,9 @@ constexpr int kWarps = 8;
 constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
 
 // One warp per (token, head). Lane l owns rotary pairs (i, i + half) for i = l, l + 32, ...
+// kPartial: the normalized head goes through shared memory, where the pairs (i, i + rotary_dim /
+// 2) are rotated.
+template <bool kPartial>
 __global__ void __launch_bounds__(kWarps * 32) QkvPrepareKernel(QkvPrepareArgs a) {
   WaitForPreviousKernel();
   const int t = blockIdx.x;
@@ -55,10 +58,40 @@ __global__ void __launch_bounds__(kWarps * 32) QkvPrepareKernel(QkvPrepareArgs a
       }
     }
     const int position = a.positions[t];
+    if constexpr (kPartial) {
+      __shared__ float head_values[kWarps][2 * 32 * kMaxPairsPerLane];
+      float* hv = head_values[threadIdx.x >> 5];
 #pragma unroll
-    for (int p = 0; p < kMaxPairsPerLane; ++p) {
-      const int i = lane + 32 * p;
-      if (i < half) RotatePair(x1[p], x2[p], position, a.inv_freq[i]);
+      for (int p = 0; p < kMaxPairsPerLane; ++p) {
+        const int i = lane + 32 * p;
+        if (i < half) {
+          hv[i] = x1[p];
+          hv[i + half] = x2[p];
+        }
+      }
+      __syncwarp();
+      const int rot_half = a.rotary_dim / 2;
+      for (int i = lane; i < rot_half; i += 32) {
+        float r1 = hv[i], r2 = hv[i + rot_half];
+        RotatePair(r1, r2, position, a.inv_freq[i]);
+        hv[i] = r1;
+        hv[i + rot_half] = r2;
+      }
+      __syncwarp();
+#pragma unroll
+      for (int p = 0; p < kMaxPairsPerLane; ++p) {
+        const int i = lane + 32 * p;
+        if (i < half) {
+          x1[p] = hv[i];
+          x2[p] = hv[i + half];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int p = 0; p < kMaxPairsPerLane; ++p) {
+        const int i = lane + 32 * p;
+        if (i < half) RotatePair(x1[p], x2[p], position, a.inv_freq[i]);
+      }
     }
   }
   bf16* dst = QkvHeadRow(a.q_out, a.num_heads, a.cache, a.slots, t, head);
@@ -79,13 +112,18 @@ absl::Status LaunchQkvPrepare(const QkvPrepareArgs& args, LaunchStream stream) {
   const int d = args.cache.head_dim;
   if (args.num_tokens < 0 || args.num_heads <= 0 || args.cache.num_kv_heads <= 0 || d <= 0 ||
       d % 2 != 0 || d > 2 * 32 * kMaxPairsPerLane || args.cache.block_size <= 0 ||
-      (args.q_norm == nullptr) != (args.k_norm == nullptr)) {
+      (args.q_norm == nullptr) != (args.k_norm == nullptr) || args.rotary_dim < 0 ||
+      args.rotary_dim > d || args.rotary_dim % 2 != 0) {
     return absl::InvalidArgumentError("LaunchQkvPrepare: bad arguments");
   }
   if (args.num_tokens == 0) return absl::OkStatus();
   const int total_heads = args.num_heads + 2 * args.cache.num_kv_heads;
   const dim3 grid(args.num_tokens, (total_heads + kWarps - 1) / kWarps);
-  LaunchDependent(QkvPrepareKernel, grid, kWarps * 32, 0, stream, args);
+  if (args.rotary_dim > 0 && args.rotary_dim < d) {
+    LaunchDependent(QkvPrepareKernel<true>, grid, kWarps * 32, 0, stream, args);
+  } else {
+    LaunchDependent(QkvPrepareKernel<false>, grid, kWarps * 32, 0, stream, args);
+  }
   return LaunchStatus("QkvPrepareKernel");
 }
 

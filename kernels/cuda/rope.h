@@ -39,6 +39,10 @@ struct QkvPrepareArgs {
   KvCacheLayer cache;
   int num_tokens = 0;
   int num_heads = 0;
+  // Partial rotary (GLM-4.5): 0 < rotary_dim < head_dim rotates the first rotary_dim values of
+  // each q/k head, pairs (i, i + rotary_dim / 2) with inv_freq [rotary_dim / 2], and passes the
+  // rest through; 0 or head_dim: the whole head.
+  int rotary_dim = 0;
 };
 
 // Where the attention input stage puts a token's q/k/v without q/k norms (the kernels that fold

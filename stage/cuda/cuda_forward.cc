@@ -132,6 +132,12 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
                                             .hidden_size = config_.hidden_size,
                                             .all_decode = p->all_decode,
                                             .qk_norm = config_.qk_norm});
+  // The folded attention input stages rotate whole heads of 16+ values: partial rotary and
+  // smaller heads take the QKV prepare kernel.
+  if ((config_.rotary_dim > 0 && config_.rotary_dim != config_.head_dim) || config_.head_dim < 16) {
+    p->kernels.qkv_in_gemv = false;
+    p->kernels.qkv_in_attention = false;
+  }
   // Per-token and per-entry vectors.
   const bool tensor_core_prefill =
       kernels_.prefill_attention != PrefillAttentionKernel::kDecodeKernel;
@@ -276,7 +282,8 @@ absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& ca
                            .q_out = q_.as<bf16>(),
                            .cache = cache,
                            .num_tokens = t,
-                           .num_heads = c.num_heads},
+                           .num_heads = c.num_heads,
+                           .rotary_dim = c.rotary_dim},
                           stream_);
 }
 
@@ -295,6 +302,7 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
                            .head_dim = d};
   RS_RETURN_IF_ERROR(RunQkv(l, p, cache));
   RS_RETURN_IF_ERROR(RunAttention(l, p, cache));
+  if (moe_[l] != nullptr) return RunMoeMlp(l, p);
   if (fused) {
     RS_RETURN_IF_ERROR(LaunchGemvAddResidual(attn_.as<bf16>(), w.o, w.o_bias, residual, t, h,
                                              c.num_heads * d, stream_));
@@ -319,12 +327,35 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
   return gemm_->Linear(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_);
 }
 
+absl::Status CudaModelSlice::RunMoeMlp(int l, const Plan& p) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_[l];
+  const int t = p.tokens, h = c.hidden_size;
+  float* residual = residual_.as<float>();
+  if (p.kernels.fused_norms) {
+    // As the dense fused path: the o projection adds into the residual, the block adds its own.
+    RS_RETURN_IF_ERROR(LaunchGemvAddResidual(attn_.as<bf16>(), w.o, w.o_bias, residual, t, h,
+                                             c.num_heads * c.head_dim, stream_));
+    RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual, nullptr, nullptr, w.post_norm, normed_.as<bf16>(),
+                                        t, h, c.rms_norm_eps, stream_));
+    return moe_[l]->Forward(normed_.as<bf16>(), t, residual, nullptr, *moe_ws_, l, stream_);
+  }
+  RS_RETURN_IF_ERROR(gemm_->Linear(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
+                                   c.num_heads * c.head_dim, stream_));
+  RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual, proj_.as<bf16>(), w.o_bias, w.post_norm,
+                                      normed_.as<bf16>(), t, h, c.rms_norm_eps, stream_));
+  // Left in proj_ for the next layer's (or the slice's final) add, as the dense MLP's output.
+  return moe_[l]->Forward(normed_.as<bf16>(), t, nullptr, proj_.as<bf16>(), *moe_ws_, l, stream_);
+}
+
 absl::Status CudaModelSlice::RunAttention(int l, const Plan& p, const KvCacheLayer& cache) {
   const ModelConfig& c = config_;
   const int32_t* m = meta_.as<int32_t>();
   const AttentionShape shape{.num_heads = c.num_heads,
                              .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
-                             .cache = cache};
+                             .cache = cache,
+                             .sinks = layers_[l].sinks,
+                             .sliding_window = c.SlidingWindowOf(options_.layers.first + l)};
   if (p.num_decode > 0) {
     const int64_t per_entry = DecodeWorkspaceFloats(1, c.num_heads, c.head_dim, p.splits);
     const int per_launch = p.splits == 1
@@ -374,18 +405,25 @@ absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
   const int t = p.tokens;
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   if (!layers_.empty() && !p.kernels.fused_norms) {  // else RunLayer runs only fused GEMVs
-    const LayerWeights& w = layers_[0];
+    // The MLP shapes from a dense layer (MoE layers run their own kernels).
+    int dense = 0;
+    while (dense + 1 < static_cast<int>(layers_.size()) && layers_[dense].gate_up == nullptr) {
+      ++dense;
+    }
+    const LayerWeights& w = layers_[dense];
     const bf16* normed = normed_.as<bf16>();
     RS_RETURN_IF_ERROR(gemm_->Tune(normed, w.qkv, qkv_.get(), OutType::kBF16, t,
                                    (c.num_heads + 2 * c.num_kv_heads) * d, h, stream_));
     RS_RETURN_IF_ERROR(gemm_->Tune(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
                                    c.num_heads * d, stream_));
-    if (!p.kernels.gate_up_gemv) {  // else RunLayer runs the gate/up GEMV with its SiLU
+    if (w.gate_up != nullptr && !p.kernels.gate_up_gemv) {  // else no GEMM, or the GEMV
       RS_RETURN_IF_ERROR(
           gemm_->Tune(normed, w.gate_up, gate_up_.get(), OutType::kBF16, t, 2 * inter, h, stream_));
     }
-    RS_RETURN_IF_ERROR(
-        gemm_->Tune(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_));
+    if (w.down != nullptr) {
+      RS_RETURN_IF_ERROR(
+          gemm_->Tune(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_));
+    }
   }
   if (!is_last() || p.logit_rows == 0) return absl::OkStatus();
   return gemm_->Tune(normed_.as<bf16>(), lm_head_, logits_.get(), OutType::kF32, p.logit_rows,

@@ -29,28 +29,41 @@ AttentionDims AttentionDimsOf(const ModelConfig& c) {
 }
 
 absl::Status Unsupported(const ModelConfig& c) {
-  if (c.moe.enabled() || c.attention_sinks || !c.sliding_layers.empty() ||
-      (c.rotary_dim != 0 && c.rotary_dim != c.head_dim)) {
+  if (c.mla) {
     return absl::InvalidArgumentError(fmt::format(
-        "CUDA backend does not run {} yet (mixture of experts, attention sinks, sliding window "
-        "or partial rotary); use device: cpu",
+        "CUDA backend does not run {} yet (multi-head latent attention); use device: cpu",
         ArchitectureName(c.architecture)));
   }
-  if (c.head_dim % 8 != 0 || c.hidden_size % 8 != 0 || c.intermediate_size % 8 != 0) {
+  bool dense_layer = false;
+  for (int l = 0; l < c.num_layers; ++l) dense_layer = dense_layer || !c.moe.IsMoeLayer(l);
+  if (c.head_dim % 8 != 0 || c.hidden_size % 8 != 0 ||
+      (dense_layer && c.intermediate_size % 8 != 0) || c.rotary_dim % 2 != 0) {
     return absl::InvalidArgumentError(fmt::format(
-        "CUDA backend needs head_dim, hidden_size and intermediate_size multiples of 8 (got {}, "
-        "{}, {})",
-        c.head_dim, c.hidden_size, c.intermediate_size));
+        "CUDA backend needs head_dim, hidden_size and intermediate_size multiples of 8 and an "
+        "even rotary_dim (got {}, {}, {}, {})",
+        c.head_dim, c.hidden_size, c.intermediate_size, c.rotary_dim));
   }
   return CheckAttentionSupported(AttentionDimsOf(c));
+}
+
+// Sliding windows run only in the CUDA-core decode kernel and sinks only in the decode kernels:
+// such models attend with the CUDA-core decode kernel, prefill included (one entry per token).
+void RestrictToAttentionVariants(const ModelConfig& c, KernelPlan* plan) {
+  if (c.sliding_layers.empty() && !c.attention_sinks) return;
+  plan->decode_attention = DecodeAttentionKernel::kCudaCore;
+  plan->decode_ctas_per_sm = 3;
+  plan->prefill_attention = PrefillAttentionKernel::kDecodeKernel;
+  plan->prefill_tile_rows = 0;
 }
 
 }  // namespace
 
 absl::Status CudaModelSlice::ReselectKernels(const KernelOptions& options) {
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  RS_ASSIGN_OR_RETURN(const KernelPlan plan,
+  RS_ASSIGN_OR_RETURN(const KernelPlan selected,
                       SelectKernelsForDevice(cuda_.device, AttentionDimsOf(config_), options));
+  KernelPlan plan = selected;
+  RestrictToAttentionVariants(config_, &plan);
   // The GEMM plans (tuned ones too) stay when the GEMM options do not change.
   if (!(plan.gemm == kernels_.gemm)) {
     RS_RETURN_IF_ERROR(gemm_->Reconfigure(GemmOptionsFor(plan.gemm)));
@@ -133,11 +146,13 @@ absl::Status CudaModelSlice::Init(const ModelConfig& config, const SliceOptions&
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda.device));
   RS_ASSIGN_OR_RETURN(kernels_,
                       SelectKernelsForDevice(cuda.device, AttentionDimsOf(config), cuda.kernels));
+  RestrictToAttentionVariants(config, &kernels_);
   RS_LOG_INFO("CUDA slice [{}, {}) kernels: {}", layers.first, layers.last, kernels_.Summary());
   RS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_.stream, cudaStreamNonBlocking));
   stream_.dependent = kernels_.dependent_launch;
   RS_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create(GemmOptionsFor(kernels_.gemm)));
-  const std::vector<float> inv_freq = RopeInverseFrequencies(config.rope, config.head_dim);
+  const std::vector<float> inv_freq = RopeInverseFrequencies(
+      config.rope, config.rotary_dim > 0 ? config.rotary_dim : config.head_dim);
   RS_RETURN_IF_ERROR(inv_freq_.Allocate(inv_freq.size() * sizeof(float)));
   RS_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_.get(), inv_freq.data(),
                                      inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -157,7 +172,9 @@ absl::Status CudaModelSlice::AllocateWeights() {
       return p;
     };
     layers_.assign(options_.layers.size(), LayerWeights{});
-    for (LayerWeights& w : layers_) {
+    for (int i = 0; i < options_.layers.size(); ++i) {
+      LayerWeights& w = layers_[i];
+      const bool moe = c.moe.IsMoeLayer(options_.layers.first + i);
       w.input_norm = take(h);
       w.qkv = take(qkv_rows * h);
       if (c.qkv_bias) w.qkv_bias = take(qkv_rows);
@@ -168,6 +185,8 @@ absl::Status CudaModelSlice::AllocateWeights() {
       w.o = take(h * c.num_heads * d);
       if (c.o_bias) w.o_bias = take(h);
       w.post_norm = take(h);
+      if (c.attention_sinks) w.sinks = reinterpret_cast<float*>(take(2 * int64_t{c.num_heads}));
+      if (moe) continue;  // the experts live in moe_
       w.gate_up = take(2 * inter * h);
       w.down = take(h * inter);
     }
@@ -182,7 +201,21 @@ absl::Status CudaModelSlice::AllocateWeights() {
   const int64_t bytes = carve(nullptr);
   RS_RETURN_IF_ERROR(weight_buffer_.Allocate(bytes));
   carve(weight_buffer_.as<char>());
+  // Sinks default to 0 (RandomizeWeights leaves them so).
+  RS_CUDA_RETURN_IF_ERROR(cudaMemset(weight_buffer_.get(), 0, weight_buffer_.bytes()));
+  moe_.clear();
+  moe_.resize(options_.layers.size());
+  for (int i = 0; i < options_.layers.size(); ++i) {
+    if (!c.moe.IsMoeLayer(options_.layers.first + i)) continue;
+    RS_ASSIGN_OR_RETURN(moe_[i], CudaMoeLayer::Create(c));
+  }
   return absl::OkStatus();
+}
+
+int64_t CudaModelSlice::WeightBytes() const {
+  int64_t bytes = static_cast<int64_t>(weight_buffer_.bytes());
+  for (const auto& moe : moe_) bytes += moe ? moe->weight_bytes() : 0;
+  return bytes;
 }
 
 absl::Status CudaModelSlice::RandomizeWeights(uint64_t seed) {
@@ -205,6 +238,9 @@ absl::Status CudaModelSlice::RandomizeWeights(uint64_t seed) {
     RS_RETURN_IF_ERROR(fill(w.post_norm, h, 1.0f, 0.1f));
     RS_RETURN_IF_ERROR(fill(w.gate_up, 2 * inter * h, 0.0f, lin));
     RS_RETURN_IF_ERROR(fill(w.down, h * inter, 0.0f, lin));
+  }
+  for (const auto& moe : moe_) {
+    if (moe) RS_RETURN_IF_ERROR(moe->Randomize(++stream_id, stream_));
   }
   RS_RETURN_IF_ERROR(fill(embedding_, int64_t{c.vocab_size} * h, 0.0f, 1.0f));
   RS_RETURN_IF_ERROR(fill(final_norm_, h, 1.0f, 0.1f));
@@ -246,6 +282,12 @@ absl::Status CudaModelSlice::AllocateRuntime() {
     RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(item.buf->get(), 0, item.bytes, stream_));
     activation_bytes_ += item.bytes;
   }
+  if (std::any_of(moe_.begin(), moe_.end(), [](const auto& m) { return m != nullptr; })) {
+    RS_ASSIGN_OR_RETURN(moe_ws_, CudaMoeWorkspace::Create(c.moe, c.hidden_size,
+                                                          std::max<int>(t, cuda_.max_graph_batch),
+                                                          options_.layers.size()));
+    activation_bytes_ += moe_ws_->bytes();
+  }
   activations_ = std::make_unique<DeviceActivationBuffer>(residual_.as<float>(), t, c.hidden_size,
                                                           cuda_.device, stream_);
   const int64_t s = cuda_.max_seqs;
@@ -266,7 +308,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
     size_t free = 0, total = 0;
     RS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
     const int64_t used = static_cast<int64_t>(total - free);
-    const int64_t own = static_cast<int64_t>(weight_buffer_.bytes()) + activation_bytes_;
+    const int64_t own = WeightBytes() + activation_bytes_;
     const int64_t allowed = cuda_.device_share > 0
                                 ? static_cast<int64_t>(cuda_.device_share * total) - own
                                 : static_cast<int64_t>(cuda_.memory_utilization * total) - used;
@@ -297,7 +339,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
 
 CudaMemoryReport CudaModelSlice::memory() const {
   CudaMemoryReport r;
-  r.weight_bytes = static_cast<int64_t>(weight_buffer_.bytes());
+  r.weight_bytes = WeightBytes();
   r.kv_bytes = static_cast<int64_t>(kv_buffer_.bytes());
   r.activation_bytes = activation_bytes_;
   size_t free = 0, total = 0;

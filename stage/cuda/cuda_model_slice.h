@@ -35,6 +35,7 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "ring/model_config.h"
+#include "stage/cuda/cuda_moe_layer.h"
 #include "stage/cuda/device_activation_buffer.h"
 #include "stage/cuda/gpu_step_timer.h"
 #include "stage/model/model_slice.h"
@@ -131,6 +132,8 @@ class CudaModelSlice : public ModelSlice {
   // Drops the captured graphs, and turns graphs on/off.
   void ResetGraphs();
   void set_use_cuda_graphs(bool use) { cuda_.use_cuda_graphs = use; }
+  // The MoE layers' step buffers (null for a dense model): experts_touched() per local layer.
+  const CudaMoeWorkspace* moe_workspace() const { return moe_ws_.get(); }
 
  private:
   struct LayerWeights {
@@ -142,8 +145,9 @@ class CudaModelSlice : public ModelSlice {
     bf16* o = nullptr;  // [hidden, heads * head_dim]
     bf16* o_bias = nullptr;
     bf16* post_norm = nullptr;
-    bf16* gate_up = nullptr;  // [2 * intermediate, hidden]
-    bf16* down = nullptr;     // [hidden, intermediate]
+    bf16* gate_up = nullptr;  // [2 * intermediate, hidden]; null on a MoE layer
+    bf16* down = nullptr;     // [hidden, intermediate]; null on a MoE layer
+    float* sinks = nullptr;   // [num_heads] fp32 (gpt-oss) or null
   };
   struct Plan;  // one micro-batch's layout (cuda_model_slice.cc)
   struct Graph {
@@ -186,6 +190,10 @@ class CudaModelSlice : public ModelSlice {
   // the store in the GEMV or left to the attention kernel as the StepKernels say).
   absl::Status RunQkv(int layer, const Plan& plan, const KvCacheLayer& cache);
   absl::Status RunAttention(int layer, const Plan& plan, const KvCacheLayer& cache);
+  // A MoE layer's post-attention norm and MoE block (moe_[layer]), in place of the dense MLP.
+  absl::Status RunMoeMlp(int layer, const Plan& plan);
+  // Dense weights plus every MoE layer's.
+  int64_t WeightBytes() const;
   // Logits rows one sampling call handles, and the pinned staging for them.
   int64_t SampleRowsCapacity() const {
     return std::max(cuda_.max_logit_rows, cuda_.max_graph_batch);
@@ -205,6 +213,8 @@ class CudaModelSlice : public ModelSlice {
 
   DeviceBuffer weight_buffer_;
   std::vector<LayerWeights> layers_;
+  std::vector<std::unique_ptr<CudaMoeLayer>> moe_;  // [layers]: null on dense layers
+  std::unique_ptr<CudaMoeWorkspace> moe_ws_;        // when any layer is a MoE layer
   bf16* embedding_ = nullptr;
   bf16* final_norm_ = nullptr;
   bf16* lm_head_ = nullptr;

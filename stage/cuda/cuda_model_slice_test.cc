@@ -320,8 +320,40 @@ TEST(CudaHeadDim128Test, DecodeMatchesCpuWithAndWithoutFusions) {
   }
 }
 
+// Mixture-of-experts blocks on the GPU (stage/cuda/cuda_moe_layer.h), with GLM's partial rotary
+// and gpt-oss's sinks and sliding window (head_dim 8 or 16: the CUDA-core attention).
+TEST(CudaMoeHeadDim128Test, DecodeMatchesCpuThroughBothExpertPaths) {
+  RS_SKIP_WITHOUT_GPU();
+  auto shape = FindShape("tiny-qwen3-moe");
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  shape->name = "tiny-qwen3-moe-head-dim-128";
+  shape->hidden_size = 256;
+  shape->num_heads = 4;
+  shape->num_kv_heads = 1;
+  shape->head_dim = 128;
+  shape->moe_intermediate_size = 64;
+  shape->vocab_size = 1000;
+  shape->bos_token_id = 1;
+  shape->eos_token_ids = {2};
+  const std::string dir = ::testing::TempDir() + "/rs_moe_head_dim_128";
+  const auto written = WriteRandomModel({.output_dir = dir,
+                                         .shape = *shape,
+                                         .seed = 9,
+                                         .init_std = 0.1,
+                                         .num_threads = 2,
+                                         .tokenizers_dir = ""});
+  ASSERT_TRUE(written.ok()) << written.status();
+  // 21 prefill tokens route 42 rows over 8 experts: the tensor-core grouped GEMM; decode steps
+  // the grouped GEMV.
+  ExpectDecodeMatchesCpu(dir, {7, 13, 1}, /*fuse_decode_kernels=*/true, 5e-2);
+  ExpectDecodeMatchesCpu(dir, {11}, /*fuse_decode_kernels=*/false, 5e-2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Moe, CudaFixtureTest,
+                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe",
+                                           "gpt_oss"));
 
 // Quantized checkpoints (tests/fixtures/models/quant): dequantized at load by the loader the CPU
 // slice shares (stage/model/quantized_weights.h), then held in bf16.

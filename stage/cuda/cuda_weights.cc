@@ -5,6 +5,7 @@
 // (stage/model/quantized_weights.h), one tensor at a time, and uploaded as fp32 -> bf16.
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "absl/status/status.h"
 #include "common/status_macros.h"
@@ -119,7 +120,23 @@ absl::Status CudaModelSlice::LoadWeights() {
         {"mlp.up_proj.weight", w.gate_up + inter * h},
         {"mlp.down_proj.weight", w.down},
     };
+    std::set<std::string> moe_tensors;  // loaded by the MoE layer
+    if (moe_[i] != nullptr) {
+      for (const TensorSpec& spec : MoeLayerTensorSpecs(c, layer).All()) {
+        moe_tensors.insert(spec.name);
+      }
+      RS_RETURN_IF_ERROR(moe_[i]->Load(c, layer, *weights, load, stream_));
+    }
     for (const TensorSpec& spec : LayerTensorSpecs(c, layer)) {
+      if (moe_tensors.count(spec.name) > 0) continue;
+      if (w.sinks != nullptr && spec.name == prefix + "self_attn.sinks") {
+        // fp32 on the device: a logit of the softmax, kept at the checkpoint's precision.
+        RS_ASSIGN_OR_RETURN(const std::vector<float> sinks,
+                            weights->ReadFloat(spec.name, spec.shape));
+        RS_CUDA_RETURN_IF_ERROR(cudaMemcpy(w.sinks, sinks.data(), sinks.size() * sizeof(float),
+                                           cudaMemcpyHostToDevice));
+        continue;
+      }
       const auto it = where.find(spec.name.substr(prefix.size()));
       if (it == where.end() || it->second == nullptr) {
         return absl::InternalError(fmt::format("no CUDA destination for tensor {}", spec.name));

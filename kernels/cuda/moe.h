@@ -1,0 +1,160 @@
+// Mixture-of-experts kernels (bf16 weights and activations, fp32 accumulation and routing): the
+// router (logits, top-k under every RouterScoring of ring/moe_config.h), the grouping of a
+// step's (token, expert) pairs by expert (a permutation built on the GPU), the grouped expert
+// projections (a CUDA-core GEMV that streams only the experts in use, for decode-sized steps,
+// and a tensor-core grouped GEMM for prefill), the expert activation and the weighted combine.
+// No launch reads a count back to the host: every grid is sized from host-known bounds (tokens,
+// top_k, experts) and blocks with no work exit, so decode steps can be captured in CUDA graphs.
+// All pointers are device memory, row-major; launches are asynchronous on `stream`.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "ring/moe_config.h"
+
+namespace ringserve::cuda {
+
+// Rows of one tensor-core GEMM tile (moe_gemm.cu): a group of n rows takes ceil(n / kMoeTileRows)
+// tiles.
+inline constexpr int kMoeTileRows = 128;
+// Steps of at most this many tokens route in one single-block kernel.
+inline constexpr int kMoeSmallRouteTokens = 64;
+// Experts a router kernel handles (the largest families have 256).
+inline constexpr int kMoeMaxExperts = 512;
+
+// Opts the kernels that need it into large shared memory on the current device (once per
+// device; every launcher calls it, and CudaMoeLayer calls it at load so that no first launch
+// happens inside a graph capture).
+absl::Status PrepareMoeKernels();
+
+// logits[t, e] = sum_h x[t, h] * router[e, h] (+ bias[e]), fp32 math.
+// x: [tokens, hidden] bf16; router: [experts, hidden] fp32; bias: [experts] fp32 or null;
+// logits: [tokens, experts] fp32. hidden % 4 == 0.
+absl::Status LaunchMoeRouterLogits(const bf16* x, const float* router, const float* bias,
+                                   float* logits, int tokens, int experts, int hidden,
+                                   LaunchStream stream);
+
+// The routing of one step and the grouping of its (token, choice) entries by expert.
+struct MoeRouting {
+  // In: [tokens, experts] fp32 router logits; [experts] fp32 correction bias or null.
+  const float* logits = nullptr;
+  const float* correction_bias = nullptr;
+  // Out, [tokens, top_k]: chosen experts by selection score descending (ties to the lower index)
+  // and their weights (stage/model/moe_router.h's RouteTokens, fp32).
+  int32_t* expert_ids = nullptr;
+  float* weights = nullptr;
+  // Out: counts [experts] (rows per expert), offsets [experts + 1] (exclusive prefix sum:
+  // expert e's rows are [offsets[e], offsets[e + 1]) of the permuted order), cursor [experts]
+  // (scratch), row_token [tokens * top_k] (the token of each permuted row; within an expert the
+  // order is unspecified), entry_row [tokens * top_k] (the permuted row of entry t * top_k + j).
+  int32_t* counts = nullptr;
+  int32_t* offsets = nullptr;
+  int32_t* cursor = nullptr;
+  int32_t* row_token = nullptr;
+  int32_t* entry_row = nullptr;
+  // Out: the tensor-core GEMM's tile list [MoeMaxTiles(...), 2] = (expert, first row) and its
+  // length [1] (tiles of kMoeTileRows rows, expert by expert).
+  int32_t* tiles = nullptr;
+  int32_t* num_tiles = nullptr;
+  // Out: the experts with rows, ascending, then -1: [experts] (the grouped GEMV's blocks).
+  int32_t* active = nullptr;
+  // Out, optional: the number of experts with at least one row, written to *experts_touched.
+  int32_t* experts_touched = nullptr;
+  int tokens = 0;
+};
+// Tiles a step of `rows` (token, expert) rows over `experts` experts can take.
+inline int64_t MoeMaxTiles(int64_t rows, int experts) {
+  return (rows + kMoeTileRows - 1) / kMoeTileRows + experts;
+}
+// Routes routing.tokens tokens under `options` (kSoftmaxTopK also with groups, topk_group <
+// n_group: DeepSeek-V2's group_limited_greedy, a group scored by its best probability, and
+// routed_scaling_factor) (ValidateRouterOptions must hold; num_experts
+// <= kMoeMaxExperts, top_k <= 32, n_group <= 32) and groups the entries by expert. Steps of at
+// most kMoeSmallRouteTokens tokens run one kernel; larger ones three (clear, top-k, scan).
+absl::Status LaunchMoeRoute(const RouterOptions& options, const MoeRouting& routing,
+                            LaunchStream stream);
+
+// Expert activation of the grouped projections: none (plain projection), SiLU(gate) * up, or
+// gpt-oss's clamped SwiGLU (ring/moe_config.h's ExpertActivation).
+enum class MoeActivation { kNone, kSiluMul, kClampedSwiglu };
+struct MoeActivationParams {
+  MoeActivation kind = MoeActivation::kNone;
+  float alpha = 1.702f;
+  float limit = 7.0f;
+};
+
+// A projection of row groups, each with its own weight: for group g and each of its rows r
+// (rows [offsets[g], offsets[g + 1]), or rows [0, rows) of the one group when offsets is null),
+//   out[r, c] = sum_k x[src(r), k] * w[g, c, k] (+ bias[g, c])      for c < n
+// with src(r) = row_token[r] (or r when null). With an activation, w[g] has 2n rows (gate rows,
+// then up rows, and bias 2n values) and out[r, c] = act(bf16(gate), bf16(up)) for c < n.
+// x: [*, k] bf16 with row stride k; w: [groups, (1 or 2) * n, k] bf16; bias: [groups, ...] bf16
+// or null; out: [rows, n] bf16 or fp32 (out_f32).
+struct MoeGroupedLinear {
+  const bf16* x = nullptr;
+  const int32_t* row_token = nullptr;
+  const int32_t* offsets = nullptr;
+  int rows = 0;    // rows of the one group when offsets is null; else ignored
+  int groups = 1;  // groups (experts); 1 when offsets is null
+  // Optional, with offsets: LaunchMoeRoute's active list. The GEMV then runs min(groups,
+  // max_active) block rows, row y on group active[y] (none when -1), instead of one per group.
+  const int32_t* active = nullptr;
+  int max_active = 0;
+  const bf16* w = nullptr;
+  const bf16* bias = nullptr;
+  int n = 0;
+  int k = 0;
+  void* out = nullptr;
+  bool out_f32 = false;
+  MoeActivationParams act{};
+};
+// CUDA cores, one pass over each used group's weights per 8 of its rows (decode-sized steps:
+// only the experts in use are read). Any k; grid sized by n and groups.
+absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream);
+// Tensor cores (mma through WMMA, 128x128 tiles, cp.async pipeline) over the tile list of
+// LaunchMoeRoute (tiles/num_tiles; max_tiles = its capacity), or over ceil(rows / kMoeTileRows)
+// tiles of the one group when offsets is null. k % 8 == 0, x and w 16-byte aligned. No
+// activation (run LaunchMoeActivation on its 2n-wide output).
+absl::Status LaunchMoeGroupedGemm(const MoeGroupedLinear& a, const int32_t* tiles,
+                                  const int32_t* num_tiles, int max_tiles, LaunchStream stream);
+// act[r, c] = f(gate_up[r, c], gate_up[r, n + c]) for r < rows, c < n: gate_up [rows, 2n] bf16
+// (biases already added), act [rows, n] bf16. kind != kNone.
+absl::Status LaunchMoeActivation(const bf16* gate_up, bf16* act, int rows, int n,
+                                 const MoeActivationParams& params, LaunchStream stream);
+
+// The weighted sum of each token's experts, plus the shared expert:
+//   y[t, :] = sum_j weights[t, j] * expert_out[entry_row[t, j], :]
+//             + s(t) * shared_out[t, :]   (when shared_out; s(t) = sigmoid(x[t, :] . shared_gate)
+//                                          when shared_gate, else 1)
+// then residual[t, :] += y (fp32) when residual, else out[t, :] = bf16(y).
+// expert_out: [tokens * top_k, hidden] bf16; shared_out: [tokens, hidden] bf16 or null;
+// shared_gate: [hidden] fp32 or null (needs x: [tokens, hidden] bf16).
+struct MoeCombine {
+  const float* weights = nullptr;
+  const int32_t* entry_row = nullptr;
+  const bf16* expert_out = nullptr;
+  const bf16* shared_out = nullptr;
+  const float* shared_gate = nullptr;
+  const bf16* x = nullptr;
+  float* residual = nullptr;
+  bf16* out = nullptr;
+  int tokens = 0;
+  int top_k = 0;
+  int hidden = 0;
+};
+absl::Status LaunchMoeCombine(const MoeCombine& a, LaunchStream stream);
+
+// Load-time layout changes of gpt-oss's stacked experts (ExpertLayout::kGptOssStacked), bf16:
+//   gate_up [E, hidden, 2 inter] (input-major, gate/up interleaved) -> [E, 2 inter, hidden]
+//   (gate rows, then up rows); gate_up_bias [E, 2 inter] interleaved -> [E, 2 inter] gate then up;
+//   down [E, inter, hidden] -> [E, hidden, inter].
+absl::Status LaunchMoeUnstackGateUp(const bf16* src, bf16* dst, int experts, int hidden, int inter,
+                                    LaunchStream stream);
+absl::Status LaunchMoeUnstackGateUpBias(const bf16* src, bf16* dst, int experts, int inter,
+                                        LaunchStream stream);
+absl::Status LaunchMoeTransposeDown(const bf16* src, bf16* dst, int experts, int inter, int hidden,
+                                    LaunchStream stream);
+
+}  // namespace ringserve::cuda

@@ -1,0 +1,418 @@
+// MoE routing on the GPU: router logits, top-k under every scoring rule, grouping by expert and
+// the weighted combine. See moe.h; the top-k follows stage/model/moe_router.cc rule by rule.
+#include <cfloat>
+
+#include "common/status_macros.h"
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/moe.h"
+
+namespace ringserve::cuda {
+namespace {
+
+constexpr int kLogitTokens = 8;   // tokens per router-logits block
+constexpr int kLogitExperts = 8;  // experts per router-logits block (one per warp)
+constexpr int kRouteWarps = 4;    // tokens per top-k block (large steps)
+constexpr int kSmallWarps = 32;   // the single-block router
+
+__global__ void __launch_bounds__(kLogitExperts * 32)
+    RouterLogitsKernel(const bf16* __restrict__ x, const float* __restrict__ router,
+                       const float* __restrict__ bias, float* __restrict__ logits, int tokens,
+                       int experts, int hidden) {
+  WaitForPreviousKernel();
+  const int lane = threadIdx.x & 31;
+  const int e = blockIdx.y * kLogitExperts + (threadIdx.x >> 5);
+  const int t0 = blockIdx.x * kLogitTokens;
+  if (e >= experts) return;
+  const int nt = min(kLogitTokens, tokens - t0);
+  float acc[kLogitTokens];
+#pragma unroll
+  for (int i = 0; i < kLogitTokens; ++i) acc[i] = 0.0f;
+  const float4* w = reinterpret_cast<const float4*>(router + static_cast<int64_t>(e) * hidden);
+  for (int v = lane; v < hidden / 4; v += 32) {
+    const float4 wv = __ldg(w + v);
+#pragma unroll
+    for (int i = 0; i < kLogitTokens; ++i) {
+      if (i >= nt) break;
+      float xf[4];
+      Unpack4(__ldg(reinterpret_cast<const uint2*>(x + static_cast<int64_t>(t0 + i) * hidden) + v),
+              xf);
+      acc[i] = fmaf(wv.x, xf[0], acc[i]);
+      acc[i] = fmaf(wv.y, xf[1], acc[i]);
+      acc[i] = fmaf(wv.z, xf[2], acc[i]);
+      acc[i] = fmaf(wv.w, xf[3], acc[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kLogitTokens; ++i) {
+    if (i >= nt) break;
+    const float sum = WarpSum(acc[i]);
+    if (lane == 0) {
+      logits[static_cast<int64_t>(t0 + i) * experts + e] = sum + (bias ? bias[e] : 0.0f);
+    }
+  }
+}
+
+// (value, index) a beats b: larger value, or equal value and lower index (moe_router.cc's TopK).
+__device__ __forceinline__ bool Beats(float va, int ia, float vb, int ib) {
+  return va > vb || (va == vb && ia < ib);
+}
+
+// The warp's best (value, index) over values[0, n) not marked in `taken` (lane-owned bits: bit i
+// of lane l is index l + 32 i). Every lane gets the result.
+__device__ __forceinline__ int WarpArgBest(const float* values, int n, uint32_t taken,
+                                           float* best) {
+  const int lane = threadIdx.x & 31;
+  float bv = -INFINITY;
+  int bi = 0x7fffffff;
+  for (int i = 0, idx = lane; idx < n; ++i, idx += 32) {
+    if (taken & (1u << i)) continue;
+    const float v = values[idx];
+    if (bi == 0x7fffffff || Beats(v, idx, bv, bi)) {
+      bv = v;
+      bi = idx;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (oi != 0x7fffffff && (bi == 0x7fffffff || Beats(ov, oi, bv, bi))) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  *best = bv;
+  return bi;
+}
+
+// Top-k of values[0, n) into ids[0, k) (lane 0 writes), largest first. Returns nothing; `vals`
+// (lane 0) gets the chosen values.
+__device__ __forceinline__ void WarpTopK(const float* values, int n, int k, int* ids, float* vals) {
+  const int lane = threadIdx.x & 31;
+  uint32_t taken = 0;
+  for (int j = 0; j < k; ++j) {
+    float v;
+    const int idx = WarpArgBest(values, n, taken, &v);
+    if ((idx & 31) == lane) taken |= 1u << (idx >> 5);
+    if (lane == 0) {
+      ids[j] = idx;
+      vals[j] = v;
+    }
+  }
+  __syncwarp();
+}
+
+// The topk_group best groups (ties to the lower group) as a bit mask, every lane; lane g holds
+// group g's score.
+__device__ __forceinline__ unsigned KeptGroups(const RouterOptions& o, float group_score) {
+  const int lane = threadIdx.x & 31;
+  int better = 0;
+  for (int g = 0; g < o.n_group; ++g) {
+    const float sg = __shfl_sync(0xffffffffu, group_score, g);
+    if (lane < o.n_group && g != lane && Beats(sg, g, group_score, lane)) ++better;
+  }
+  return __ballot_sync(0xffffffffu, lane < o.n_group && better < o.topk_group);
+}
+
+// One token's routing by one warp. `scratch`: 2 * experts floats + 32 ints of this warp's shared
+// memory. Lane 0 writes ids and weights of the token (top_k each).
+__device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row,
+                           const float* __restrict__ correction_bias, float* score, float* choice,
+                           int* order, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x & 31;
+  const int e = o.num_experts, k = o.top_k;
+  float* picked = reinterpret_cast<float*>(order + 32);  // [32] values of the chosen
+  switch (o.scoring) {
+    case RouterScoring::kSoftmaxTopK: {
+      float mx = -INFINITY;
+      for (int x = lane; x < e; x += 32) mx = fmaxf(mx, row[x]);
+      mx = WarpMax(mx);
+      float sum = 0.0f;
+      for (int x = lane; x < e; x += 32) {
+        score[x] = expf(row[x] - mx);
+        sum += score[x];
+      }
+      sum = WarpSum(sum);
+      for (int x = lane; x < e; x += 32) score[x] /= sum;
+      __syncwarp();
+      if (o.topk_group < o.n_group) {
+        // DeepSeek-V2's group_limited_greedy: a group scores its best expert; experts of dropped
+        // groups score 0, below every probability.
+        const int per_group = e / o.n_group;
+        float group_score = -INFINITY;
+        if (lane < o.n_group) {
+          for (int i = 0; i < per_group; ++i) {
+            group_score = fmaxf(group_score, score[lane * per_group + i]);
+          }
+        }
+        const unsigned kept_mask = KeptGroups(o, group_score);
+        for (int x = lane; x < e; x += 32) {
+          choice[x] = kept_mask & (1u << (x / per_group)) ? score[x] : 0.0f;
+        }
+        __syncwarp();
+        WarpTopK(choice, e, k, order, picked);
+      } else {
+        WarpTopK(score, e, k, order, picked);
+      }
+      if (lane == 0) {
+        float top = 0.0f;
+        for (int j = 0; j < k; ++j) top += weights[j] = score[order[j]];
+        const float denominator = o.norm_topk_prob ? top : 1.0f;
+        for (int j = 0; j < k; ++j) {
+          weights[j] = weights[j] / denominator * o.routed_scaling_factor;
+        }
+      }
+      break;
+    }
+    case RouterScoring::kTopKSoftmax: {
+      for (int x = lane; x < e; x += 32) score[x] = row[x];
+      __syncwarp();
+      WarpTopK(score, e, k, order, picked);
+      if (lane == 0) {
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) sum += weights[j] = expf(picked[j] - picked[0]);
+        for (int j = 0; j < k; ++j) weights[j] /= sum;
+      }
+      break;
+    }
+    case RouterScoring::kSigmoidGroupedTopK: {
+      for (int x = lane; x < e; x += 32) {
+        score[x] = 1.0f / (1.0f + expf(-row[x]));
+        choice[x] = score[x] + (correction_bias ? correction_bias[x] : 0.0f);
+      }
+      __syncwarp();
+      if (o.topk_group < o.n_group) {
+        const int per_group = e / o.n_group;
+        // Lane g scores group g: the sum of its two largest choices.
+        float group_score = -INFINITY;
+        if (lane < o.n_group) {
+          float b0 = -INFINITY, b1 = -INFINITY;
+          int i0 = -1, i1 = -1;
+          for (int i = 0; i < per_group; ++i) {
+            const float v = choice[lane * per_group + i];
+            if (i0 < 0 || Beats(v, i, b0, i0)) {
+              b1 = b0;
+              i1 = i0;
+              b0 = v;
+              i0 = i;
+            } else if (i1 < 0 || Beats(v, i, b1, i1)) {
+              b1 = v;
+              i1 = i;
+            }
+          }
+          group_score = b0 + b1;
+        }
+        const unsigned kept_mask = KeptGroups(o, group_score);
+        for (int x = lane; x < e; x += 32) {
+          if (!(kept_mask & (1u << (x / per_group)))) choice[x] = -INFINITY;
+        }
+        __syncwarp();
+      }
+      WarpTopK(choice, e, k, order, picked);
+      if (lane == 0) {
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) sum += weights[j] = score[order[j]];
+        const float denominator = o.norm_topk_prob ? sum + 1e-20f : 1.0f;
+        for (int j = 0; j < k; ++j) {
+          weights[j] = weights[j] / denominator * o.routed_scaling_factor;
+        }
+      }
+      break;
+    }
+  }
+  if (lane == 0) {
+    for (int j = 0; j < k; ++j) ids[j] = order[j];
+  }
+  __syncwarp();
+}
+
+// Shared memory of one routing warp: score and choice [experts] floats, order/picked [64].
+__host__ __device__ constexpr int WarpScratchFloats(int experts) { return 2 * experts + 64; }
+
+// Writes offsets (exclusive prefix sum of counts), the tile list, cursor = offsets and the
+// touched count. Runs in one block; `sh` holds experts + 1 ints of shared memory.
+__device__ void ScanCounts(const MoeRouting& r, int experts, const int32_t* counts, int* sh) {
+  // Serial over experts by one thread: experts <= kMoeMaxExperts, a few microseconds at most.
+  if (threadIdx.x == 0) {
+    int rows = 0, tiles = 0, touched = 0;
+    for (int e = 0; e < experts; ++e) {
+      const int c = counts[e];
+      r.offsets[e] = rows;
+      sh[e] = tiles;
+      rows += c;
+      tiles += (c + kMoeTileRows - 1) / kMoeTileRows;
+      if (c > 0) r.active[touched++] = e;
+    }
+    for (int e = touched; e < experts; ++e) r.active[e] = -1;
+    r.offsets[experts] = rows;
+    sh[experts] = tiles;
+    *r.num_tiles = tiles;
+    if (r.experts_touched != nullptr) *r.experts_touched = touched;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    r.cursor[e] = r.offsets[e];
+    for (int i = sh[e]; i < sh[e + 1]; ++i) {
+      r.tiles[2 * i] = e;
+      r.tiles[2 * i + 1] = r.offsets[e] + (i - sh[e]) * kMoeTileRows;
+    }
+  }
+  __syncthreads();
+}
+
+// Places entries [0, n) at their expert's rows (cursor atomics).
+__device__ void ScatterEntries(const MoeRouting& r, int n, int top_k) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int pos = atomicAdd(&r.cursor[r.expert_ids[i]], 1);
+    r.row_token[pos] = i / top_k;
+    r.entry_row[i] = pos;
+  }
+}
+
+// Small steps: the whole routing in one block of kSmallWarps warps.
+__global__ void __launch_bounds__(kSmallWarps * 32)
+    RouteSmallKernel(RouterOptions o, MoeRouting r) {
+  WaitForPreviousKernel();
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x >> 5;
+  const int e = o.num_experts, k = o.top_k;
+  int* counts = reinterpret_cast<int*>(smem);  // [e + 1]
+  float* scratch = smem + e + 1 + warp * WarpScratchFloats(e);
+  for (int x = threadIdx.x; x <= e; x += blockDim.x) counts[x] = 0;
+  __syncthreads();
+  for (int t = warp; t < r.tokens; t += kSmallWarps) {
+    RouteToken(o, r.logits + static_cast<int64_t>(t) * e, r.correction_bias, scratch, scratch + e,
+               reinterpret_cast<int*>(scratch + 2 * e), r.expert_ids + t * k, r.weights + t * k);
+    if ((threadIdx.x & 31) < k) atomicAdd(&counts[r.expert_ids[t * k + (threadIdx.x & 31)]], 1);
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < e; x += blockDim.x) r.counts[x] = counts[x];
+  __syncthreads();
+  // counts (global) were written by this block: visible to it after the barrier.
+  int* sh = reinterpret_cast<int*>(smem + e + 1);  // reuses the warps' scratch
+  ScanCounts(r, e, counts, sh);
+  ScatterEntries(r, r.tokens * k, k);
+}
+
+// Large steps: one warp per token, counts by global atomics (cleared before).
+__global__ void __launch_bounds__(kRouteWarps * 32) RouteTopKKernel(RouterOptions o, MoeRouting r) {
+  WaitForPreviousKernel();
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x >> 5;
+  const int t = blockIdx.x * kRouteWarps + warp;
+  if (t >= r.tokens) return;
+  const int e = o.num_experts, k = o.top_k;
+  float* scratch = smem + warp * WarpScratchFloats(e);
+  RouteToken(o, r.logits + static_cast<int64_t>(t) * e, r.correction_bias, scratch, scratch + e,
+             reinterpret_cast<int*>(scratch + 2 * e), r.expert_ids + t * k, r.weights + t * k);
+  if ((threadIdx.x & 31) < k) atomicAdd(&r.counts[r.expert_ids[t * k + (threadIdx.x & 31)]], 1);
+}
+
+__global__ void __launch_bounds__(1024) ScanScatterKernel(int experts, int top_k, MoeRouting r) {
+  WaitForPreviousKernel();
+  extern __shared__ int sh[];
+  ScanCounts(r, experts, r.counts, sh);
+  ScatterEntries(r, r.tokens * top_k, top_k);
+}
+
+template <bool kToResidual>
+__global__ void __launch_bounds__(256) CombineKernel(MoeCombine a) {
+  WaitForPreviousKernel();
+  __shared__ float scratch[32];
+  __shared__ int rows[32];
+  __shared__ float w[32];
+  const int t = blockIdx.x;
+  if (threadIdx.x < a.top_k) {
+    rows[threadIdx.x] = a.entry_row[t * a.top_k + threadIdx.x];
+    w[threadIdx.x] = a.weights[t * a.top_k + threadIdx.x];
+  }
+  float gate = 1.0f;
+  if (a.shared_gate != nullptr) {
+    float dot = 0.0f;
+    for (int h = threadIdx.x; h < a.hidden; h += blockDim.x) {
+      dot += __bfloat162float(a.x[static_cast<int64_t>(t) * a.hidden + h]) * a.shared_gate[h];
+    }
+    dot = BlockSum(dot, scratch);
+    gate = 1.0f / (1.0f + expf(-dot));
+  }
+  __syncthreads();
+  for (int h = threadIdx.x; h < a.hidden; h += blockDim.x) {
+    float y = 0.0f;
+    for (int j = 0; j < a.top_k; ++j) {
+      y += w[j] * __bfloat162float(a.expert_out[static_cast<int64_t>(rows[j]) * a.hidden + h]);
+    }
+    const int64_t at = static_cast<int64_t>(t) * a.hidden + h;
+    if (a.shared_out != nullptr) y += gate * __bfloat162float(a.shared_out[at]);
+    if constexpr (kToResidual) {
+      a.residual[at] += y;
+    } else {
+      a.out[at] = __float2bfloat16(y);
+    }
+  }
+}
+
+}  // namespace
+
+// The single-block router's shared memory at kMoeMaxExperts (moe_gemm.cu sets its GEMM's).
+absl::Status SetRouteSmallKernelSmem() {
+  return CudaStatus(
+      cudaFuncSetAttribute(RouteSmallKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (kMoeMaxExperts + 1 + kSmallWarps * WarpScratchFloats(kMoeMaxExperts)) *
+                               static_cast<int>(sizeof(float))),
+      "cudaFuncSetAttribute(RouteSmallKernel)");
+}
+
+absl::Status LaunchMoeRouterLogits(const bf16* x, const float* router, const float* bias,
+                                   float* logits, int tokens, int experts, int hidden,
+                                   LaunchStream stream) {
+  if (tokens < 0 || experts <= 0 || hidden <= 0 || hidden % 4 != 0) {
+    return absl::InvalidArgumentError("LaunchMoeRouterLogits: bad shape (hidden % 4 == 0)");
+  }
+  if (tokens == 0) return absl::OkStatus();
+  const dim3 grid((tokens + kLogitTokens - 1) / kLogitTokens,
+                  (experts + kLogitExperts - 1) / kLogitExperts);
+  LaunchDependent(RouterLogitsKernel, grid, kLogitExperts * 32, 0, stream, x, router, bias, logits,
+                  tokens, experts, hidden);
+  return LaunchStatus("RouterLogitsKernel");
+}
+
+absl::Status LaunchMoeRoute(const RouterOptions& o, const MoeRouting& r, LaunchStream stream) {
+  const int e = o.num_experts;
+  if (e <= 0 || e > kMoeMaxExperts || o.top_k < 1 || o.top_k > 32 || o.top_k > e || o.n_group < 1 ||
+      o.n_group > 32 || e % o.n_group != 0 || r.tokens < 0) {
+    return absl::InvalidArgumentError(
+        "LaunchMoeRoute: need 1 <= top_k <= min(32, experts), experts <= 512, n_group <= 32");
+  }
+  if (r.tokens == 0) return absl::OkStatus();
+  if (r.tokens <= kMoeSmallRouteTokens) {
+    const size_t smem = (e + 1 + kSmallWarps * WarpScratchFloats(e)) * sizeof(float);
+    RS_RETURN_IF_ERROR(PrepareMoeKernels());
+    LaunchDependent(RouteSmallKernel, dim3(1), kSmallWarps * 32, smem, stream, o, r);
+    return LaunchStatus("RouteSmallKernel");
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(r.counts, 0, e * sizeof(int32_t), stream));
+  const size_t smem = kRouteWarps * WarpScratchFloats(e) * sizeof(float);
+  LaunchDependent(RouteTopKKernel, dim3((r.tokens + kRouteWarps - 1) / kRouteWarps),
+                  kRouteWarps * 32, smem, stream, o, r);
+  RS_RETURN_IF_ERROR(LaunchStatus("RouteTopKKernel"));
+  LaunchDependent(ScanScatterKernel, dim3(1), 1024, (e + 1) * sizeof(int), stream, e, o.top_k, r);
+  return LaunchStatus("ScanScatterKernel");
+}
+
+absl::Status LaunchMoeCombine(const MoeCombine& a, LaunchStream stream) {
+  if (a.tokens < 0 || a.top_k < 1 || a.top_k > 32 || a.hidden <= 0 ||
+      (a.residual == nullptr) == (a.out == nullptr) ||
+      (a.shared_gate != nullptr && (a.x == nullptr || a.shared_out == nullptr))) {
+    return absl::InvalidArgumentError("LaunchMoeCombine: bad arguments");
+  }
+  if (a.tokens == 0) return absl::OkStatus();
+  if (a.residual != nullptr) {
+    LaunchDependent(CombineKernel<true>, dim3(a.tokens), 256, 0, stream, a);
+  } else {
+    LaunchDependent(CombineKernel<false>, dim3(a.tokens), 256, 0, stream, a);
+  }
+  return LaunchStatus("CombineKernel");
+}
+
+}  // namespace ringserve::cuda

@@ -1,0 +1,100 @@
+// The CUDA slice on the mixture-of-experts golden fixtures (tests/fixtures/models, written by
+// scripts/make_moe_fixtures.py) against transformers itself: each prompt's prefill logits and
+// its greedy continuation, decoded one graphed step at a time and teacher-forced with the golden
+// tokens. Tolerance (bf16 against transformers' fp32, as the dense GPU tests): relative L2 of
+// the prompt's logits and of its greedy steps' logits <= 3e-2, and every greedy token equal
+// except where transformers' own gap is within twice the row's bf16 logit error (at most 2 such
+// near-ties a prompt: the fixtures keep a relative top-2 margin of 1-7%).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/test_util.h"
+#include "stage/cuda/cuda_model_slice.h"
+#include "stage/sampling/sampler.h"
+#include "tests/golden/golden_fixture.h"
+
+namespace ringserve::cuda {
+namespace {
+
+using testing::RelL2;
+
+constexpr double kLogitsTol = 3e-2;
+constexpr int kBlockSize = 4;
+
+class CudaMoeGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaMoeGoldenTest, PrefillAndGreedyDecodeMatchTransformers) {
+  RS_SKIP_WITHOUT_GPU();
+  const std::string dir = golden::FixtureDir(GetParam());
+  auto fixture = golden::LoadGoldenFixture(dir);
+  ASSERT_TRUE(fixture.ok()) << fixture.status();
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto gpu = CudaModelSlice::Load({.model_dir = dir,
+                                   .layers = {0, config->num_layers},
+                                   .kv_block_size = kBlockSize,
+                                   .kv_num_blocks = 64},
+                                  {.max_batch_tokens = 64, .max_seqs = 8});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const int vocab = fixture->vocab_size;
+  std::vector<int32_t> table(64);
+  for (int i = 0; i < 64; ++i) table[i] = 63 - i;  // reversed: not contiguous
+  uint64_t seq = 0;
+  for (const golden::GoldenPrompt& prompt : fixture->prompts) {
+    SCOPED_TRACE(::testing::Message() << "prompt of " << prompt.token_ids.size() << " tokens");
+    ++seq;
+    const int n = static_cast<int>(prompt.token_ids.size());
+    MicroBatch prefill;
+    prefill.chunks.push_back({.seq_id = seq,
+                              .start_position = 0,
+                              .num_tokens = n,
+                              .block_table = table,
+                              .logits = LogitsMode::kAllTokens});
+    prefill.token_ids = prompt.token_ids;
+    auto logits = (*gpu)->Forward(prefill, {});
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    EXPECT_LT(RelL2(*logits, prompt.logits), kLogitsTol);
+    std::vector<float> last(logits->end() - vocab, logits->end());
+    std::vector<float> got_rows;  // every greedy step's logits, for one relative L2
+    int near_ties = 0;
+    for (size_t step = 0; step < prompt.greedy_token_ids.size(); ++step) {
+      const int32_t want = prompt.greedy_token_ids[step];
+      const float* want_row = prompt.greedy_logits.data() + step * vocab;
+      got_rows.insert(got_rows.end(), last.begin(), last.end());
+      const int32_t got = GreedyToken(last);
+      if (got != want) {
+        // bf16 may flip a near-tie: accepted only when transformers' gap between its choice and
+        // ours is within twice this row's largest logit error.
+        float max_err = 0;
+        for (int i = 0; i < vocab; ++i)
+          max_err = std::max(max_err, std::abs(last[i] - want_row[i]));
+        EXPECT_LE(want_row[want] - want_row[got], 2 * max_err)
+            << "step " << step << ": chose " << got << ", transformers " << want;
+        ++near_ties;
+      }
+      if (step + 1 == prompt.greedy_token_ids.size()) break;
+      MicroBatch decode;
+      decode.chunks.push_back({.seq_id = seq,
+                               .start_position = n + static_cast<int>(step),
+                               .num_tokens = 1,
+                               .block_table = table,
+                               .logits = LogitsMode::kLastToken});
+      decode.token_ids = {want};  // teacher-forced: both stay on the golden text
+      auto next = (*gpu)->Forward(decode, {});
+      ASSERT_TRUE(next.ok()) << next.status();
+      last = *next;
+    }
+    EXPECT_LT(RelL2(got_rows, prompt.greedy_logits), kLogitsTol);
+    EXPECT_LE(near_ties, 2) << "too many greedy disagreements for bf16 near-ties";
+  }
+  EXPECT_GT((*gpu)->num_graphs(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Moe, CudaMoeGoldenTest,
+                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe",
+                                           "gpt_oss"));
+
+}  // namespace
+}  // namespace ringserve::cuda

@@ -1,0 +1,353 @@
+#include "stage/cuda/cuda_moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/moe.h"
+
+namespace ringserve::cuda {
+namespace {
+
+constexpr int64_t kAlign = 256;
+
+int64_t AlignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// Two passes over a layout: sizes with a null base, then pointers into one allocation.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename T>
+  T* Take(int64_t elems) {
+    T* p = base_ ? reinterpret_cast<T*>(base_ + offset_) : nullptr;
+    offset_ += AlignUp(elems * static_cast<int64_t>(sizeof(T)));
+    return p;
+  }
+  int64_t bytes() const { return offset_; }
+
+ private:
+  char* base_;
+  int64_t offset_ = 0;
+};
+
+MoeActivationParams ActivationOf(const MoeConfig& moe) {
+  return {.kind = moe.activation == ExpertActivation::kClampedSwiglu ? MoeActivation::kClampedSwiglu
+                                                                     : MoeActivation::kSiluMul,
+          .alpha = moe.swiglu_alpha,
+          .limit = moe.swiglu_limit};
+}
+
+absl::Status CopyFloats(SafetensorsModel& weights, const TensorSpec& spec, float* dst,
+                        cudaStream_t stream) {
+  RS_ASSIGN_OR_RETURN(std::vector<float> values, weights.ReadFloat(spec.name, spec.shape));
+  RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, values.data(), values.size() * sizeof(float),
+                                          cudaMemcpyHostToDevice, stream));
+  // `values` dies here: the copy must have read it.
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(const MoeConfig& moe,
+                                                                           int hidden,
+                                                                           int max_tokens,
+                                                                           int num_layers) {
+  if (!moe.enabled() || hidden <= 0 || max_tokens <= 0 || num_layers < 0) {
+    return absl::InvalidArgumentError("CudaMoeWorkspace: needs a MoE config and positive sizes");
+  }
+  std::unique_ptr<CudaMoeWorkspace> ws(new CudaMoeWorkspace());
+  const int64_t t = max_tokens, k = moe.router.top_k, e = moe.router.num_experts;
+  const int64_t rows = t * k;
+  const int64_t width = std::max(moe.expert_intermediate_size, moe.shared_intermediate_size);
+  ws->max_tokens_ = max_tokens;
+  ws->num_layers_ = num_layers;
+  ws->max_tiles_ = static_cast<int>(MoeMaxTiles(rows, static_cast<int>(e)));
+  auto carve = [&](char* base) {
+    Carver c(base);
+    ws->logits_ = c.Take<float>(t * e);
+    ws->ids_ = c.Take<int32_t>(rows);
+    ws->weights_ = c.Take<float>(rows);
+    ws->counts_ = c.Take<int32_t>(e);
+    ws->offsets_ = c.Take<int32_t>(e + 1);
+    ws->cursor_ = c.Take<int32_t>(e);
+    ws->row_token_ = c.Take<int32_t>(rows);
+    ws->entry_row_ = c.Take<int32_t>(rows);
+    ws->tiles_ = c.Take<int32_t>(2 * int64_t{ws->max_tiles_});
+    ws->active_ = c.Take<int32_t>(e);
+    ws->num_tiles_ = c.Take<int32_t>(1);
+    ws->touched_ = c.Take<int32_t>(std::max(1, num_layers));
+    ws->gate_up_ = c.Take<bf16>(rows * 2 * width);
+    ws->act_ = c.Take<bf16>(rows * width);
+    ws->expert_out_ = c.Take<bf16>(rows * hidden);
+    ws->shared_out_ = moe.shared_intermediate_size > 0 ? c.Take<bf16>(t * hidden) : nullptr;
+    return c.bytes();
+  };
+  RS_RETURN_IF_ERROR(ws->buffer_.Allocate(carve(nullptr)));
+  carve(ws->buffer_.as<char>());
+  RS_CUDA_RETURN_IF_ERROR(cudaMemset(ws->buffer_.get(), 0, ws->buffer_.bytes()));
+  return ws;
+}
+
+absl::StatusOr<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::Create(const ModelConfig& config) {
+  const MoeConfig& m = config.moe;
+  const int h = config.hidden_size;
+  if (!m.enabled()) return absl::InvalidArgumentError("CudaMoeLayer: the model has no experts");
+  if (h % 8 != 0 || m.router.num_experts > kMoeMaxExperts || m.router.top_k > 32 ||
+      m.router.n_group > 32) {
+    return absl::InvalidArgumentError(fmt::format(
+        "CUDA MoE layers need hidden_size % 8 == 0, num_experts <= {}, top_k <= 32 and n_group "
+        "<= 32 (got {}, {}, {}, {})",
+        kMoeMaxExperts, h, m.router.num_experts, m.router.top_k, m.router.n_group));
+  }
+  RS_RETURN_IF_ERROR(ValidateRouterOptions(m.router));
+  RS_RETURN_IF_ERROR(PrepareMoeKernels());
+  std::unique_ptr<CudaMoeLayer> layer(new CudaMoeLayer());
+  // Debug switch (README): the largest step that runs the grouped GEMV.
+  if (const char* env = std::getenv("RINGSERVE_MOE_GEMV_MAX_TOKENS"); env != nullptr) {
+    layer->gemv_max_tokens_ = std::atoi(env);
+  }
+  layer->moe_ = m;
+  layer->hidden_ = h;
+  const int64_t e = m.router.num_experts, inter = m.expert_intermediate_size,
+                shared = m.shared_intermediate_size;
+  const bool biases = m.layout == ExpertLayout::kGptOssStacked;
+  CudaMoeLayer* l = layer.get();
+  auto carve = [&](char* base) {
+    Carver c(base);
+    l->router_ = c.Take<float>(e * h);
+    l->router_bias_ = m.router_bias ? c.Take<float>(e) : nullptr;
+    l->router_bf16_ = c.Take<bf16>(e * h);
+    l->router_bias_bf16_ = m.router_bias ? c.Take<bf16>(e) : nullptr;
+    l->correction_bias_ = m.correction_bias ? c.Take<float>(e) : nullptr;
+    l->gate_up_ = c.Take<bf16>(e * 2 * inter * h);
+    l->gate_up_bias_ = biases ? c.Take<bf16>(e * 2 * inter) : nullptr;
+    l->down_ = c.Take<bf16>(e * h * inter);
+    l->down_bias_ = biases ? c.Take<bf16>(e * h) : nullptr;
+    l->shared_gate_up_ = shared > 0 ? c.Take<bf16>(2 * shared * h) : nullptr;
+    l->shared_down_ = shared > 0 ? c.Take<bf16>(h * shared) : nullptr;
+    l->shared_expert_gate_ = m.shared_expert_gate ? c.Take<float>(h) : nullptr;
+    return c.bytes();
+  };
+  RS_RETURN_IF_ERROR(layer->buffer_.Allocate(carve(nullptr)));
+  carve(layer->buffer_.as<char>());
+  return layer;
+}
+
+absl::Status CudaMoeLayer::Load(const ModelConfig& config, int layer, SafetensorsModel& weights,
+                                const UploadFn& upload, cudaStream_t stream) {
+  const MoeTensorSpecs specs = MoeLayerTensorSpecs(config, layer);
+  const int64_t e = moe_.router.num_experts, inter = moe_.expert_intermediate_size, h = hidden_,
+                shared = moe_.shared_intermediate_size;
+  RS_RETURN_IF_ERROR(CopyFloats(weights, specs.router, router_, stream));
+  if (specs.router_bias) {
+    RS_RETURN_IF_ERROR(CopyFloats(weights, *specs.router_bias, router_bias_, stream));
+  }
+  if (specs.correction_bias) {
+    RS_RETURN_IF_ERROR(CopyFloats(weights, *specs.correction_bias, correction_bias_, stream));
+  }
+  if (moe_.layout == ExpertLayout::kGptOssStacked) {
+    // Input-major, interleaved tensors: uploaded whole, then rearranged on the GPU.
+    DeviceBuffer staging;
+    RS_RETURN_IF_ERROR(staging.Allocate(e * 2 * inter * h * sizeof(bf16)));
+    bf16* tmp = staging.as<bf16>();
+    RS_RETURN_IF_ERROR(upload(*specs.gate_up, tmp));
+    RS_RETURN_IF_ERROR(LaunchMoeUnstackGateUp(tmp, gate_up_, e, h, inter, stream));
+    RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    RS_RETURN_IF_ERROR(upload(*specs.gate_up_bias, tmp));
+    RS_RETURN_IF_ERROR(LaunchMoeUnstackGateUpBias(tmp, gate_up_bias_, e, inter, stream));
+    RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    RS_RETURN_IF_ERROR(upload(*specs.stacked_down, tmp));
+    RS_RETURN_IF_ERROR(LaunchMoeTransposeDown(tmp, down_, e, inter, h, stream));
+    RS_RETURN_IF_ERROR(upload(*specs.down_bias, down_bias_));
+    RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  } else {
+    for (int64_t x = 0; x < e; ++x) {
+      bf16* gu = gate_up_ + x * 2 * inter * h;
+      RS_RETURN_IF_ERROR(upload(specs.gate[x], gu));
+      RS_RETURN_IF_ERROR(upload(specs.up[x], gu + inter * h));
+      RS_RETURN_IF_ERROR(upload(specs.down[x], down_ + x * h * inter));
+    }
+  }
+  if (specs.shared_gate) {
+    RS_RETURN_IF_ERROR(upload(*specs.shared_gate, shared_gate_up_));
+    RS_RETURN_IF_ERROR(upload(*specs.shared_up, shared_gate_up_ + shared * h));
+    RS_RETURN_IF_ERROR(upload(*specs.shared_down, shared_down_));
+  }
+  if (specs.shared_expert_gate) {
+    RS_RETURN_IF_ERROR(CopyFloats(weights, *specs.shared_expert_gate, shared_expert_gate_, stream));
+  }
+  return MirrorRouter(stream);
+}
+
+absl::Status CudaMoeLayer::MirrorRouter(cudaStream_t stream) {
+  const int64_t e = moe_.router.num_experts;
+  RS_RETURN_IF_ERROR(LaunchF32ToBF16(router_, router_bf16_, e * hidden_, stream));
+  if (router_bias_ != nullptr) {
+    RS_RETURN_IF_ERROR(LaunchF32ToBF16(router_bias_, router_bias_bf16_, e, stream));
+  }
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeLayer::Randomize(uint64_t seed, cudaStream_t stream) {
+  const int64_t e = moe_.router.num_experts, inter = moe_.expert_intermediate_size, h = hidden_,
+                shared = moe_.shared_intermediate_size;
+  const float lin = 0.02f * std::sqrt(3.0f);
+  uint64_t id = seed * 7919u + 17;
+  auto fill = [&](bf16* p, int64_t n) {
+    return p ? LaunchFillRandom(p, n, ++id, 0.0f, lin, stream) : absl::OkStatus();
+  };
+  RS_RETURN_IF_ERROR(fill(gate_up_, e * 2 * inter * h));
+  RS_RETURN_IF_ERROR(fill(gate_up_bias_, e * 2 * inter));
+  RS_RETURN_IF_ERROR(fill(down_, e * h * inter));
+  RS_RETURN_IF_ERROR(fill(down_bias_, e * h));
+  RS_RETURN_IF_ERROR(fill(shared_gate_up_, 2 * shared * h));
+  RS_RETURN_IF_ERROR(fill(shared_down_, h * shared));
+  // The fp32 tensors: bf16 random values widened.
+  DeviceBuffer staging;
+  RS_RETURN_IF_ERROR(staging.Allocate(e * h * sizeof(bf16)));
+  auto fill_f32 = [&](float* p, int64_t n) -> absl::Status {
+    if (p == nullptr) return absl::OkStatus();
+    RS_RETURN_IF_ERROR(LaunchFillRandom(staging.as<bf16>(), n, ++id, 0.0f, lin, stream));
+    return LaunchBF16ToF32(staging.as<bf16>(), p, n, stream);
+  };
+  RS_RETURN_IF_ERROR(fill_f32(router_, e * h));
+  RS_RETURN_IF_ERROR(fill_f32(router_bias_, e));
+  RS_RETURN_IF_ERROR(fill_f32(correction_bias_, e));
+  RS_RETURN_IF_ERROR(fill_f32(shared_expert_gate_, h));
+  return MirrorRouter(stream);
+}
+
+absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
+                                      const int32_t* offsets, int rows, int groups,
+                                      const bf16* w_gate_up, const bf16* gate_up_bias,
+                                      const bf16* w_down, const bf16* down_bias, int inter,
+                                      bool grouped_gemv, bf16* out, CudaMoeWorkspace& ws,
+                                      LaunchStream stream) const {
+  const MoeActivationParams act = ActivationOf(moe_);
+  const int32_t* tiles = offsets != nullptr ? ws.tiles_ : nullptr;
+  const int32_t* num_tiles = offsets != nullptr ? ws.num_tiles_ : nullptr;
+  // Grouped GEMV blocks go to the experts with rows only (at most `rows` of them).
+  const int32_t* active = offsets != nullptr ? ws.active_ : nullptr;
+  MoeGroupedLinear up{.x = x,
+                      .row_token = row_token,
+                      .offsets = offsets,
+                      .rows = rows,
+                      .groups = groups,
+                      .active = active,
+                      .max_active = rows,
+                      .w = w_gate_up,
+                      .bias = gate_up_bias,
+                      .n = inter,
+                      .k = hidden_,
+                      .out = ws.act_,
+                      .out_f32 = false,
+                      .act = act};
+  if (grouped_gemv) {
+    RS_RETURN_IF_ERROR(LaunchMoeGroupedGemv(up, stream));
+  } else {
+    up.n = 2 * inter;
+    up.out = ws.gate_up_;
+    up.act = {};
+    RS_RETURN_IF_ERROR(LaunchMoeGroupedGemm(up, tiles, num_tiles, ws.max_tiles_, stream));
+    RS_RETURN_IF_ERROR(LaunchMoeActivation(ws.gate_up_, ws.act_, rows, inter, act, stream));
+  }
+  // The activations are in permuted-row order: the down projection reads them in place.
+  const MoeGroupedLinear down{.x = ws.act_,
+                              .row_token = nullptr,
+                              .offsets = offsets,
+                              .rows = rows,
+                              .groups = groups,
+                              .active = active,
+                              .max_active = rows,
+                              .w = w_down,
+                              .bias = down_bias,
+                              .n = hidden_,
+                              .k = inter,
+                              .out = out,
+                              .out_f32 = false,
+                              .act = {}};
+  if (grouped_gemv || inter % 8 != 0) return LaunchMoeGroupedGemv(down, stream);
+  return LaunchMoeGroupedGemm(down, tiles, num_tiles, ws.max_tiles_, stream);
+}
+
+absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, bf16* out,
+                                   CudaMoeWorkspace& ws, int stats_slot,
+                                   LaunchStream stream) const {
+  if (tokens < 0 || tokens > ws.max_tokens_ || (residual == nullptr) == (out == nullptr) ||
+      stats_slot >= ws.num_layers_) {
+    return absl::InvalidArgumentError(
+        fmt::format("CudaMoeLayer::Forward: {} tokens (max {}), one output, stats slot {} of {}",
+                    tokens, ws.max_tokens_, stats_slot, ws.num_layers_));
+  }
+  if (tokens == 0) return absl::OkStatus();
+  const int e = moe_.router.num_experts, k = moe_.router.top_k;
+  if (tokens <= kMoeSmallRouteTokens) {
+    RS_RETURN_IF_ERROR(
+        LaunchMoeRouterLogits(x, router_, router_bias_, ws.logits_, tokens, e, hidden_, stream));
+  } else {
+    RS_RETURN_IF_ERROR(LaunchMoeGroupedGemm({.x = x,
+                                             .row_token = nullptr,
+                                             .offsets = nullptr,
+                                             .rows = tokens,
+                                             .groups = 1,
+                                             .active = nullptr,
+                                             .max_active = 0,
+                                             .w = router_bf16_,
+                                             .bias = router_bias_bf16_,
+                                             .n = e,
+                                             .k = hidden_,
+                                             .out = ws.logits_,
+                                             .out_f32 = true,
+                                             .act = {}},
+                                            nullptr, nullptr, 0, stream));
+  }
+  RS_RETURN_IF_ERROR(
+      LaunchMoeRoute(moe_.router,
+                     {.logits = ws.logits_,
+                      .correction_bias = correction_bias_,
+                      .expert_ids = ws.ids_,
+                      .weights = ws.weights_,
+                      .counts = ws.counts_,
+                      .offsets = ws.offsets_,
+                      .cursor = ws.cursor_,
+                      .row_token = ws.row_token_,
+                      .entry_row = ws.entry_row_,
+                      .tiles = ws.tiles_,
+                      .num_tiles = ws.num_tiles_,
+                      .active = ws.active_,
+                      .experts_touched = stats_slot >= 0 ? ws.touched_ + stats_slot : nullptr,
+                      .tokens = tokens},
+                     stream));
+  const int rows = tokens * k;
+  // Decode-sized steps (a few rows per expert) stream only the chosen experts' weights; larger
+  // ones run the tensor-core GEMM (which re-reads no weight per row).
+  const bool gemv = tokens <= gemv_max_tokens_ && rows <= 4 * e;
+  RS_RETURN_IF_ERROR(RunExperts(x, ws.row_token_, ws.offsets_, rows, e, gate_up_, gate_up_bias_,
+                                down_, down_bias_, moe_.expert_intermediate_size, gemv,
+                                ws.expert_out_, ws, stream));
+  if (shared_gate_up_ != nullptr) {
+    RS_RETURN_IF_ERROR(RunExperts(x, nullptr, nullptr, tokens, 1, shared_gate_up_, nullptr,
+                                  shared_down_, nullptr, moe_.shared_intermediate_size,
+                                  tokens <= 16, ws.shared_out_, ws, stream));
+  }
+  return LaunchMoeCombine({.weights = ws.weights_,
+                           .entry_row = ws.entry_row_,
+                           .expert_out = ws.expert_out_,
+                           .shared_out = shared_gate_up_ != nullptr ? ws.shared_out_ : nullptr,
+                           .shared_gate = shared_expert_gate_,
+                           .x = x,
+                           .residual = residual,
+                           .out = out,
+                           .tokens = tokens,
+                           .top_k = k,
+                           .hidden = hidden_},
+                          stream);
+}
+
+}  // namespace ringserve::cuda

@@ -1,0 +1,138 @@
+// One mixture-of-experts MLP block on the GPU (the CUDA slice's MoE layers; DeepSeek's MoE
+// layers reuse it): the router, the routed experts stacked on the device, and the shared
+// experts. Input: the block's normalized hidden rows on the device; output: added into the fp32
+// residual stream (or written as bf16 rows). Every rule of ring/moe_config.h's MoeConfig runs
+// (scoring, norm_topk_prob, correction bias and groups, routed scaling, router bias, SiLU or
+// clamped SwiGLU with biases, plain or sigmoid-gated shared experts), with the CPU reference's
+// values (stage/model/cpu_moe.h) up to bf16 rounding: the router runs in fp32 on fp32 weights
+// for steps of up to kMoeSmallRouteTokens tokens (decode), on bf16 copies (tensor cores, fp32
+// accumulation) for larger ones (prefill), as a bf16 model's gate does.
+//
+// Device layout: routed experts [E, 2 inter, hidden] (gate rows, then up rows) and
+// [E, hidden, inter]; shared experts [2 shared, hidden] and [hidden, shared]; router [E, hidden]
+// fp32. Steps of up to kDefaultGemvMaxTokens tokens with at most 4 rows per expert on average run
+// the grouped GEMV (only the chosen experts' weights are read); larger steps the grouped
+// tensor-core GEMM (kernels/cuda/moe.h). Forward never synchronizes with the host, so it can be
+// captured into a CUDA graph.
+//
+// Not thread-safe; the layer owns its weights, the workspace (shared by a slice's MoE layers,
+// which run one at a time) its buffers. Memory: weight_bytes() / CudaMoeWorkspace::bytes().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "ring/model_config.h"
+#include "stage/model/safetensors.h"
+#include "stage/model/slice_weights.h"
+
+namespace ringserve::cuda {
+
+// Step buffers of the MoE layers of one slice, sized for max_tokens tokens: rows of
+// max_tokens * top_k for the routed experts. Not thread-safe.
+class CudaMoeWorkspace {
+ public:
+  // InvalidArgument unless moe.enabled(); ResourceExhausted when the device is full.
+  // `num_layers`: MoE layers that record their touched-expert counts (experts_touched()).
+  static absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> Create(const MoeConfig& moe, int hidden,
+                                                                  int max_tokens, int num_layers);
+  int64_t bytes() const { return static_cast<int64_t>(buffer_.bytes()); }
+  int max_tokens() const { return max_tokens_; }
+  // [num_layers] int32, device: the number of distinct experts the last step's tokens chose in
+  // each recording layer (Forward's `stats_slot`); for benchmarks (bytes read by decode).
+  const int32_t* experts_touched() const { return touched_; }
+  int num_layers() const { return num_layers_; }
+
+ private:
+  friend class CudaMoeLayer;
+  CudaMoeWorkspace() = default;
+
+  DeviceBuffer buffer_;
+  int max_tokens_ = 0;
+  int num_layers_ = 0;
+  int max_tiles_ = 0;
+  float* logits_ = nullptr;       // [T, E]
+  int32_t* ids_ = nullptr;        // [T, k]
+  float* weights_ = nullptr;      // [T, k]
+  int32_t* counts_ = nullptr;     // [E]
+  int32_t* offsets_ = nullptr;    // [E + 1]
+  int32_t* cursor_ = nullptr;     // [E]
+  int32_t* row_token_ = nullptr;  // [T k]
+  int32_t* entry_row_ = nullptr;  // [T k]
+  int32_t* tiles_ = nullptr;      // [max_tiles, 2]
+  int32_t* active_ = nullptr;     // [E]
+  int32_t* num_tiles_ = nullptr;  // [1]
+  int32_t* touched_ = nullptr;    // [num_layers]
+  bf16* gate_up_ = nullptr;       // [T k, 2 max(inter, shared)]
+  bf16* act_ = nullptr;           // [T k, max(inter, shared)]
+  bf16* expert_out_ = nullptr;    // [T k, hidden]
+  bf16* shared_out_ = nullptr;    // [T, hidden] (with shared experts)
+};
+
+class CudaMoeLayer {
+ public:
+  // Steps of up to this many tokens (and at most 4 rows per expert on average) run the grouped
+  // GEMV; RINGSERVE_MOE_GEMV_MAX_TOKENS overrides it (a debug switch for A/B runs).
+  static constexpr int kDefaultGemvMaxTokens = 64;
+
+  // Uploads checkpoint tensor `spec` ([out, in] as the checkpoint stores it) to dst as bf16
+  // (the slice's loader: staging, dtype conversion, dequantization).
+  using UploadFn = std::function<absl::Status(const TensorSpec& spec, bf16* dst)>;
+
+  // Allocates the weights of one MoE block of `config` (config.moe.enabled()). InvalidArgument
+  // when a size is not supported (hidden_size % 8, num_experts > kMoeMaxExperts, top_k > 32).
+  static absl::StatusOr<std::unique_ptr<CudaMoeLayer>> Create(const ModelConfig& config);
+
+  // Loads layer `layer`'s block (MoeLayerTensorSpecs: the CPU loader's names and shapes): the
+  // experts through `upload`, the router, its biases and the shared expert gate as fp32 from
+  // `weights`. Errors name the tensor. Synchronizes `stream`.
+  absl::Status Load(const ModelConfig& config, int layer, SafetensorsModel& weights,
+                    const UploadFn& upload, cudaStream_t stream);
+  // Random weights (benchmarks): uniform with std 0.02, biases likewise. Synchronizes `stream`.
+  absl::Status Randomize(uint64_t seed, cudaStream_t stream);
+
+  // The block on `tokens` rows (tokens <= ws.max_tokens()):
+  //   x: [tokens, hidden] bf16, device — the post-attention-norm rows.
+  //   residual: [tokens, hidden] fp32, device: residual += block(x); or, when residual is null,
+  //   out: [tokens, hidden] bf16, device: out = bf16(block(x)).
+  // stats_slot in [0, ws.num_layers()) records the touched-expert count there; -1 skips it.
+  // Enqueues only (no host synchronization).
+  absl::Status Forward(const bf16* x, int tokens, float* residual, bf16* out, CudaMoeWorkspace& ws,
+                       int stats_slot, LaunchStream stream) const;
+
+  int64_t weight_bytes() const { return static_cast<int64_t>(buffer_.bytes()); }
+
+ private:
+  CudaMoeLayer() = default;
+  // Writes router_bf16_ / router_bias_bf16_ from the fp32 router. Synchronizes `stream`.
+  absl::Status MirrorRouter(cudaStream_t stream);
+  // One expert FFN (routed, grouped by `offsets`, or the shared one over every token).
+  absl::Status RunExperts(const bf16* x, const int32_t* row_token, const int32_t* offsets, int rows,
+                          int groups, const bf16* w_gate_up, const bf16* gate_up_bias,
+                          const bf16* w_down, const bf16* down_bias, int inter, bool grouped_gemv,
+                          bf16* out, CudaMoeWorkspace& ws, LaunchStream stream) const;
+
+  MoeConfig moe_;
+  int hidden_ = 0;
+  int gemv_max_tokens_ = kDefaultGemvMaxTokens;
+  DeviceBuffer buffer_;
+  float* router_ = nullptr;       // [E, hidden]
+  float* router_bias_ = nullptr;  // [E] or null
+  // bf16 copies of the router for steps above kMoeSmallRouteTokens tokens: their logits are a
+  // tensor-core GEMM (the fp32 CUDA-core product would cost ~10% of a long prefill).
+  bf16* router_bf16_ = nullptr;          // [E, hidden]
+  bf16* router_bias_bf16_ = nullptr;     // [E] or null
+  float* correction_bias_ = nullptr;     // [E] or null
+  bf16* gate_up_ = nullptr;              // [E, 2 inter, hidden]
+  bf16* gate_up_bias_ = nullptr;         // [E, 2 inter] or null (gpt-oss)
+  bf16* down_ = nullptr;                 // [E, hidden, inter]
+  bf16* down_bias_ = nullptr;            // [E, hidden] or null
+  bf16* shared_gate_up_ = nullptr;       // [2 shared, hidden] or null
+  bf16* shared_down_ = nullptr;          // [hidden, shared] or null
+  float* shared_expert_gate_ = nullptr;  // [hidden] or null (Qwen2-MoE)
+};
+
+}  // namespace ringserve::cuda

@@ -1,0 +1,367 @@
+// The GPU MoE kernels and layer against the CPU reference: routing (every scoring rule) against
+// RouteTokens on random logits, exactly for the chosen experts and within fp32 rounding for
+// the weights, plus the grouping's invariants; the grouped GEMV and tensor-core GEMM against a
+// host product; and whole MoE blocks of the golden fixtures (tests/fixtures/models) against
+// CpuMoeForward on random bf16 rows (relative L2 <= 1e-2: bf16 weights and activations).
+#include "stage/cuda/cuda_moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/test_util.h"
+#include "stage/model/cpu_moe.h"
+#include "stage/model/moe_router.h"
+
+namespace ringserve::cuda {
+namespace {
+
+using testing::RelL2;
+
+template <typename T>
+absl::StatusOr<DeviceBuffer> Upload(const std::vector<T>& host) {
+  DeviceBuffer buffer;
+  RS_RETURN_IF_ERROR(buffer.Allocate(std::max<size_t>(1, host.size() * sizeof(T))));
+  RS_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(buffer.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+template <typename T>
+std::vector<T> Download(const DeviceBuffer& buffer, size_t n) {
+  std::vector<T> host(n);
+  EXPECT_EQ(cudaMemcpy(host.data(), buffer.get(), n * sizeof(T), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return host;
+}
+
+std::vector<bf16> ToBf16(const std::vector<float>& v) {
+  std::vector<bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16(v[i]);
+  return out;
+}
+
+std::vector<float> RoundBf16(std::vector<float> v) {
+  for (float& x : v) x = __bfloat162float(__float2bfloat16(x));
+  return v;
+}
+
+struct RouteCase {
+  std::string name;
+  RouterOptions options;
+  bool correction_bias = false;
+};
+
+std::vector<RouteCase> RouteCases() {
+  return {
+      {"softmax", {.scoring = RouterScoring::kSoftmaxTopK, .num_experts = 128, .top_k = 8}},
+      {"softmax_norm",
+       {.scoring = RouterScoring::kSoftmaxTopK,
+        .num_experts = 60,
+        .top_k = 4,
+        .norm_topk_prob = true}},
+      {"topk_softmax", {.scoring = RouterScoring::kTopKSoftmax, .num_experts = 32, .top_k = 4}},
+      {"sigmoid_groups",
+       {.scoring = RouterScoring::kSigmoidGroupedTopK,
+        .num_experts = 256,
+        .top_k = 8,
+        .norm_topk_prob = true,
+        .n_group = 8,
+        .topk_group = 4,
+        .routed_scaling_factor = 2.5f},
+       true},
+      {"sigmoid_one_group",
+       {.scoring = RouterScoring::kSigmoidGroupedTopK,
+        .num_experts = 128,
+        .top_k = 8,
+        .norm_topk_prob = true,
+        .routed_scaling_factor = 1.0f},
+       true},
+  };
+}
+
+// Every rule, a small step (one-block router) and a large one (three kernels).
+TEST(CudaMoeRouteTest, MatchesCpuRouterAndGroupsEveryEntry) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (const RouteCase& rc : RouteCases()) {
+    for (int tokens : {5, kMoeSmallRouteTokens, 300}) {
+      SCOPED_TRACE(::testing::Message() << rc.name << ", " << tokens << " tokens");
+      const RouterOptions& o = rc.options;
+      ASSERT_TRUE(ValidateRouterOptions(o).ok());
+      const int e = o.num_experts, k = o.top_k;
+      std::vector<float> logits(tokens * e), bias;
+      for (float& x : logits) x = normal(rng);
+      if (rc.correction_bias) {
+        for (int x = 0; x < e; ++x) bias.push_back(0.1f * normal(rng));
+      }
+      std::vector<int32_t> want_ids(tokens * k);
+      std::vector<float> want_w(tokens * k);
+      RouteTokens(o, logits, bias, tokens, want_ids, want_w);
+
+      auto d_logits = Upload(logits);
+      auto d_bias = Upload(bias);
+      ASSERT_TRUE(d_logits.ok() && d_bias.ok());
+      DeviceBuffer ids, w, counts, offsets, cursor, row_token, entry_row, tiles, num_tiles, touched,
+          active;
+      const int rows = tokens * k;
+      const std::vector<std::pair<DeviceBuffer*, int64_t>> sizes = {
+          {&ids, rows},       {&w, rows},
+          {&counts, e},       {&offsets, e + 1},
+          {&cursor, e},       {&row_token, rows},
+          {&entry_row, rows}, {&num_tiles, 1},
+          {&touched, 1},      {&tiles, 2 * MoeMaxTiles(rows, e)},
+          {&active, e}};
+      for (const auto& [buf, n] : sizes) ASSERT_TRUE(buf->Allocate(n * 4).ok());
+      const absl::Status launched =
+          LaunchMoeRoute(o,
+                         {.logits = d_logits->as<float>(),
+                          .correction_bias = bias.empty() ? nullptr : d_bias->as<float>(),
+                          .expert_ids = ids.as<int32_t>(),
+                          .weights = w.as<float>(),
+                          .counts = counts.as<int32_t>(),
+                          .offsets = offsets.as<int32_t>(),
+                          .cursor = cursor.as<int32_t>(),
+                          .row_token = row_token.as<int32_t>(),
+                          .entry_row = entry_row.as<int32_t>(),
+                          .tiles = tiles.as<int32_t>(),
+                          .num_tiles = num_tiles.as<int32_t>(),
+                          .active = active.as<int32_t>(),
+                          .experts_touched = touched.as<int32_t>(),
+                          .tokens = tokens},
+                         nullptr);
+      ASSERT_TRUE(launched.ok()) << launched;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(Download<int32_t>(ids, rows), want_ids);
+      const std::vector<float> got_w = Download<float>(w, rows);
+      for (int i = 0; i < rows; ++i) {
+        EXPECT_NEAR(got_w[i], want_w[i], 1e-5f * std::max(1.0f, std::abs(want_w[i]))) << i;
+      }
+      // Grouping: expert e's rows hold exactly the tokens that chose e.
+      const auto off = Download<int32_t>(offsets, e + 1);
+      const auto tok = Download<int32_t>(row_token, rows);
+      const auto at = Download<int32_t>(entry_row, rows);
+      int used = 0;
+      for (int x = 0; x < e; ++x) used += off[x + 1] > off[x];
+      EXPECT_EQ(off[e], rows);
+      EXPECT_EQ(Download<int32_t>(touched, 1)[0], used);
+      std::vector<int32_t> want_active;
+      for (int x = 0; x < e; ++x) {
+        if (off[x + 1] > off[x]) want_active.push_back(x);
+      }
+      want_active.resize(e, -1);
+      EXPECT_EQ(Download<int32_t>(active, e), want_active);
+      for (int i = 0; i < rows; ++i) {
+        const int r = at[i], x = want_ids[i];
+        ASSERT_GE(r, off[x]);
+        ASSERT_LT(r, off[x + 1]);
+        EXPECT_EQ(tok[r], i / k);
+      }
+      std::vector<int32_t> sorted = at;
+      std::sort(sorted.begin(), sorted.end());
+      for (int i = 0; i < rows; ++i) ASSERT_EQ(sorted[i], i) << "rows not a permutation";
+    }
+  }
+}
+
+// The grouped projections against a host product on bf16 values: the GEMV (any k, with and
+// without activation) and the tensor-core GEMM (k % 8 == 0) over the same random groups.
+TEST(CudaMoeGroupedLinearTest, GemvAndGemmMatchHostProduct) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const int groups = 5, tokens = 150, n = 200, k = 136;
+  // Group sizes 0, 1, 130 (two tiles), ..., over rows that gather random tokens.
+  const std::vector<int32_t> offsets = {0, 0, 1, 131, 140, 300};
+  const int rows = offsets.back();
+  std::vector<int32_t> row_token(rows);
+  for (int& t : row_token) t = static_cast<int>(rng() % tokens);
+  const std::vector<float> x = RoundBf16([&] {
+    std::vector<float> v(tokens * k);
+    for (float& f : v) f = uni(rng);
+    return v;
+  }());
+  const std::vector<float> w = RoundBf16([&] {
+    std::vector<float> v(int64_t{groups} * 2 * n * k);
+    for (float& f : v) f = 0.1f * uni(rng);
+    return v;
+  }());
+  auto dx = Upload(ToBf16(x));
+  auto dw = Upload(ToBf16(w));
+  auto doff = Upload(offsets);
+  auto dtok = Upload(row_token);
+  ASSERT_TRUE(dx.ok() && dw.ok() && doff.ok() && dtok.ok());
+  // The tile list as LaunchMoeRoute writes it.
+  std::vector<int32_t> tiles;
+  for (int g = 0; g < groups; ++g) {
+    for (int r = offsets[g]; r < offsets[g + 1]; r += kMoeTileRows) {
+      tiles.push_back(g);
+      tiles.push_back(r);
+    }
+  }
+  const std::vector<int32_t> num_tiles = {static_cast<int32_t>(tiles.size() / 2)};
+  const int max_tiles = static_cast<int>(MoeMaxTiles(rows, groups));
+  tiles.resize(2 * max_tiles, 0);
+  auto dtiles = Upload(tiles);
+  auto dnum = Upload(num_tiles);
+  ASSERT_TRUE(dtiles.ok() && dnum.ok());
+  DeviceBuffer out;
+  ASSERT_TRUE(out.Allocate(int64_t{rows} * 2 * n * 4).ok());
+
+  // Host: y[r, c] = x[tok[r]] . w[g(r), c] over 2n columns.
+  std::vector<float> want(int64_t{rows} * 2 * n);
+  for (int g = 0; g < groups; ++g) {
+    for (int r = offsets[g]; r < offsets[g + 1]; ++r) {
+      for (int c = 0; c < 2 * n; ++c) {
+        double s = 0;
+        for (int i = 0; i < k; ++i) {
+          s += double{x[int64_t{row_token[r]} * k + i]} * w[(int64_t{g} * 2 * n + c) * k + i];
+        }
+        want[int64_t{r} * 2 * n + c] = static_cast<float>(s);
+      }
+    }
+  }
+  MoeGroupedLinear a{.x = dx->as<bf16>(),
+                     .row_token = dtok->as<int32_t>(),
+                     .offsets = doff->as<int32_t>(),
+                     .groups = groups,
+                     .active = nullptr,
+                     .max_active = 0,
+                     .w = dw->as<bf16>(),
+                     .n = 2 * n,
+                     .k = k,
+                     .out = out.get(),
+                     .out_f32 = true,
+                     .act = {}};
+  auto dactive = Upload(std::vector<int32_t>{1, 2, 3, 4, -1});  // group 0 has no rows
+  ASSERT_TRUE(dactive.ok());
+  for (int pass = 0; pass < 3; ++pass) {
+    const bool gemm = pass == 2;
+    SCOPED_TRACE(gemm ? "gemm" : pass == 1 ? "gemv over the active list" : "gemv");
+    a.active = pass == 1 ? dactive->as<int32_t>() : nullptr;
+    a.max_active = pass == 1 ? 4 : 0;
+    ASSERT_EQ(cudaMemset(out.get(), 0, out.bytes()), cudaSuccess);
+    const absl::Status s = gemm ? LaunchMoeGroupedGemm(a, dtiles->as<int32_t>(),
+                                                       dnum->as<int32_t>(), max_tiles, nullptr)
+                                : LaunchMoeGroupedGemv(a, nullptr);
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_LT(RelL2(Download<float>(out, want.size()), want), 1e-5);
+  }
+  // The gated GEMV: silu(bf16(gate)) * bf16(up) over n columns, bf16 out.
+  a.active = nullptr;
+  a.max_active = 0;
+  a.n = n;
+  a.out_f32 = false;
+  a.act = {.kind = MoeActivation::kSiluMul};
+  ASSERT_TRUE(LaunchMoeGroupedGemv(a, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<bf16> act = Download<bf16>(out, int64_t{rows} * n);
+  std::vector<float> got_act, want_act;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < n; ++c) {
+      const float g = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + c]));
+      const float u = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + n + c]));
+      want_act.push_back(g / (1.0f + std::exp(-g)) * u);
+      got_act.push_back(__bfloat162float(act[int64_t{r} * n + c]));
+    }
+  }
+  EXPECT_LT(RelL2(got_act, want_act), 1e-2);
+}
+
+// The block of each fixture's first MoE layer on random rows, through the GEMV (3 tokens) and
+// the tensor-core GEMM (40 tokens; 100 with the router on tensor cores too) paths, against
+// CpuMoeForward on the same bf16 values.
+class CudaMoeBlockTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaMoeBlockTest, MatchesCpuMoeForward) {
+  RS_SKIP_WITHOUT_GPU();
+  const char* root = std::getenv("RINGSERVE_SOURCE_DIR");
+  const std::string dir = std::string(root ? root : ".") + "/tests/fixtures/models/" + GetParam();
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  int layer = 0;
+  while (!config->moe.IsMoeLayer(layer)) ++layer;
+  auto weights = SafetensorsModel::Open(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  auto cpu = LoadCpuMoeLayer(*config, layer, **weights);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = CudaMoeLayer::Create(*config);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::vector<DeviceBuffer> keep;
+  const CudaMoeLayer::UploadFn upload = [&](const TensorSpec& spec, bf16* dst) -> absl::Status {
+    RS_ASSIGN_OR_RETURN(std::vector<float> v, (*weights)->ReadFloat(spec.name, spec.shape));
+    const std::vector<bf16> b = ToBf16(v);
+    RS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(dst, b.data(), b.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE((*gpu)->Load(*config, layer, **weights, upload, nullptr).ok());
+  // The CPU reference on the GPU's bf16 weights.
+  auto round_expert = [](CpuExpert& e) {
+    for (auto* v : {&e.gate, &e.up, &e.down, &e.gate_bias, &e.up_bias, &e.down_bias}) {
+      *v = RoundBf16(*v);
+    }
+  };
+  for (CpuExpert& e : cpu->experts) round_expert(e);
+  round_expert(cpu->shared);
+
+  const int h = config->hidden_size;
+  auto ws = CudaMoeWorkspace::Create(config->moe, h, 128, 1);
+  ASSERT_TRUE(ws.ok()) << ws.status();
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Above kMoeSmallRouteTokens tokens the router runs on bf16 copies of its weights.
+  CpuMoeLayer cpu_bf16_router = *cpu;
+  cpu_bf16_router.router = RoundBf16(cpu_bf16_router.router);
+  cpu_bf16_router.router_bias = RoundBf16(cpu_bf16_router.router_bias);
+  for (int tokens : {3, 40, 100}) {
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    std::vector<float> x(tokens * h);
+    for (float& v : x) v = normal(rng);
+    x = RoundBf16(x);
+    std::vector<float> want(tokens * h);
+    CpuMoeForward(config->moe, h, tokens > kMoeSmallRouteTokens ? cpu_bf16_router : *cpu, x.data(),
+                  tokens, want.data());
+    auto dx = Upload(ToBf16(x));
+    ASSERT_TRUE(dx.ok());
+    // Both outputs: bf16 rows, and added into an fp32 residual of ones.
+    DeviceBuffer out;
+    ASSERT_TRUE(out.Allocate(tokens * h * 2).ok());
+    ASSERT_TRUE(
+        (*gpu)->Forward(dx->as<bf16>(), tokens, nullptr, out.as<bf16>(), **ws, 0, nullptr).ok());
+    auto residual = Upload(std::vector<float>(tokens * h, 1.0f));
+    ASSERT_TRUE(residual.ok());
+    ASSERT_TRUE(
+        (*gpu)
+            ->Forward(dx->as<bf16>(), tokens, residual->as<float>(), nullptr, **ws, -1, nullptr)
+            .ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got;
+    for (bf16 v : Download<bf16>(out, tokens * h)) got.push_back(__bfloat162float(v));
+    EXPECT_LT(RelL2(got, want), 1e-2);
+    std::vector<float> added = Download<float>(*residual, tokens * h);
+    for (float& v : added) v -= 1.0f;
+    EXPECT_LT(RelL2(added, want), 1e-2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMoeBlockTest,
+                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe",
+                                           "gpt_oss"));
+
+}  // namespace
+}  // namespace ringserve::cuda
