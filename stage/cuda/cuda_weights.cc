@@ -73,6 +73,17 @@ class Uploader {
 }  // namespace
 
 absl::Status CudaModelSlice::LoadWeights() {
+  // The q/k/v, o, gate/up and down weights QuantLinears holds (no bf16 destination).
+  auto IsHeldQuantized = [&](int i, const std::string& suffix) {
+    const bool qkv = suffix.starts_with("self_attn.") && suffix.find("_proj.weight") == 11;
+    if (qkv && suffix != "self_attn.o_proj.weight")
+      return quant_.Get(i, LayerLinear::kQkv) != nullptr;
+    if (suffix == "self_attn.o_proj.weight") return quant_.Get(i, LayerLinear::kO) != nullptr;
+    if (suffix == "mlp.gate_proj.weight" || suffix == "mlp.up_proj.weight") {
+      return quant_.Get(i, LayerLinear::kGateUp) != nullptr;
+    }
+    return suffix == "mlp.down_proj.weight" && quant_.Get(i, LayerLinear::kDown) != nullptr;
+  };
   const ModelConfig& c = config_;
   RS_ASSIGN_OR_RETURN(const quant::QuantConfig quant, quant::LoadQuantConfig(options_.model_dir));
   RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> weights,
@@ -121,6 +132,7 @@ absl::Status CudaModelSlice::LoadWeights() {
     };
     for (const TensorSpec& spec : LayerTensorSpecs(c, layer)) {
       const auto it = where.find(spec.name.substr(prefix.size()));
+      if (it != where.end() && it->second == nullptr && IsHeldQuantized(i, it->first)) continue;
       if (it == where.end() || it->second == nullptr) {
         return absl::InternalError(fmt::format("no CUDA destination for tensor {}", spec.name));
       }
