@@ -2,16 +2,19 @@
 //
 //   make_random_model --shape llama-3.1-8b --out /data/llama-8b-random
 //   make_random_model --shape qwen3-8b --layers 4 --out /tmp/qwen3-4l --dtype bf16
+//   make_random_model --shape llama-3.1-8b --quant int4-g128 --out /data/llama-8b-int4
 //
 // Flags (--help lists them with their defaults): --shape NAME (llama-3.1-8b, qwen3-8b, tiny,
 // tiny-qwen3), --out DIR, --layers N (override the layer count), --dtype bf16|f16|f32, --seed N,
-// --shard_mb N, --threads N, --tokenizers_dir DIR, --notokenizer.
+// --shard_mb N, --threads N, --tokenizers_dir DIR, --notokenizer, --quant none|int4-g128|int8|
+// fp8-block (the decoder's linear layers in a hub layout: bench/model/quant_layout.h).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "bench/model/quant_layout.h"
 #include "bench/model/random_model.h"
 #include "common/flags.h"
 #include "fmt/format.h"
@@ -25,6 +28,9 @@ ABSL_FLAG(std::string, out, "", "output model directory");
 ABSL_FLAG(int, layers, 0, "layer count (0: the shape's)");
 ABSL_FLAG(std::string, dtype, "bf16", "weight dtype: bf16, f16 or f32");
 ABSL_FLAG(uint64_t, seed, 0, "random seed");
+ABSL_FLAG(std::string, quant, "none",
+          "linear layers quantized as the hub stores them: none, int4-g128 (compressed-tensors), "
+          "int8 (compressed-tensors, per channel), fp8-block (quant_method fp8, 128x128)");
 ABSL_FLAG(int64_t, shard_mb, 5120, "safetensors shard size, MiB");
 ABSL_FLAG(int, threads, 0, "writer threads (0: all cores)");
 ABSL_FLAG(std::string, tokenizers_dir, RINGSERVE_TOKENIZERS_DIR,
@@ -61,6 +67,9 @@ int main(int argc, char** argv) {
     return Usage("--dtype must be bf16, f16 or f32");
   }
   options.seed = absl::GetFlag(FLAGS_seed);
+  auto quant = ringserve::ParseCheckpointQuant(absl::GetFlag(FLAGS_quant));
+  if (!quant.ok()) return Usage(std::string(quant.status().message()));
+  options.quant = *quant;
   if (absl::GetFlag(FLAGS_shard_mb) < 1) return Usage("--shard_mb needs an integer >= 1");
   options.max_shard_bytes = absl::GetFlag(FLAGS_shard_mb) << 20;
   if (absl::GetFlag(FLAGS_threads) < 0) return Usage("--threads needs an integer >= 0");

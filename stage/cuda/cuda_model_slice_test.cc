@@ -323,8 +323,9 @@ TEST(CudaHeadDim128Test, DecodeMatchesCpuWithAndWithoutFusions) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
 
-// Quantized checkpoints (tests/fixtures/models/quant): dequantized at load by the loader the CPU
-// slice shares (stage/model/quantized_weights.h), then held in bf16.
+// Quantized checkpoints (tests/fixtures/models/quant): their linear layers held quantized
+// (cuda_quant_linear.h: prefill through the dequantized GEMM path, decode through the fused GEMV)
+// where the format allows, else dequantized at load into bf16, against the CPU slice.
 INSTANTIATE_TEST_SUITE_P(Quantized, CudaFixtureTest,
                          ::testing::Values("quant/fp8_hf", "quant/fp8_block", "quant/ct_int4",
                                            "quant/ct_fp8", "quant/gptq_int4", "quant/awq_int4"),
