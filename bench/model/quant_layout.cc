@@ -1,10 +1,14 @@
 #include "bench/model/quant_layout.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "common/dtype.h"
+#include "common/status_macros.h"
 #include "fmt/format.h"
+#include "stage/model/quant/packed_matrix.h"
 
 namespace ringserve {
 namespace {
@@ -139,6 +143,72 @@ nlohmann::ordered_json QuantizationConfig(CheckpointQuant quant) {
   q["ignore"] = {"lm_head"};
   q["config_groups"] = {{"group_0", group}};
   return q;
+}
+
+absl::StatusOr<std::vector<StoredTensor>> QuantizeWeight(const std::string& name, int64_t out,
+                                                         int64_t in, std::span<const float> values,
+                                                         CheckpointQuant quant) {
+  RS_ASSIGN_OR_RETURN(const std::vector<CheckpointTensor> parts,
+                      QuantizedParts({.name = name, .shape = {out, in}}, quant, 0.02));
+  std::vector<StoredTensor> stored;
+  for (const CheckpointTensor& p : parts) {
+    StoredTensor t{.name = p.name, .dtype = p.dtype.value_or(DType::kBF16), .shape = p.shape};
+    t.bytes.assign(static_cast<size_t>(p.NumElements()) * DTypeSize(t.dtype), '\0');
+    stored.push_back(std::move(t));
+  }
+  auto put = [](StoredTensor& t, int64_t i, const void* v, size_t size) {
+    std::memcpy(t.bytes.data() + i * size, v, size);
+  };
+  if (quant == CheckpointQuant::kFp8Block) {
+    StoredTensor &weight = stored[0], &scale = stored[1];
+    const int64_t grid_cols = scale.shape[1];
+    for (int64_t br = 0; br < scale.shape[0]; ++br) {
+      for (int64_t bc = 0; bc < grid_cols; ++bc) {
+        const int64_t r1 = std::min(out, (br + 1) * kGroup), c1 = std::min(in, (bc + 1) * kGroup);
+        float amax = 0;
+        for (int64_t r = br * kGroup; r < r1; ++r) {
+          for (int64_t c = bc * kGroup; c < c1; ++c)
+            amax = std::max(amax, std::fabs(values[r * in + c]));
+        }
+        const float s = amax > 0 ? amax / 448.0f : 1.0f;
+        put(scale, br * grid_cols + bc, &s, 4);
+        for (int64_t r = br * kGroup; r < r1; ++r) {
+          for (int64_t c = bc * kGroup; c < c1; ++c) {
+            weight.bytes[r * in + c] =
+                static_cast<char>(quant::NearestE4m3(values[r * in + c] / s));
+          }
+        }
+      }
+    }
+    return stored;
+  }
+  const int bits = quant == CheckpointQuant::kInt4G128 ? 4 : 8;
+  const int64_t per_word = 32 / bits, group = quant == CheckpointQuant::kInt4G128 ? kGroup : in;
+  const float qmax = static_cast<float>((1 << (bits - 1)) - 1), qmin = -qmax - 1;
+  StoredTensor &packed = stored[0], &scale = stored[1], &shape = stored[2];
+  for (int64_t r = 0; r < out; ++r) {
+    for (int64_t g = 0; g < in / group; ++g) {
+      float amax = 0;
+      for (int64_t c = g * group; c < (g + 1) * group; ++c) {
+        amax = std::max(amax, std::fabs(values[r * in + c]));
+      }
+      const uint16_t s_bits = FloatToBF16(amax > 0 ? amax / ((qmax - qmin) / 2) : 1.0f);
+      put(scale, r * (in / group) + g, &s_bits, 2);
+      const float s = BF16ToFloat(s_bits);
+      for (int64_t c = g * group; c < (g + 1) * group; ++c) {
+        const float q = std::clamp(std::nearbyint(values[r * in + c] / s), qmin, qmax);
+        const uint32_t code = static_cast<uint32_t>(q - qmin);  // q + 2^(bits - 1)
+        uint32_t word;
+        const int64_t at = r * (in / per_word) + c / per_word;
+        std::memcpy(&word, packed.bytes.data() + at * 4, 4);
+        word |= code << (bits * (c % per_word));
+        std::memcpy(packed.bytes.data() + at * 4, &word, 4);
+      }
+    }
+  }
+  const int64_t dims[2] = {out, in};
+  put(shape, 0, dims, sizeof(dims));
+  return stored;
 }
 
 }  // namespace ringserve

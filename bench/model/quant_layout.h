@@ -14,6 +14,8 @@
 // "mxfp4" is refused: the loader reads MXFP4 only for gpt-oss experts, not dense layers.
 #pragma once
 
+#include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,5 +37,22 @@ absl::StatusOr<std::vector<CheckpointTensor>> QuantizedParts(const CheckpointTen
 
 // config.json's quantization_config for `quant` (null for kNone).
 nlohmann::ordered_json QuantizationConfig(CheckpointQuant quant);
+
+// A stored tensor's bytes (little-endian, as safetensors holds them).
+struct StoredTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape = {};
+  std::string bytes = {};
+};
+
+// The trained weight `values` ([out, in] row-major) of linear weight `name` quantized into the
+// parts above by the format's reference quantizer: compressed-tensors' symmetric min/max
+// observer (scale = absmax / 7.5 for int4 per group of 128, / 127.5 for int8 per channel, in
+// bf16; q = clamp(round(w / scale))), and fine-grained FP8 (scale = block absmax / 448 in fp32,
+// q = the nearest e4m3). InvalidArgument as QuantizedParts.
+absl::StatusOr<std::vector<StoredTensor>> QuantizeWeight(const std::string& name, int64_t out,
+                                                         int64_t in, std::span<const float> values,
+                                                         CheckpointQuant quant);
 
 }  // namespace ringserve
