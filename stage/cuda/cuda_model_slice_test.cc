@@ -328,8 +328,30 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
 // where the format allows, else dequantized at load into bf16, against the CPU slice.
 INSTANTIATE_TEST_SUITE_P(Quantized, CudaFixtureTest,
                          ::testing::Values("quant/fp8_hf", "quant/fp8_block", "quant/ct_int4",
-                                           "quant/ct_fp8", "quant/gptq_int4", "quant/awq_int4"),
+                                           "quant/ct_fp8", "quant/gptq_int4", "quant/awq_int4",
+                                           "quant/ct_int8", "quant/gptq_int8"),
                          [](const auto& info) { return info.param.substr(6); });
+
+// The fixtures whose formats the kernels hold keep their linear layers quantized on the GPU
+// (the test above would pass on a silent fallback to bf16 too), in fewer bytes than bf16.
+TEST(CudaQuantizedTest, QuantizedFixturesHoldTheirLinearLayersQuantized) {
+  RS_SKIP_WITHOUT_GPU();
+  for (const char* name : {"quant/awq_int4", "quant/fp8_block", "quant/ct_fp8", "quant/ct_int8"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = FixtureDir(name);
+    auto config = LoadModelConfig(dir);
+    ASSERT_TRUE(config.ok()) << config.status();
+    const SliceOptions options{.model_dir = dir,
+                               .layers = {0, config->num_layers},
+                               .kv_block_size = kBlockSize,
+                               .kv_num_blocks = 4 * kBlocksPerSeq};
+    auto gpu = CudaModelSlice::Load(options, {.max_batch_tokens = 64, .max_seqs = 8});
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const CudaMemoryReport m = (*gpu)->memory();
+    EXPECT_GT(m.quant_weight_bytes, 0);
+    EXPECT_GE(m.weight_bytes, m.quant_weight_bytes);
+  }
+}
 
 }  // namespace
 }  // namespace ringserve::cuda
