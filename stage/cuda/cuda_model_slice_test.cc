@@ -40,16 +40,21 @@ std::vector<int32_t> Table(int seq) {
 
 class CudaFixtureTest : public ::testing::TestWithParam<std::string> {};
 
+// All layers of the model in `dir` in one slice, room for 4 sequences.
+SliceOptions WholeModel(const std::string& dir, const ModelConfig& config) {
+  return {.model_dir = dir,
+          .layers = {0, config.num_layers},
+          .kv_block_size = kBlockSize,
+          .kv_num_blocks = 4 * kBlocksPerSeq};
+}
+
 // Prefill of sequences of `lengths` tokens, then 10 graphed greedy decode steps of all of them,
 // against the CPU slice: logits within kLogitsTol and the same greedy tokens up to near-ties.
 void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& lengths,
                             bool fuse_decode_kernels, double logits_tol = kLogitsTol) {
   auto config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status();
-  const SliceOptions options{.model_dir = dir,
-                             .layers = {0, config->num_layers},
-                             .kv_block_size = kBlockSize,
-                             .kv_num_blocks = 4 * kBlocksPerSeq};
+  const SliceOptions options = WholeModel(dir, *config);
   auto cpu = CpuModelSlice::Load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   auto gpu =
@@ -341,11 +346,8 @@ TEST(CudaQuantizedTest, QuantizedFixturesHoldTheirLinearLayersQuantized) {
     const std::string dir = FixtureDir(name);
     auto config = LoadModelConfig(dir);
     ASSERT_TRUE(config.ok()) << config.status();
-    const SliceOptions options{.model_dir = dir,
-                               .layers = {0, config->num_layers},
-                               .kv_block_size = kBlockSize,
-                               .kv_num_blocks = 4 * kBlocksPerSeq};
-    auto gpu = CudaModelSlice::Load(options, {.max_batch_tokens = 64, .max_seqs = 8});
+    auto gpu =
+        CudaModelSlice::Load(WholeModel(dir, *config), {.max_batch_tokens = 64, .max_seqs = 8});
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     const CudaMemoryReport m = (*gpu)->memory();
     EXPECT_GT(m.quant_weight_bytes, 0);
