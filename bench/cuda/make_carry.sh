@@ -8,6 +8,7 @@ build=${1:-build-cuda}
 rm -rf .carry/cuda
 mkdir -p .carry/cuda/bin .carry/cuda/lib
 bins="$build/kernels/cuda/kernels_cuda_ops_test $build/kernels/cuda/kernels_cuda_attention_test
+      $build/kernels/cuda/kernels_cuda_quant_gemv_test
       $build/stage/cuda/stage_cuda_model_slice_test $build/bench/cuda/stage_bench"
 for b in $bins; do
   [ -f "$b" ] || continue

@@ -37,6 +37,9 @@
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json + safetensors); empty: random weights of --shape");
 ABSL_FLAG(std::string, shape, "llama8b", "model shape with random weights: llama8b or qwen3_8b");
+ABSL_FLAG(std::string, quant, "",
+          "random weights only: linear layers held quantized (int4, int8, fp8, fp4); empty: bf16");
+ABSL_FLAG(int, quant_group, 128, "columns per scale of --quant");
 ABSL_FLAG(bool, quick, false, "fewer steps and repetitions, 4k instead of 32k long context");
 ABSL_FLAG(bool, kernels_only, false, "just the small-kernel table at 32 tokens (for profilers)");
 ABSL_FLAG(bool, prefill_only, false, "just the prefill breakdown and the prefill rows");
@@ -692,7 +695,9 @@ int Main(int argc, char** argv) {
                         .max_seqs = 256,
                         .max_model_len = std::max(long_ctx, 8192) + 1024,
                         .use_cuda_graphs = flags.graphs,
-                        .kernels = kernels};
+                        .kernels = kernels,
+                        .random_quant = absl::GetFlag(FLAGS_quant),
+                        .random_quant_group = absl::GetFlag(FLAGS_quant_group)};
   SliceOptions options{
       .model_dir = flags.model_dir, .layers = {0, config.num_layers}, .kv_block_size = 16};
   const auto t_load = Clock::now();

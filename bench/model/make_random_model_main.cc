@@ -3,18 +3,21 @@
 //   make_random_model --shape llama-3.1-8b --out /data/llama-8b-random
 //   make_random_model --shape qwen3-8b --layers 4 --out /tmp/qwen3-4l --dtype bf16
 //   make_random_model --shape deepseek-v3 --first_layer 3 --layers 4 --out /tmp/dsv3-3-6
+//   make_random_model --shape llama-3.1-8b --quant int4-g128 --out /data/llama-8b-int4
 //
 // Flags (--help lists them with their defaults): --shape NAME (KnownShapeNames()), --out DIR,
 // --layers N (override the layer count; with --first_layer the number of layers written),
 // --first_layer F (write only layers [F, F + N) of the shape's model: config.json keeps every
 // layer, the safetensors hold only that stage's tensors), --dtype bf16|f16|f32, --seed N,
-// --shard_mb N, --threads N, --tokenizers_dir DIR, --notokenizer.
+// --shard_mb N, --threads N, --tokenizers_dir DIR, --notokenizer, --quant none|int4-g128|int8|
+// fp8-block (the decoder's linear layers in a hub layout: bench/model/quant_layout.h).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "bench/model/quant_layout.h"
 #include "bench/model/random_model.h"
 #include "common/flags.h"
 #include "fmt/format.h"
@@ -34,6 +37,9 @@ ABSL_FLAG(int, first_layer, -1,
           "(-1: a whole model of --layers layers)");
 ABSL_FLAG(std::string, dtype, "bf16", "weight dtype: bf16, f16 or f32");
 ABSL_FLAG(uint64_t, seed, 0, "random seed");
+ABSL_FLAG(std::string, quant, "none",
+          "linear layers quantized as the hub stores them: none, int4-g128 (compressed-tensors), "
+          "int8 (compressed-tensors, per channel), fp8-block (quant_method fp8, 128x128)");
 ABSL_FLAG(int64_t, shard_mb, 5120, "safetensors shard size, MiB");
 ABSL_FLAG(int, threads, 0, "writer threads (0: all cores)");
 ABSL_FLAG(std::string, tokenizers_dir, RINGSERVE_TOKENIZERS_DIR,
@@ -70,6 +76,9 @@ int main(int argc, char** argv) {
     return Usage("--dtype must be bf16, f16 or f32");
   }
   options.seed = absl::GetFlag(FLAGS_seed);
+  auto quant = ringserve::ParseCheckpointQuant(absl::GetFlag(FLAGS_quant));
+  if (!quant.ok()) return Usage(std::string(quant.status().message()));
+  options.quant = *quant;
   if (absl::GetFlag(FLAGS_shard_mb) < 1) return Usage("--shard_mb needs an integer >= 1");
   options.max_shard_bytes = absl::GetFlag(FLAGS_shard_mb) << 20;
   if (absl::GetFlag(FLAGS_threads) < 0) return Usage("--threads needs an integer >= 0");

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "bench/model/deepseek_random_shape.h"
+#include "bench/model/quant_layout.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -39,10 +40,23 @@ uint64_t Fnv1a(const std::string& text) {
   return hash;
 }
 
+DType DTypeOf(const CheckpointTensor& spec, const RandomModelOptions& options) {
+  return spec.dtype.value_or(options.dtype);
+}
+
+// The next value of a chunk's xorshift stream.
+uint64_t NextRandom(uint64_t& state) {
+  state ^= state >> 12;
+  state ^= state << 25;
+  state ^= state >> 27;
+  return state * 0x2545f4914f6cdd1dull;
+}
+
 // Fills `count` elements of `dtype` at `out` for chunk `chunk` of a tensor.
 void FillChunk(const CheckpointTensor& spec, uint64_t tensor_key, int64_t chunk, int64_t count,
                DType dtype, double init_std, uint8_t* out) {
   const size_t element_size = DTypeSize(dtype);
+  using Fill = CheckpointTensor::Fill;
   auto store = [&](int64_t i, float value) {
     uint8_t* at = out + i * element_size;
     if (dtype == DType::kBF16) {
@@ -55,19 +69,33 @@ void FillChunk(const CheckpointTensor& spec, uint64_t tensor_key, int64_t chunk,
       std::memcpy(at, &value, 4);
     }
   };
-  if (spec.is_norm) {
-    for (int64_t i = 0; i < count; ++i) store(i, 1.0f);
+  if (spec.is_norm || spec.fill == Fill::kConstant) {
+    for (int64_t i = 0; i < count; ++i) store(i, spec.is_norm ? 1.0f : spec.constant);
+    return;
+  }
+  if (spec.fill == Fill::kInts) {  // I64, one small chunk
+    for (int64_t i = 0; i < count; ++i) std::memcpy(out + i * 8, &spec.ints.at(i), 8);
     return;
   }
   uint64_t state = SplitMix64(tensor_key ^ SplitMix64(static_cast<uint64_t>(chunk)));
   if (state == 0) state = 1;
+  if (spec.fill == Fill::kRandomBits || spec.fill == Fill::kRandomE4m3) {
+    const int64_t bytes = count * static_cast<int64_t>(element_size);
+    for (int64_t b = 0; b < bytes; b += 8) {
+      const uint64_t r = NextRandom(state);
+      std::memcpy(out + b, &r, static_cast<size_t>(std::min<int64_t>(8, bytes - b)));
+    }
+    if (spec.fill == Fill::kRandomE4m3) {  // 0x7f / 0xff are NaN: the largest finite instead
+      for (int64_t b = 0; b < bytes; ++b) {
+        if ((out[b] & 0x7f) == 0x7f) --out[b];
+      }
+    }
+    return;
+  }
   // Irwin-Hall(4) of 16-bit uniforms: mean 2, variance 1/3 -> scale to the wanted std.
   const float scale = static_cast<float>(init_std * std::sqrt(3.0) / 65536.0);
   for (int64_t i = 0; i < count; ++i) {
-    state ^= state >> 12;
-    state ^= state << 25;
-    state ^= state >> 27;
-    const uint64_t r = state * 0x2545f4914f6cdd1dull;
+    const uint64_t r = NextRandom(state);
     const int64_t sum = static_cast<int64_t>(r & 0xffff) + ((r >> 16) & 0xffff) +
                         ((r >> 32) & 0xffff) + (r >> 48) - 2 * 65536;
     store(i, static_cast<float>(sum) * scale);
@@ -90,13 +118,13 @@ absl::Status WriteAll(int fd, const uint8_t* data, size_t size, const std::strin
 // Writes one safetensors file holding `specs` in order.
 absl::Status WriteShard(const std::string& path, const std::vector<const CheckpointTensor*>& specs,
                         const RandomModelOptions& options, int num_threads) {
-  const size_t element_size = DTypeSize(options.dtype);
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const CheckpointTensor* spec : specs) {
-    const uint64_t bytes = static_cast<uint64_t>(spec->NumElements()) * element_size;
-    header[spec->name] = {{"dtype", std::string(DTypeName(options.dtype))},
+    const uint64_t bytes =
+        static_cast<uint64_t>(spec->NumElements()) * DTypeSize(DTypeOf(*spec, options));
+    header[spec->name] = {{"dtype", std::string(DTypeName(DTypeOf(*spec, options)))},
                           {"shape", spec->shape},
                           {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -125,18 +153,21 @@ absl::Status WriteShard(const std::string& path, const std::vector<const Checkpo
   }
 
   // Double buffering: generate piece k+1 while piece k is being written.
-  int64_t largest = 0;
-  for (const CheckpointTensor* spec : specs) largest = std::max(largest, spec->NumElements());
-  std::vector<uint8_t> buffers[2];
-  for (auto& buffer : buffers) {
-    buffer.resize(static_cast<size_t>(std::min(largest, kPieceChunks * kChunkElements)) *
-                  element_size);
+  size_t largest = 0;  // bytes of the largest piece
+  for (const CheckpointTensor* spec : specs) {
+    largest = std::max(
+        largest, static_cast<size_t>(std::min(spec->NumElements(), kPieceChunks * kChunkElements)) *
+                     DTypeSize(DTypeOf(*spec, options)));
   }
+  std::vector<uint8_t> buffers[2];
+  for (auto& buffer : buffers) buffer.resize(largest);
   std::future<absl::Status> pending;
   int current = 0;
   for (const CheckpointTensor* spec : specs) {
     if (!status.ok()) break;
     const uint64_t key = SplitMix64(options.seed) ^ Fnv1a(spec->name);
+    const DType dtype = DTypeOf(*spec, options);
+    const size_t element_size = DTypeSize(dtype);
     const int64_t elements = spec->NumElements();
     const int64_t chunks = (elements + kChunkElements - 1) / kChunkElements;
     for (int64_t first = 0; first < chunks && status.ok(); first += kPieceChunks) {
@@ -146,7 +177,7 @@ absl::Status WriteShard(const std::string& path, const std::vector<const Checkpo
         for (int64_t c = first + thread; c < last; c += num_threads) {
           const int64_t begin = c * kChunkElements;
           const int64_t count = std::min(kChunkElements, elements - begin);
-          FillChunk(*spec, key, c, count, options.dtype, options.init_std,
+          FillChunk(*spec, key, c, count, dtype, options.init_std,
                     out + (c - first) * kChunkElements * element_size);
         }
       };
@@ -317,7 +348,7 @@ absl::StatusOr<ModelShape> FindShape(const std::string& name) {
   return absl::NotFoundError(fmt::format("unknown model shape '{}' (known: {})", name, known));
 }
 
-std::string ConfigJson(const ModelShape& shape, DType dtype) {
+std::string ConfigJson(const ModelShape& shape, DType dtype, CheckpointQuant quant) {
   nlohmann::ordered_json config;
   config["architectures"] = {shape.architecture};
   config["model_type"] = shape.model_type;
@@ -385,16 +416,19 @@ std::string ConfigJson(const ModelShape& shape, DType dtype) {
                           : dtype == DType::kF16 ? "float16"
                                                  : "float32";
   config["use_cache"] = true;
+  if (quant != CheckpointQuant::kNone) config["quantization_config"] = QuantizationConfig(quant);
   config["transformers_version"] = "4.51.0";
   return config.dump(2) + "\n";
 }
 
-std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape) {
-  return CheckpointTensors(shape, 0, shape.num_layers);
+std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape, CheckpointQuant quant,
+                                                double init_std) {
+  return CheckpointTensors(shape, 0, shape.num_layers, quant, init_std);
 }
 
 std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape, int first_layer,
-                                                int last_layer) {
+                                                int last_layer, CheckpointQuant quant,
+                                                double init_std) {
   const int64_t hidden = shape.hidden_size;
   const int64_t q = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
   const int64_t kv = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
@@ -447,12 +481,26 @@ std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape, int fir
     specs.push_back({prefix + "mlp.up_proj.weight", {inter, hidden}, false});
     specs.push_back({prefix + "mlp.down_proj.weight", {hidden, inter}, false});
   }
-  if (last_layer < shape.num_layers) return specs;
-  specs.push_back({"model.norm.weight", {hidden}, true});
-  if (!shape.tie_word_embeddings) {
-    specs.push_back({"lm_head.weight", {shape.vocab_size, hidden}, false});
+  if (last_layer == shape.num_layers) {
+    specs.push_back({"model.norm.weight", {hidden}, true});
+    if (!shape.tie_word_embeddings) {
+      specs.push_back({"lm_head.weight", {shape.vocab_size, hidden}, false});
+    }
   }
-  return specs;
+  if (quant == CheckpointQuant::kNone) return specs;
+  // The decoder layers' linear weights as their quantized parts (WriteRandomModel checks that
+  // they pack; one that does not stays as it is here).
+  std::vector<CheckpointTensor> quantized;
+  for (const CheckpointTensor& spec : specs) {
+    const bool linear =
+        spec.name.starts_with("model.layers.") && spec.name.ends_with("_proj.weight");
+    absl::StatusOr<std::vector<CheckpointTensor>> parts =
+        linear ? QuantizedParts(spec, quant, init_std)
+               : absl::StatusOr<std::vector<CheckpointTensor>>(std::vector{spec});
+    if (!parts.ok()) parts = std::vector{spec};
+    quantized.insert(quantized.end(), parts->begin(), parts->end());
+  }
+  return quantized;
 }
 
 absl::StatusOr<RandomModelResult> WriteRandomModel(const RandomModelOptions& options) {
@@ -499,15 +547,22 @@ absl::StatusOr<RandomModelResult> WriteRandomModel(const RandomModelOptions& opt
     }
   }
 
+  // Every linear weight must pack into the quantized layout.
+  for (const CheckpointTensor& spec : CheckpointTensors(shape)) {
+    if (options.quant != CheckpointQuant::kNone && spec.name.starts_with("model.layers.") &&
+        spec.name.ends_with("_proj.weight")) {
+      RS_RETURN_IF_ERROR(QuantizedParts(spec, options.quant, options.init_std).status());
+    }
+  }
   // Shards: consecutive tensors up to max_shard_bytes each (a larger tensor gets its own).
-  const size_t element_size = DTypeSize(options.dtype);
   const std::vector<CheckpointTensor> specs =
-      CheckpointTensors(shape, options.first_layer, last_layer);
+      CheckpointTensors(shape, options.first_layer, last_layer, options.quant, options.init_std);
   std::vector<std::vector<const CheckpointTensor*>> shards(1);
   int64_t shard_bytes = 0;
   RandomModelResult result;
   for (const CheckpointTensor& spec : specs) {
-    const int64_t bytes = spec.NumElements() * static_cast<int64_t>(element_size);
+    const int64_t bytes =
+        spec.NumElements() * static_cast<int64_t>(DTypeSize(DTypeOf(spec, options)));
     if (shard_bytes > 0 && shard_bytes + bytes > options.max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
@@ -535,7 +590,8 @@ absl::StatusOr<RandomModelResult> WriteRandomModel(const RandomModelOptions& opt
     index["weight_map"] = weight_map;
     RS_RETURN_IF_ERROR(WriteText(dir / "model.safetensors.index.json", index.dump(2) + "\n"));
   }
-  RS_RETURN_IF_ERROR(WriteText(dir / "config.json", ConfigJson(shape, options.dtype)));
+  RS_RETURN_IF_ERROR(
+      WriteText(dir / "config.json", ConfigJson(shape, options.dtype, options.quant)));
   nlohmann::ordered_json generation;
   generation["bos_token_id"] = shape.bos_token_id;
   generation["eos_token_id"] = shape.eos_token_ids;

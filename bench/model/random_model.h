@@ -40,6 +40,10 @@ struct MlaShape {
   bool enabled() const { return kv_lora_rank > 0; }
 };
 
+// Linear layers of a written checkpoint stored quantized, in the layout the hub uses
+// (quant_layout.h says which).
+enum class CheckpointQuant { kNone, kInt4G128, kInt8, kFp8Block };
+
 // The shape of a model: what config.json says.
 struct ModelShape {
   std::string name;          // "llama-3.1-8b", ...
@@ -97,7 +101,9 @@ absl::StatusOr<ModelShape> FindShape(const std::string& name);
 
 // config.json text for the shape (transformers 4.x spelling: rope_theta, rope_scaling,
 // torch_dtype).
-std::string ConfigJson(const ModelShape& shape, DType dtype);
+// With `quant`, its quantization_config too.
+std::string ConfigJson(const ModelShape& shape, DType dtype,
+                       CheckpointQuant quant = CheckpointQuant::kNone);
 
 // Tensor names and shapes of the checkpoint, in file order (embeddings, layer by layer, final
 // norm, lm_head unless tied). The names are Hugging Face's.
@@ -105,14 +111,32 @@ struct CheckpointTensor {
   std::string name;
   std::vector<int64_t> shape;
   bool is_norm = false;  // filled with 1, else random
+  // The stored parts of a quantized weight (quant_layout.h) have their own dtype and contents.
+  enum class Fill {
+    kValues,      // random normal(0, init_std) (or 1 for norms) in the dtype
+    kRandomBits,  // uniformly random bytes (packed integer codes)
+    kRandomE4m3,  // random float8_e4m3fn codes, never NaN
+    kConstant,    // every element `constant` (scales)
+    kInts,        // `ints` (I64)
+  };
+  Fill fill = Fill::kValues;
+  std::optional<DType> dtype = std::nullopt;  // nullopt: the model's dtype
+  float constant = 0;
+  std::vector<int64_t> ints = {};
   int64_t NumElements() const;
 };
-std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape);
+// With `quant` the linear weights of the layers are their quantized parts (quant_layout.h);
+// embeddings, norms and the lm_head stay in the model's dtype.
+std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape,
+                                                CheckpointQuant quant = CheckpointQuant::kNone,
+                                                double init_std = 0.02);
 // Only what a stage holding layers [first_layer, last_layer) reads: those layers, the embedding
 // when first_layer == 0, the final norm and lm_head when last_layer == shape.num_layers.
 // Precondition: 0 <= first_layer < last_layer <= shape.num_layers.
 std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape, int first_layer,
-                                                int last_layer);
+                                                int last_layer,
+                                                CheckpointQuant quant = CheckpointQuant::kNone,
+                                                double init_std = 0.02);
 
 struct RandomModelOptions {
   std::string output_dir;  // created if missing; existing model files in it are replaced
@@ -128,6 +152,9 @@ struct RandomModelOptions {
   // config.json still describes all shape.num_layers layers. last_layer 0: every layer.
   int first_layer = 0;
   int last_layer = 0;
+  // Linear layers quantized in a hub layout (quant_layout.h): random codes with scales giving
+  // weights of about init_std.
+  CheckpointQuant quant = CheckpointQuant::kNone;
 };
 
 struct RandomModelResult {

@@ -138,6 +138,9 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->kernels.qkv_in_gemv = false;
     p->kernels.qkv_in_attention = false;
   }
+  if (!quant_.empty()) {  // quantized linear layers run unfused (cuda_quant_linear.h)
+    p->kernels.fused_norms = p->kernels.qkv_in_gemv = p->kernels.gate_up_gemv = false;
+  }
   // Per-token and per-entry vectors.
   const bool tensor_core_prefill =
       kernels_.prefill_attention != PrefillAttentionKernel::kDecodeKernel;
@@ -267,8 +270,8 @@ absl::Status CudaModelSlice::RunQkv(int l, const Plan& p, const KvCacheLayer& ca
     // The previous layer's MLP output is still to be added (not on layer 0).
     RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual, l == 0 ? nullptr : proj_.as<bf16>(), nullptr,
                                         w.input_norm, normed_.as<bf16>(), t, h, eps, stream_));
-    RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.qkv, qkv_.get(), OutType::kBF16, t,
-                                     qkv_width, h, stream_));
+    RS_RETURN_IF_ERROR(
+        RunLinear(l, LayerLinear::kQkv, normed_.as<bf16>(), w.qkv, qkv_.get(), t, qkv_width, h));
   }
   if (p.kernels.qkv_in_attention) return absl::OkStatus();  // RunAttention rotates and stores
   return LaunchQkvPrepare({.qkv = qkv_.as<bf16>(),
@@ -310,8 +313,8 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
                                                   act_.as<bf16>(), t, inter, h, stream_));
     return LaunchGemvAddResidual(act_.as<bf16>(), w.down, nullptr, residual, t, h, inter, stream_);
   }
-  RS_RETURN_IF_ERROR(gemm_->Linear(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
-                                   c.num_heads * d, stream_));
+  RS_RETURN_IF_ERROR(
+      RunLinear(l, LayerLinear::kO, attn_.as<bf16>(), w.o, proj_.get(), t, h, c.num_heads * d));
   RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual, proj_.as<bf16>(), w.o_bias, w.post_norm,
                                       normed_.as<bf16>(), t, h, eps, stream_));
   if (p.kernels.gate_up_gemv) {
@@ -319,12 +322,20 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
     RS_RETURN_IF_ERROR(
         LaunchGemvGateUpSilu(normed_.as<bf16>(), w.gate_up, act_.as<bf16>(), t, inter, h, stream_));
   } else {
-    RS_RETURN_IF_ERROR(gemm_->Linear(normed_.as<bf16>(), w.gate_up, gate_up_.get(), OutType::kBF16,
-                                     t, 2 * inter, h, stream_));
+    RS_RETURN_IF_ERROR(RunLinear(l, LayerLinear::kGateUp, normed_.as<bf16>(), w.gate_up,
+                                 gate_up_.get(), t, 2 * inter, h));
     RS_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.as<bf16>(), act_.as<bf16>(), t, inter, stream_));
   }
   // Left in proj_ for the next layer's (or the slice's final) add.
-  return gemm_->Linear(act_.as<bf16>(), w.down, proj_.get(), OutType::kBF16, t, h, inter, stream_);
+  return RunLinear(l, LayerLinear::kDown, act_.as<bf16>(), w.down, proj_.get(), t, h, inter);
+}
+
+absl::Status CudaModelSlice::RunLinear(int l, LayerLinear which, const bf16* x, const bf16* w,
+                                       void* y, int m, int n, int k) {
+  if (const QuantMatrixView* q = quant_.Get(l, which)) {
+    return quant_.Linear(*gemm_, x, *q, y, OutType::kBF16, m, stream_);
+  }
+  return gemm_->Linear(x, w, y, OutType::kBF16, m, n, k, stream_);
 }
 
 absl::Status CudaModelSlice::RunMoeMlp(int l, const Plan& p) {
@@ -404,7 +415,8 @@ absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
   const ModelConfig& c = config_;
   const int t = p.tokens;
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
-  if (!layers_.empty() && !p.kernels.fused_norms) {  // else RunLayer runs only fused GEMVs
+  // Not with quantized layers (their GEMM path runs on a scratch matrix, untuned).
+  if (!layers_.empty() && !p.kernels.fused_norms && quant_.empty()) {
     // The MLP shapes from a dense layer (MoE layers run their own kernels).
     int dense = 0;
     while (dense + 1 < static_cast<int>(layers_.size()) && layers_[dense].gate_up == nullptr) {

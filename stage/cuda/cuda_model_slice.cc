@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<CudaModelSlice>> CudaModelSlice::Load(const Slice
   RS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
   std::unique_ptr<CudaModelSlice> slice(new CudaModelSlice());
   RS_RETURN_IF_ERROR(slice->Init(config, options, cuda));
+  RS_ASSIGN_OR_RETURN(slice->quant_, QuantLinears::Load(config, options, slice->stream_));
   RS_RETURN_IF_ERROR(slice->AllocateWeights());
   RS_RETURN_IF_ERROR(slice->LoadWeights());
   RS_RETURN_IF_ERROR(slice->AllocateRuntime());
@@ -106,6 +107,13 @@ absl::StatusOr<std::unique_ptr<CudaModelSlice>> CudaModelSlice::CreateRandom(
     uint64_t seed) {
   std::unique_ptr<CudaModelSlice> slice(new CudaModelSlice());
   RS_RETURN_IF_ERROR(slice->Init(config, options, cuda));
+  if (!cuda.random_quant.empty()) {
+    RS_ASSIGN_OR_RETURN(const quant::PackedFormat format,
+                        quant::ParsePackedFormat(cuda.random_quant));
+    RS_ASSIGN_OR_RETURN(slice->quant_,
+                        QuantLinears::Random(config, options, format, cuda.random_quant_group, seed,
+                                             slice->stream_));
+  }
   RS_RETURN_IF_ERROR(slice->AllocateWeights());
   RS_RETURN_IF_ERROR(slice->RandomizeWeights(seed));
   RS_RETURN_IF_ERROR(slice->AllocateRuntime());
@@ -172,23 +180,27 @@ absl::Status CudaModelSlice::AllocateWeights() {
       return p;
     };
     layers_.assign(options_.layers.size(), LayerWeights{});
-    for (int i = 0; i < options_.layers.size(); ++i) {
+    for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
       LayerWeights& w = layers_[i];
       const bool moe = c.moe.IsMoeLayer(options_.layers.first + i);
+      // Linear layers held quantized take no bf16 space.
+      auto take_linear = [&](LayerLinear which, int64_t elems) {
+        return quant_.Get(i, which) ? nullptr : take(elems);
+      };
       w.input_norm = take(h);
-      w.qkv = take(qkv_rows * h);
+      w.qkv = take_linear(LayerLinear::kQkv, qkv_rows * h);
       if (c.qkv_bias) w.qkv_bias = take(qkv_rows);
       if (c.qk_norm) {
         w.q_norm = take(d);
         w.k_norm = take(d);
       }
-      w.o = take(h * c.num_heads * d);
+      w.o = take_linear(LayerLinear::kO, h * c.num_heads * d);
       if (c.o_bias) w.o_bias = take(h);
       w.post_norm = take(h);
       if (c.attention_sinks) w.sinks = reinterpret_cast<float*>(take(2 * int64_t{c.num_heads}));
       if (moe) continue;  // the experts live in moe_
-      w.gate_up = take(2 * inter * h);
-      w.down = take(h * inter);
+      w.gate_up = take_linear(LayerLinear::kGateUp, 2 * inter * h);
+      w.down = take_linear(LayerLinear::kDown, h * inter);
     }
     embedding_ = is_first() ? take(int64_t{c.vocab_size} * h) : nullptr;
     if (is_last()) {
@@ -213,7 +225,7 @@ absl::Status CudaModelSlice::AllocateWeights() {
 }
 
 int64_t CudaModelSlice::WeightBytes() const {
-  int64_t bytes = static_cast<int64_t>(weight_buffer_.bytes());
+  int64_t bytes = static_cast<int64_t>(weight_buffer_.bytes()) + quant_.bytes();
   for (const auto& moe : moe_) bytes += moe ? moe->weight_bytes() : 0;
   return bytes;
 }
@@ -308,7 +320,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
     size_t free = 0, total = 0;
     RS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
     const int64_t used = static_cast<int64_t>(total - free);
-    const int64_t own = WeightBytes() + activation_bytes_;
+    const int64_t own = WeightBytes() + quant_.scratch_bytes() + activation_bytes_;
     const int64_t allowed = cuda_.device_share > 0
                                 ? static_cast<int64_t>(cuda_.device_share * total) - own
                                 : static_cast<int64_t>(cuda_.memory_utilization * total) - used;
@@ -340,8 +352,9 @@ absl::Status CudaModelSlice::AllocateRuntime() {
 CudaMemoryReport CudaModelSlice::memory() const {
   CudaMemoryReport r;
   r.weight_bytes = WeightBytes();
+  r.quant_weight_bytes = quant_.bytes();
   r.kv_bytes = static_cast<int64_t>(kv_buffer_.bytes());
-  r.activation_bytes = activation_bytes_;
+  r.activation_bytes = activation_bytes_ + quant_.scratch_bytes();
   size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
     r.device_free_bytes = static_cast<int64_t>(free);

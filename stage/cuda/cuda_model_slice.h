@@ -36,6 +36,7 @@
 #include "kernels/cuda/sampling.h"
 #include "ring/model_config.h"
 #include "stage/cuda/cuda_moe_layer.h"
+#include "stage/cuda/cuda_quant_linear.h"
 #include "stage/cuda/device_activation_buffer.h"
 #include "stage/cuda/gpu_step_timer.h"
 #include "stage/model/model_slice.h"
@@ -69,10 +70,16 @@ struct CudaSliceOptions {
   // Sample the logits rows on the GPU (kernels/cuda/sampling.h; the CPU sampler's contract) in
   // Sample; when false they are copied back and sampled on the host.
   bool gpu_sampling = true;
+  // CreateRandom only: hold the linear layers quantized ("int4", "int8", "fp8", "fp4";
+  // cuda_quant_linear.h) with random codes, scales per row and group of random_quant_group
+  // columns; empty: bf16.
+  std::string random_quant = "";
+  int random_quant_group = 128;
 };
 
 struct CudaMemoryReport {
-  int64_t weight_bytes = 0;
+  int64_t weight_bytes = 0;        // bf16 weights and the quantized linear layers (below)
+  int64_t quant_weight_bytes = 0;  // the quantized linear layers' codes and scales
   int64_t kv_bytes = 0;
   int64_t activation_bytes = 0;  // activations, metadata, workspaces
   int64_t device_free_bytes = 0;
@@ -192,8 +199,11 @@ class CudaModelSlice : public ModelSlice {
   absl::Status RunAttention(int layer, const Plan& plan, const KvCacheLayer& cache);
   // A MoE layer's post-attention norm and MoE block (moe_[layer]), in place of the dense MLP.
   absl::Status RunMoeMlp(int layer, const Plan& plan);
-  // Dense weights plus every MoE layer's.
+  // Dense weights (bf16 and quantized) plus every MoE layer's.
   int64_t WeightBytes() const;
+  // y = x · W^T for the layer's linear `which` (quantized, or its bf16 `w`).
+  absl::Status RunLinear(int layer, LayerLinear which, const bf16* x, const bf16* w, void* y, int m,
+                         int n, int k);
   // Logits rows one sampling call handles, and the pinned staging for them.
   int64_t SampleRowsCapacity() const {
     return std::max(cuda_.max_logit_rows, cuda_.max_graph_batch);
@@ -212,6 +222,8 @@ class CudaModelSlice : public ModelSlice {
   int max_blocks_per_seq_ = 0;
 
   DeviceBuffer weight_buffer_;
+  // The linear layers held quantized (a layer's bf16 pointer is then null).
+  QuantLinears quant_;
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<CudaMoeLayer>> moe_;  // [layers]: null on dense layers
   std::unique_ptr<CudaMoeWorkspace> moe_ws_;        // when any layer is a MoE layer

@@ -40,16 +40,21 @@ std::vector<int32_t> Table(int seq) {
 
 class CudaFixtureTest : public ::testing::TestWithParam<std::string> {};
 
+// All layers of the model in `dir` in one slice, room for 4 sequences.
+SliceOptions WholeModel(const std::string& dir, const ModelConfig& config) {
+  return {.model_dir = dir,
+          .layers = {0, config.num_layers},
+          .kv_block_size = kBlockSize,
+          .kv_num_blocks = 4 * kBlocksPerSeq};
+}
+
 // Prefill of sequences of `lengths` tokens, then 10 graphed greedy decode steps of all of them,
 // against the CPU slice: logits within kLogitsTol and the same greedy tokens up to near-ties.
 void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& lengths,
                             bool fuse_decode_kernels, double logits_tol = kLogitsTol) {
   auto config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status();
-  const SliceOptions options{.model_dir = dir,
-                             .layers = {0, config->num_layers},
-                             .kv_block_size = kBlockSize,
-                             .kv_num_blocks = 4 * kBlocksPerSeq};
+  const SliceOptions options = WholeModel(dir, *config);
   auto cpu = CpuModelSlice::Load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   auto gpu =
@@ -355,12 +360,32 @@ INSTANTIATE_TEST_SUITE_P(Moe, CudaFixtureTest,
                          ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe",
                                            "gpt_oss"));
 
-// Quantized checkpoints (tests/fixtures/models/quant): dequantized at load by the loader the CPU
-// slice shares (stage/model/quantized_weights.h), then held in bf16.
+// Quantized checkpoints (tests/fixtures/models/quant): their linear layers held quantized
+// (cuda_quant_linear.h: prefill through the dequantized GEMM path, decode through the fused GEMV)
+// where the format allows, else dequantized at load into bf16, against the CPU slice.
 INSTANTIATE_TEST_SUITE_P(Quantized, CudaFixtureTest,
                          ::testing::Values("quant/fp8_hf", "quant/fp8_block", "quant/ct_int4",
-                                           "quant/ct_fp8", "quant/gptq_int4", "quant/awq_int4"),
+                                           "quant/ct_fp8", "quant/gptq_int4", "quant/awq_int4",
+                                           "quant/ct_int8", "quant/gptq_int8"),
                          [](const auto& info) { return info.param.substr(6); });
+
+// The fixtures whose formats the kernels hold keep their linear layers quantized on the GPU
+// (the test above would pass on a silent fallback to bf16 too), in fewer bytes than bf16.
+TEST(CudaQuantizedTest, QuantizedFixturesHoldTheirLinearLayersQuantized) {
+  RS_SKIP_WITHOUT_GPU();
+  for (const char* name : {"quant/awq_int4", "quant/fp8_block", "quant/ct_fp8", "quant/ct_int8"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = FixtureDir(name);
+    auto config = LoadModelConfig(dir);
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto gpu =
+        CudaModelSlice::Load(WholeModel(dir, *config), {.max_batch_tokens = 64, .max_seqs = 8});
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const CudaMemoryReport m = (*gpu)->memory();
+    EXPECT_GT(m.quant_weight_bytes, 0);
+    EXPECT_GE(m.weight_bytes, m.quant_weight_bytes);
+  }
+}
 
 }  // namespace
 }  // namespace ringserve::cuda

@@ -1,7 +1,8 @@
 // Loading a slice's checkpoint tensors straight into the CUDA slice's weight buffer: one tensor
 // at a time through a small pinned staging buffer (never the whole model in host memory),
 // converting fp32/fp16 to bf16 on the GPU, and fusing q/k/v and gate/up into one matrix each.
-// Quantized linear weights are dequantized on the host by the shared loader
+// Quantized linear weights that QuantLinears holds quantized (cuda_quant_linear.h) are skipped
+// here; the others are dequantized on the host by the shared loader
 // (stage/model/quantized_weights.h), one tensor at a time, and uploaded as fp32 -> bf16.
 #include <cstring>
 #include <map>
@@ -74,6 +75,17 @@ class Uploader {
 }  // namespace
 
 absl::Status CudaModelSlice::LoadWeights() {
+  // The q/k/v, o, gate/up and down weights QuantLinears holds (no bf16 destination).
+  auto IsHeldQuantized = [&](int i, const std::string& suffix) {
+    const bool qkv = suffix.starts_with("self_attn.") && suffix.find("_proj.weight") == 11;
+    if (qkv && suffix != "self_attn.o_proj.weight")
+      return quant_.Get(i, LayerLinear::kQkv) != nullptr;
+    if (suffix == "self_attn.o_proj.weight") return quant_.Get(i, LayerLinear::kO) != nullptr;
+    if (suffix == "mlp.gate_proj.weight" || suffix == "mlp.up_proj.weight") {
+      return quant_.Get(i, LayerLinear::kGateUp) != nullptr;
+    }
+    return suffix == "mlp.down_proj.weight" && quant_.Get(i, LayerLinear::kDown) != nullptr;
+  };
   const ModelConfig& c = config_;
   RS_ASSIGN_OR_RETURN(const quant::QuantConfig quant, quant::LoadQuantConfig(options_.model_dir));
   RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> weights,
@@ -106,8 +118,8 @@ absl::Status CudaModelSlice::LoadWeights() {
     const std::map<std::string, bf16*> where = {
         {"input_layernorm.weight", w.input_norm},
         {"self_attn.q_proj.weight", w.qkv},
-        {"self_attn.k_proj.weight", w.qkv + q_rows * h},
-        {"self_attn.v_proj.weight", w.qkv + (q_rows + kv_rows) * h},
+        {"self_attn.k_proj.weight", w.qkv ? w.qkv + q_rows * h : nullptr},
+        {"self_attn.v_proj.weight", w.qkv ? w.qkv + (q_rows + kv_rows) * h : nullptr},
         {"self_attn.q_proj.bias", w.qkv_bias},
         {"self_attn.k_proj.bias", w.qkv_bias ? w.qkv_bias + q_rows : nullptr},
         {"self_attn.v_proj.bias", w.qkv_bias ? w.qkv_bias + q_rows + kv_rows : nullptr},
@@ -117,7 +129,7 @@ absl::Status CudaModelSlice::LoadWeights() {
         {"self_attn.o_proj.bias", w.o_bias},
         {"post_attention_layernorm.weight", w.post_norm},
         {"mlp.gate_proj.weight", w.gate_up},
-        {"mlp.up_proj.weight", w.gate_up + inter * h},
+        {"mlp.up_proj.weight", w.gate_up ? w.gate_up + inter * h : nullptr},
         {"mlp.down_proj.weight", w.down},
     };
     std::set<std::string> moe_tensors;  // loaded by the MoE layer
@@ -138,6 +150,7 @@ absl::Status CudaModelSlice::LoadWeights() {
         continue;
       }
       const auto it = where.find(spec.name.substr(prefix.size()));
+      if (it != where.end() && IsHeldQuantized(i, it->first)) continue;
       if (it == where.end() || it->second == nullptr) {
         return absl::InternalError(fmt::format("no CUDA destination for tensor {}", spec.name));
       }

@@ -46,6 +46,8 @@ class ModuleReader {
   std::string module_;
 };
 
+}  // namespace
+
 quant::Fp8BlockGrid GridOf(const CompressedScheme& s, int64_t out, int64_t in) {
   switch (s.strategy) {
     case CompressedScheme::Strategy::kTensor:
@@ -59,6 +61,8 @@ quant::Fp8BlockGrid GridOf(const CompressedScheme& s, int64_t out, int64_t in) {
   }
   return {out, in};
 }
+
+namespace {
 
 absl::StatusOr<std::vector<int8_t>> ToInt8(const std::vector<int64_t>& values, const QTensor& t) {
   std::vector<int8_t> out(values.size());

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "stage/model/quant/fp8_block.h"
 #include "stage/model/quant/quant_config.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
@@ -35,6 +36,10 @@ bool IsQuantizedWeight(const quant::QuantConfig& quant, const TensorSpec& spec);
 absl::StatusOr<std::vector<float>> ReadWeightFloat(SafetensorsModel& weights,
                                                    const quant::QuantConfig& quant,
                                                    const TensorSpec& spec);
+
+// The scale grid of a compressed-tensors scheme for an [out, in] weight: per tensor one block,
+// per channel [1, in], per group [1, group_size], per block its blocks.
+quant::Fp8BlockGrid GridOf(const quant::CompressedScheme& scheme, int64_t out, int64_t in);
 
 // An MXFP4 tensor as gpt-oss stores its experts: `name`_blocks U8 [..., G, 16] and `name`_scales U8
 // [..., G] ("model.layers.0.mlp.experts.down_proj" -> [E, rows, G * 32] fp32, the stored rows

@@ -1,0 +1,206 @@
+#include "stage/cuda/cuda_quant_linear.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "stage/model/packed_weights.h"
+#include "stage/model/quantized_weights.h"
+#include "stage/model/slice_weights.h"
+
+namespace ringserve::cuda {
+namespace {
+
+constexpr int64_t kAlign = 256;
+
+// The checkpoint modules each fused matrix stacks, in row order.
+const std::array<std::vector<std::string>, kLayerLinears> kParts = {{
+    {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+    {"self_attn.o_proj"},
+    {"mlp.gate_proj", "mlp.up_proj"},
+    {"mlp.down_proj"},
+}};
+
+// [rows, cols] of each part of a fused matrix.
+std::vector<std::pair<int64_t, int64_t>> PartShapes(const ModelConfig& c, int which) {
+  const int64_t h = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim,
+                kv = int64_t{c.num_kv_heads} * c.head_dim, inter = c.intermediate_size;
+  switch (which) {
+    case 0:
+      return {{q, h}, {kv, h}, {kv, h}};
+    case 1:
+      return {{h, q}};
+    case 2:
+      return {{inter, h}, {inter, h}};
+    default:
+      return {{h, inter}};
+  }
+}
+
+uint64_t SplitMix(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+absl::StatusOr<QuantLinears> QuantLinears::Load(const ModelConfig& config,
+                                                const SliceOptions& options, cudaStream_t stream) {
+  QuantLinears out;
+  RS_ASSIGN_OR_RETURN(const quant::QuantConfig q, quant::LoadQuantConfig(options.model_dir));
+  if (q.method == quant::QuantMethod::kNone) return out;
+  RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> weights,
+                      SafetensorsModel::Open(options.model_dir));
+  out.layers_.resize(options.layers.size());
+  int held = 0, kept_bf16 = 0;
+  for (int i = 0; i < options.layers.size(); ++i) {
+    const int layer = options.layers.first + i;
+    const std::vector<TensorSpec> specs = LayerTensorSpecs(config, layer);
+    for (int which = 0; which < kLayerLinears; ++which) {
+      std::vector<quant::PackedMatrix> parts;
+      std::string why_not;
+      for (const std::string& module : kParts[which]) {
+        const std::string name = fmt::format("model.layers.{}.{}.weight", layer, module);
+        const auto spec = std::find_if(specs.begin(), specs.end(),
+                                       [&](const TensorSpec& s) { return s.name == name; });
+        if (spec == specs.end()) return absl::InternalError(fmt::format("no tensor {}", name));
+        RS_ASSIGN_OR_RETURN(PackedWeight p, ReadPackedWeight(*weights, q, *spec));
+        if (!p.matrix) {
+          why_not = fmt::format("{}: {}", name, p.why_not);
+          break;
+        }
+        parts.push_back(*std::move(p.matrix));
+      }
+      absl::StatusOr<quant::PackedMatrix> stacked =
+          why_not.empty() ? quant::StackRows(parts) : absl::StatusOr<quant::PackedMatrix>();
+      if (why_not.empty() && !stacked.ok()) why_not = std::string(stacked.status().message());
+      if (why_not.empty() &&
+          !QuantMatrixSupported(static_cast<QuantFormat>(stacked->format), stacked->rows,
+                                stacked->cols, stacked->group_cols)) {
+        why_not =
+            fmt::format("{} columns in groups of {} are not multiples of {}", stacked->cols,
+                        stacked->group_cols, QuantChunk(static_cast<QuantFormat>(stacked->format)));
+      }
+      if (!why_not.empty()) {
+        RS_LOG_INFO("layer {} {}: held dequantized in bf16 ({})", layer, kParts[which][0], why_not);
+        ++kept_bf16;
+        continue;
+      }
+      RS_RETURN_IF_ERROR(out.Add(i, static_cast<LayerLinear>(which), *stacked, stream));
+      ++held;
+    }
+  }
+  RS_LOG_INFO("quantized linear layers: {} held quantized ({} MiB), {} in bf16", held,
+              out.bytes_ >> 20, kept_bf16);
+  if (held > 0) RS_RETURN_IF_ERROR(out.AllocateScratch());
+  return out;
+}
+
+absl::StatusOr<QuantLinears> QuantLinears::Random(const ModelConfig& config,
+                                                  const SliceOptions& options,
+                                                  quant::PackedFormat format, int64_t group_cols,
+                                                  uint64_t seed, cudaStream_t stream) {
+  QuantLinears out;
+  out.layers_.resize(options.layers.size());
+  // Random codes (no e4m3 NaN: bit 3 cleared), scales giving weights of std ~0.02.
+  const float scale = format == quant::PackedFormat::kInt4   ? 0.02f / 4.6f
+                      : format == quant::PackedFormat::kInt8 ? 0.02f / 74.0f
+                      : format == quant::PackedFormat::kFp8  ? 2e-4f
+                                                             : 1.0f / 256;
+  uint64_t state = seed;
+  for (int i = 0; i < options.layers.size(); ++i) {
+    for (int which = 0; which < kLayerLinears; ++which) {
+      int64_t rows = 0, cols = 0;
+      for (const auto& [r, c] : PartShapes(config, which)) {
+        rows += r;
+        cols = c;
+      }
+      const int64_t g = std::min(group_cols, cols);
+      quant::PackedMatrix m{.format = format, .rows = rows, .cols = cols, .group_cols = g};
+      m.codes.resize(rows * cols * quant::PackedBits(format) / 8);
+      for (size_t b = 0; b < m.codes.size(); b += 8) {
+        uint64_t word = SplitMix(state);
+        if (format == quant::PackedFormat::kFp8) word &= 0xf7f7f7f7f7f7f7f7ull;
+        std::memcpy(m.codes.data() + b, &word, std::min<size_t>(8, m.codes.size() - b));
+      }
+      m.scales.assign(rows * m.groups(), scale);
+      if (quant::IsIntegerFormat(format)) {
+        m.zeros.assign(rows * m.groups(), format == quant::PackedFormat::kInt4 ? 8.0f : 128.0f);
+      }
+      if (!QuantMatrixSupported(static_cast<QuantFormat>(format), rows, cols, g)) {
+        return absl::InvalidArgumentError(
+            fmt::format("random {} weights: [{}, {}] in groups of {} not supported",
+                        quant::PackedFormatName(format), rows, cols, g));
+      }
+      RS_RETURN_IF_ERROR(out.Add(i, static_cast<LayerLinear>(which), m, stream));
+    }
+  }
+  RS_RETURN_IF_ERROR(out.AllocateScratch());
+  return out;
+}
+
+absl::Status QuantLinears::Add(int layer, LayerLinear which, const quant::PackedMatrix& m,
+                               cudaStream_t stream) {
+  const QuantFormat format = static_cast<QuantFormat>(m.format);
+  const int64_t code_bytes = QuantCodeBytes(format, m.rows, m.cols);
+  const int64_t scale_bytes = QuantScaleBytes(format, m.rows, m.cols, m.group_cols);
+  const int64_t scale_at = (code_bytes + kAlign - 1) / kAlign * kAlign;
+  std::vector<float> scales;
+  if (quant::IsIntegerFormat(m.format)) {
+    scales.resize(2 * m.scales.size());
+    for (size_t g = 0; g < m.scales.size(); ++g) {
+      scales[2 * g] = m.scales[g];
+      scales[2 * g + 1] = m.zeros[g];
+    }
+  } else {
+    scales = m.scales;
+  }
+  Held held;
+  RS_RETURN_IF_ERROR(held.memory.Allocate(scale_at + scale_bytes));
+  RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(held.memory.get(), m.codes.data(), code_bytes,
+                                          cudaMemcpyHostToDevice, stream));
+  RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(held.memory.as<char>() + scale_at, scales.data(),
+                                          scale_bytes, cudaMemcpyHostToDevice, stream));
+  RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // the host vectors go away
+  held.view = {.format = format,
+               .rows = static_cast<int>(m.rows),
+               .cols = static_cast<int>(m.cols),
+               .group_cols = static_cast<int>(m.group_cols),
+               .codes = held.memory.as<uint8_t>(),
+               .scales = reinterpret_cast<const float*>(held.memory.as<char>() + scale_at)};
+  bytes_ += static_cast<int64_t>(held.memory.bytes());
+  layers_[layer][static_cast<int>(which)] = std::move(held);
+  return absl::OkStatus();
+}
+
+absl::Status QuantLinears::AllocateScratch() {
+  int64_t elems = 0;
+  for (const auto& layer : layers_) {
+    for (const auto& held : layer) {
+      if (held) elems = std::max(elems, int64_t{held->view.rows} * held->view.cols);
+    }
+  }
+  return scratch_.Allocate(elems * 2);
+}
+
+const QuantMatrixView* QuantLinears::Get(int layer, LayerLinear which) const {
+  if (layer < 0 || layer >= static_cast<int>(layers_.size())) return nullptr;
+  const auto& held = layers_[layer][static_cast<int>(which)];
+  return held ? &held->view : nullptr;
+}
+
+absl::Status QuantLinears::Linear(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w,
+                                  void* y, OutType out, int m, LaunchStream stream) {
+  if (m <= kQuantGemvMaxRows && out == OutType::kBF16) {
+    return LaunchQuantGemv(x, w, static_cast<bf16*>(y), m, stream);
+  }
+  RS_RETURN_IF_ERROR(LaunchQuantDequantize(w, scratch_.as<bf16>(), stream));
+  return gemm.Linear(x, scratch_.as<bf16>(), y, out, m, w.rows, w.cols, stream);
+}
+
+}  // namespace ringserve::cuda

@@ -1,0 +1,64 @@
+// The CUDA slice's quantized linear layers: per layer, the q/k/v, o, gate/up and down matrices a
+// quantized checkpoint stores in a format the kernels hold (stage/model/packed_weights.h),
+// uploaded once in the kernels' layout (kernels/cuda/quant_gemv.h) and kept quantized in device
+// memory. A matrix that cannot be held so (a part not quantized, a permuted activation order,
+// sizes off the kernels' chunk) is not here: the slice keeps it dequantized in bf16 as before.
+//
+// Linear runs y = x · W^T: the fused-dequantization GEMV for m <= kQuantGemvMaxRows (decode), else
+// the matrix dequantized into a bf16 scratch buffer and the slice's GEMM (prefill, large decode
+// batches). Both are plain kernel launches (capturable in CUDA graphs). Not thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/quant_gemv.h"
+#include "ring/model_config.h"
+#include "stage/model/model_slice.h"
+#include "stage/model/quant/packed_matrix.h"
+
+namespace ringserve::cuda {
+
+enum class LayerLinear { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
+inline constexpr int kLayerLinears = 4;
+
+class QuantLinears {
+ public:
+  // The slice's layers of options.model_dir's checkpoint; empty when it is not quantized.
+  static absl::StatusOr<QuantLinears> Load(const ModelConfig& config, const SliceOptions& options,
+                                           cudaStream_t stream);
+  // Every linear layer of the slice quantized from random weights (std 0.02) with `format`,
+  // groups of `group_cols` columns (benchmarks).
+  static absl::StatusOr<QuantLinears> Random(const ModelConfig& config, const SliceOptions& options,
+                                             quant::PackedFormat format, int64_t group_cols,
+                                             uint64_t seed, cudaStream_t stream);
+
+  // The quantized matrix of (local layer, which), or null: the slice holds it in bf16.
+  const QuantMatrixView* Get(int layer, LayerLinear which) const;
+  bool empty() const { return bytes_ == 0; }
+  // Device bytes of codes and scales, and of the dequantization scratch buffer.
+  int64_t bytes() const { return bytes_; }
+  int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.bytes()); }
+
+  absl::Status Linear(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w, void* y,
+                      OutType out, int m, LaunchStream stream);
+
+ private:
+  absl::Status Add(int layer, LayerLinear which, const quant::PackedMatrix& m, cudaStream_t stream);
+  absl::Status AllocateScratch();
+
+  struct Held {
+    DeviceBuffer memory;
+    QuantMatrixView view;
+  };
+  std::vector<std::array<std::optional<Held>, kLayerLinears>> layers_;
+  DeviceBuffer scratch_;  // bf16, the largest matrix (GEMM path); its bytes in scratch_bytes()
+  int64_t bytes_ = 0;
+};
+
+}  // namespace ringserve::cuda
