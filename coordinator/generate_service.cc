@@ -140,6 +140,9 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
   r.sampling.stop.assign(s.stop().begin(), s.stop().end());
   r.sampling.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   r.sampling.ignore_eos = s.ignore_eos();
+  r.sampling.min_tokens = s.min_tokens();
+  r.sampling.logprobs = s.logprobs();
+  r.sampling.top_logprobs = s.top_logprobs();
   r.prompt_logprobs = request->prompt_logprobs();
   const std::string id = r.request_id;
   if (options_.max_concurrent_requests > 0 &&
@@ -182,6 +185,15 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
       response.mutable_token_ids()->Add(event.token_ids.begin(), event.token_ids.end());
       response.mutable_prompt_logprobs()->Add(event.prompt_logprobs.begin(),
                                               event.prompt_logprobs.end());
+      for (const TokenLogprobs& lp : event.logprobs) {
+        v1::TokenLogprob* out = response.add_logprobs();
+        out->set_token_id(lp.token_id);
+        out->set_logprob(lp.logprob);
+        for (const auto& [id, logprob] : lp.top) {
+          out->add_top_token_ids(id);
+          out->add_top_logprobs(logprob);
+        }
+      }
       response.set_text(std::move(event.text_delta));
       response.set_finished(event.finished);
       response.set_finish_reason(ToProto(event.finish_reason));

@@ -154,6 +154,7 @@ Generation Ring::Generate(const ringserve::v1::GenerateRequest& request) {
     out.text += response.text();
     out.prompt_logprobs.insert(out.prompt_logprobs.end(), response.prompt_logprobs().begin(),
                                response.prompt_logprobs().end());
+    out.logprobs.insert(out.logprobs.end(), response.logprobs().begin(), response.logprobs().end());
     if (response.finished()) out.finish_reason = response.finish_reason();
   }
   out.status = reader->Finish();
