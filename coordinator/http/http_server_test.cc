@@ -232,8 +232,10 @@ TEST_F(HttpServerTest, ErrorsUseOpenAiShapeAndStatus) {
   };
   const Case cases[] = {
       {"/v1/completions", "{oops", 400, ""},
-      {"/v1/completions", CompletionBody({{"n", 3}}).dump(), 400, "n"},
-      {"/v1/completions", CompletionBody({{"logprobs", 1}}).dump(), 400, "logprobs"},
+      {"/v1/completions", CompletionBody({{"n", 30}}).dump(), 400, "n"},
+      {"/v1/completions", CompletionBody({{"logprobs", 30}}).dump(), 400, "logprobs"},
+      {"/v1/completions", CompletionBody({{"min_tokens", 9}, {"max_tokens", 4}}).dump(), 400,
+       "min_tokens"},
       {"/v1/completions", CompletionBody({{"model", "gpt-4"}}).dump(), 404, "model"},
       {"/v1/completions", CompletionBody({{"max_tokens", 60}}).dump(), 400, "max_tokens"},
       {"/v1/chat/completions", ChatBody({{"messages", "hi"}}).dump(), 400, "messages"},
@@ -387,7 +389,7 @@ TEST_F(HttpServerTest, EngineFailureMidGeneration) {
 TEST_F(HttpServerTest, MetricsCountRequestsAndLatencies) {
   Start();
   ASSERT_EQ(PostJson("/v1/completions", CompletionBody({{"max_tokens", 4}}))->status, 200);
-  ASSERT_EQ(PostJson("/v1/completions", CompletionBody({{"n", 2}}))->status, 400);
+  ASSERT_EQ(PostJson("/v1/completions", CompletionBody({{"n", 20}}))->status, 400);
   httplib::Result res = client_->Get("/metrics");
   ASSERT_EQ(res->status, 200);
   EXPECT_THAT(res->get_header_value("Content-Type"), StartsWith("text/plain; version=0.0.4"));

@@ -43,8 +43,8 @@ std::vector<int32_t> LongPrompt(Ring& ring) {
 }
 
 struct Outputs {
-  Generation scored;    // prompt log-probabilities, greedy, top-5 logprobs
-  Generation held;      // min_tokens with the unconstrained first token as a stop id
+  Generation scored;  // prompt log-probabilities, greedy, top-5 logprobs
+  Generation held;    // min_tokens with the unconstrained first token as a stop id
   Generation unconstrained;
 };
 

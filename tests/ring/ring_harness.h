@@ -35,7 +35,7 @@ struct RingOptions {
 struct Generation {
   std::vector<int32_t> tokens;
   std::string text;
-  std::vector<float> prompt_logprobs;  // when the request asked for them
+  std::vector<float> prompt_logprobs;                 // when the request asked for them
   std::vector<ringserve::v1::TokenLogprob> logprobs;  // when sampling.logprobs
   ringserve::v1::FinishReason finish_reason = ringserve::v1::FINISH_REASON_UNSPECIFIED;
   int events = 0;

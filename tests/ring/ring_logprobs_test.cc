@@ -16,8 +16,8 @@ namespace v1 = ringserve::v1;
 class RingLogprobsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto ring = Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
-                             .partition = {3, 5}});
+    auto ring =
+        Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny", .partition = {3, 5}});
     ASSERT_TRUE(ring.ok()) << ring.status();
     ring_ = ring->release();
   }
