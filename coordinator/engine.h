@@ -33,6 +33,9 @@ struct SamplingParams {
   int top_logprobs = 0;
 };
 
+// The most choices one API request may ask for (OpenAI's n; each is its own engine request).
+inline constexpr int kMaxChoices = 16;
+
 // One generated token's log-probabilities (SamplingParams::logprobs).
 struct TokenLogprobs {
   int32_t token_id = 0;

@@ -29,9 +29,6 @@ namespace ringserve::http {
 
 enum class ApiKind { kCompletion, kChat };
 
-// The most choices (n) one request may ask for.
-inline constexpr int kMaxChoices = 16;
-
 struct OpenAiRequest {
   ApiKind kind = ApiKind::kCompletion;
   std::string model;

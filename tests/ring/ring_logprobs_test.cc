@@ -2,7 +2,8 @@
 // loopback, gRPC Generate) on the trained model (models/ringserve-tiny): each generated token's
 // log-probability and top alternatives equal the log_softmax that prompt scoring of the same
 // text computes (another code path on the last stage: ALL_TOKENS rows of a prefill chunk),
-// min_tokens holds back stop ids, and bad values are refused by name.
+// min_tokens holds back stop ids, n choices follow seed + index and share the prompt's blocks,
+// and bad values are refused by name.
 #include <cmath>
 
 #include "gtest/gtest.h"
@@ -121,6 +122,38 @@ TEST_F(RingLogprobsTest, MinTokensHoldsBackStopIds) {
   ASSERT_TRUE(held.status.ok()) << held.status.error_message();
   ASSERT_GE(held.tokens.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_NE(held.tokens[i], stop) << "token " << i;
+}
+
+// n choices: choice i samples with seed + i (the same tokens as a request of that seed alone),
+// and choices 1.. take the prompt's full KV blocks from the prefix cache.
+TEST_F(RingLogprobsTest, ChoicesShareThePromptAndFollowSeedPlusIndex) {
+  ASSERT_NE(ring_, nullptr);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 70; ++i) prompt.push_back(100 + (i * 37) % 3000);  // 4 full blocks of 16
+  v1::GenerateRequest request = IdsRequest(prompt, 5);
+  request.mutable_sampling()->set_temperature(1.0f);
+  request.mutable_sampling()->set_seed(900);
+  request.mutable_sampling()->set_ignore_eos(true);
+  auto before = ring_->SettledStats();
+  ASSERT_TRUE(before.ok()) << before.status();
+  request.set_n(3);
+  Generation all = ring_->Generate(request);
+  ASSERT_TRUE(all.status.ok()) << all.status.error_message();
+  auto after = ring_->SettledStats();
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(all.choices.size(), 3u);
+  EXPECT_EQ(all.completion_tokens, 15);
+  EXPECT_GE(after->prefix_hit_tokens() - before->prefix_hit_tokens(), 2 * 64)
+      << "choices 1 and 2 reuse the prompt's 4 full blocks";
+  request.set_n(1);
+  for (int i = 0; i < 3; ++i) {
+    request.mutable_sampling()->set_seed(900 + i);
+    Generation one = ring_->Generate(request);
+    ASSERT_TRUE(one.status.ok());
+    EXPECT_EQ(all.choices[i], one.tokens) << "choice " << i;
+  }
+  request.set_n(17);
+  EXPECT_EQ(ring_->Generate(request).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(RingLogprobsTest, BadValuesAreRefusedByName) {
