@@ -15,7 +15,7 @@ TEST(RowExtrasTest, TopLogprobsAreTheLargestInOrderWithTokenLogprobValues) {
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::vector<float> row(1000);
   for (float& v : row) v = normal(rng);
-  row[17] = row[400] = 9.0f;  // a tie: the lower id first
+  row[17] = row[400] = 30.0f;  // the largest, tied: the lower id first
   std::vector<TopLogprob> top = TopLogprobs(row, 20);
   ASSERT_EQ(top.size(), 20u);
   EXPECT_EQ(top[0].token, 17);
