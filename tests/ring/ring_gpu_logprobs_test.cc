@@ -112,7 +112,9 @@ TEST(RingGpuLogprobsTest, GpuRingMatchesCpuRingWithinBf16) {
     EXPECT_EQ(g.top_token_ids(0), g.token_id()) << "greedy token " << t;
     EXPECT_NEAR(g.top_logprobs(0), g.logprob(), 1e-6);
     EXPECT_NEAR(g.logprob(), c.logprob(), 0.1) << "token " << t;
-    for (int k = 1; k < 5; ++k) EXPECT_LE(g.top_logprobs(k), g.top_logprobs(k - 1));
+    for (int k = 1; k < 5; ++k) {
+      EXPECT_LE(g.top_logprobs(k), g.top_logprobs(k - 1));
+    }
     EXPECT_EQ(g.top_token_ids(0), c.top_token_ids(0));
   }
 

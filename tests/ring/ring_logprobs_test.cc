@@ -63,7 +63,9 @@ TEST_F(RingLogprobsTest, GeneratedLogprobsEqualPromptScoring) {
     EXPECT_FLOAT_EQ(lp.top_logprobs(0), lp.logprob());
     double mass = 0;
     for (int k = 0; k < 4; ++k) {
-      if (k > 0) EXPECT_LE(lp.top_logprobs(k), lp.top_logprobs(k - 1));
+      if (k > 0) {
+        EXPECT_LE(lp.top_logprobs(k), lp.top_logprobs(k - 1));
+      }
       EXPECT_LE(lp.top_logprobs(k), 0.0f);
       mass += std::exp(lp.top_logprobs(k));
     }
