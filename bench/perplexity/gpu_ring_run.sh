@@ -2,7 +2,7 @@
 # On the GPU machine (device tool, carry .carry/ppl from make_carry.sh), in the repo root:
 #   bash .carry/ppl/gpu_ring_run.sh
 # The held-out perplexity of models/ringserve-tiny and models/ringserve-tiny-draft through a
-# 2-stage ring with both stages on GPU 0 (cuda_ipc), then the GPU prompt-logprobs test.
+# 2-stage ring with both stages on GPU 0 (cuda_ipc), then the GPU prompt-logprobs tests.
 # Writes $OUT/ppl.log, $OUT/gpu_ring_<model>.json, $OUT/coord_<model>.log, $OUT/gpu_test.log.
 set -uo pipefail
 carry=.carry/ppl
@@ -28,4 +28,7 @@ for model in ringserve-tiny ringserve-tiny-draft; do
   kill -TERM "$pid"
   wait "$pid"
 done
-timeout 180 "$bin/tests/ring/ring_gpu_logprobs_test" 2>&1 | tail -40 | tee "$OUT/gpu_test.log"
+{
+  timeout 120 "$bin/stage/cuda/stage_cuda_model_slice_test" --gtest_filter='*AllTokens*'
+  timeout 180 "$bin/tests/ring/ring_gpu_logprobs_test"
+} 2>&1 | tail -60 | tee "$OUT/gpu_test.log"

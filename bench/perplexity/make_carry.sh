@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs what bench/perplexity/gpu_ring_run.sh needs for the GPU machine into .carry/ppl/:
-# bin.tar.xz (stripped stage, coordinator, ringserve_perplexity, ring_gpu_logprobs_test and the
+# bin.tar.xz (stripped stage, coordinator, ringserve_perplexity, the GPU logprobs tests and the
 # shared libraries the machine's image lacks; not the C/C++ runtime, CUDA or NCCL) and the
 # held-out text (scripts/corpus/make_corpus.sh).
 # Usage: bench/perplexity/make_carry.sh [BUILD_DIR] [CORPUS_DIR]   (build, build/corpus)
@@ -12,7 +12,7 @@ out=.carry/ppl
 stage_dir=$(mktemp -d)
 trap 'rm -rf "$stage_dir"' EXIT
 for b in stage/stage coordinator/coordinator bench/perplexity/ringserve_perplexity \
-         tests/ring/ring_gpu_logprobs_test; do
+         tests/ring/ring_gpu_logprobs_test stage/cuda/stage_cuda_model_slice_test; do
   [ -f "$build/$b" ] || { echo "missing $build/$b" >&2; exit 1; }
   mkdir -p "$stage_dir/build/$(dirname "$b")"
   strip -o "$stage_dir/build/$b" "$build/$b"
