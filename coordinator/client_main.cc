@@ -2,15 +2,18 @@
 //
 //   ringserve_client [--target HOST:PORT] --prompt "Once upon a time" [--max_tokens N]
 //       [--temperature T] [--top_k K] [--top_p P] [--seed S] [--stop A,B] [--ignore_eos]
+//       [--min_tokens N] [--top_logprobs K] [--n N]
 //   ringserve_client --prompt_ids 1,2,3 ...      token ids instead of text
 //   ringserve_client --info | --stats | --health | --tokenize "text"
 //
 // Streams the generated text to stdout (token ids, when the model has no tokenizer); the
-// finish reason and usage go to stderr. Exit code 0 on success, 1 on an error.
+// finish reason, usage (summed over the choices) and, with --top_logprobs, each token's
+// log-probabilities go to stderr. Exit code 0 on success, 1 on an error.
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +37,10 @@ ABSL_FLAG(std::string, seed, "", "sampling seed (empty: the server picks)");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
 ABSL_FLAG(std::vector<std::string>, stop_token_id, {}, "stop token ids, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "generate max_tokens whatever comes");
+ABSL_FLAG(int, min_tokens, 0, "EOS and stop ids are not sampled before this many tokens");
+ABSL_FLAG(int, top_logprobs, -1,
+          "print each token's logprob and this many alternatives to stderr (-1: off)");
+ABSL_FLAG(int, n, 1, "choices (printed one after another once all finished)");
 ABSL_FLAG(bool, special_tokens, true,
           "add the tokenizer's special tokens (BOS) to a text prompt; --nospecial_tokens: not");
 ABSL_FLAG(std::string, request_id, "", "request id (empty: the server makes one up)");
@@ -122,6 +129,12 @@ int main(int argc, char** argv) {
     sampling->add_stop_token_ids(id);
   }
   sampling->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  sampling->set_min_tokens(absl::GetFlag(FLAGS_min_tokens));
+  if (absl::GetFlag(FLAGS_top_logprobs) >= 0) {
+    sampling->set_logprobs(true);
+    sampling->set_top_logprobs(absl::GetFlag(FLAGS_top_logprobs));
+  }
+  request.set_n(absl::GetFlag(FLAGS_n));
   request.set_add_special_tokens(absl::GetFlag(FLAGS_special_tokens));
   request.set_request_id(absl::GetFlag(FLAGS_request_id));
   print_ids = absl::GetFlag(FLAGS_print_ids);
@@ -200,13 +213,33 @@ int main(int argc, char** argv) {
   v1::GenerateResponse last;
   std::vector<int> ids;
   bool any_text = false;
+  const bool several = request.n() > 1;
+  std::map<int, std::string> choices;  // with n > 1: printed at the end
+  int completion_tokens = 0;
   while (reader->Read(&response)) {
     if (!response.text().empty()) any_text = true;
-    std::fputs(response.text().c_str(), stdout);
-    std::fflush(stdout);
+    if (several) {
+      choices[response.index()] += response.text();
+    } else {
+      std::fputs(response.text().c_str(), stdout);
+      std::fflush(stdout);
+    }
     for (int id : response.token_ids()) ids.push_back(id);
+    for (const v1::TokenLogprob& lp : response.logprobs()) {
+      std::string top;
+      for (int k = 0; k < lp.top_token_ids_size() && k < lp.top_logprobs_size(); ++k) {
+        top += fmt::format(" {}:{:.4f}", lp.top_token_ids(k), lp.top_logprobs(k));
+      }
+      std::fprintf(stderr, "[choice %d token %d logprob %.4f%s%s]\n", response.index(),
+                   lp.token_id(), lp.logprob(), top.empty() ? "" : " top", top.c_str());
+    }
+    if (response.finished()) completion_tokens += response.usage().completion_tokens();
     last = response;
   }
+  for (const auto& [index, text] : choices) {
+    std::printf("[choice %d]\n%s\n", index, text.c_str());
+  }
+  last.mutable_usage()->set_completion_tokens(completion_tokens);
   grpc::Status status = reader->Finish();
   if (!any_text || print_ids) {
     std::printf("%s[token ids:", any_text ? "\n" : "");

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -22,6 +23,24 @@ struct SamplingParams {
   std::vector<std::string> stop;        // stop strings, matched on detokenized text
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
+  // EOS and stop_token_ids are never sampled before this many tokens were generated (the last
+  // stage masks them; <= max_tokens). Stop strings still apply.
+  int min_tokens = 0;
+  // Report each generated token's log-probability (GenerateEvent::logprobs) and this many most
+  // likely alternatives (0..kMaxTopLogprobs), from the raw logits' log_softmax (before
+  // temperature, top-k and top-p, as vLLM and OpenAI report them).
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+// The most choices one API request may ask for (OpenAI's n; each is its own engine request).
+inline constexpr int kMaxChoices = 16;
+
+// One generated token's log-probabilities (SamplingParams::logprobs).
+struct TokenLogprobs {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top{};  // most likely first
 };
 
 struct GenerateRequest {
@@ -29,7 +48,7 @@ struct GenerateRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
   // Report log p(prompt[i + 1] | prompt[0..i]) for every prompt token after the first
-  // (GenerateEvent::prompt_logprobs). Needs a CPU last stage.
+  // (GenerateEvent::prompt_logprobs). Costs a logits row per prompt token on the last stage.
   bool prompt_logprobs = false;
 };
 
@@ -51,6 +70,8 @@ struct GenerateEvent {
   // When the request asked for them: on the first event that carries a token, entry i =
   // log p(prompt[i + 1] | prompt[0..i]) from the raw logits; prompt length - 1 entries.
   std::vector<float> prompt_logprobs;
+  // With SamplingParams::logprobs: one entry per token of token_ids, same order.
+  std::vector<TokenLogprobs> logprobs;
 };
 
 struct StageStats {

@@ -5,6 +5,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "common/logging.h"
 #include "common/secure_compare.h"
@@ -36,8 +38,8 @@ struct EventQueue {
   explicit EventQueue(http::ServingMetrics* metrics) : recorder(metrics, "grpc") {}
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<GenerateEvent> events;
-  http::RequestRecorder recorder;  // guarded by mu
+  std::deque<std::pair<int, GenerateEvent>> events;  // (choice, event)
+  http::RequestRecorder recorder;                    // guarded by mu; follows choice 0
 };
 
 // As the HTTP API (http_server.cc): no tokenizer we load has tokens longer than this.
@@ -140,8 +142,25 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
   r.sampling.stop.assign(s.stop().begin(), s.stop().end());
   r.sampling.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   r.sampling.ignore_eos = s.ignore_eos();
+  r.sampling.min_tokens = s.min_tokens();
+  r.sampling.logprobs = s.logprobs();
+  r.sampling.top_logprobs = s.top_logprobs();
   r.prompt_logprobs = request->prompt_logprobs();
+  const int n = request->n() == 0 ? 1 : request->n();
+  if (n < 1 || n > kMaxChoices) {
+    return reject(Invalid(fmt::format("n: {} is not in [1, {}]", request->n(), kMaxChoices)));
+  }
   const std::string id = r.request_id;
+  auto choice_id = [&id](int i) { return i == 0 ? id : fmt::format("{}-{}", id, i); };
+  auto on_event = [queue](int index) {
+    return [queue, index](const GenerateEvent& event) {
+      std::lock_guard<std::mutex> lock(queue->mu);
+      if (index == 0) queue->recorder.OnEvent(event);
+      queue->events.emplace_back(index, event);
+      queue->cv.notify_all();
+    };
+  };
+  const GenerateRequest base = n > 1 ? r : GenerateRequest{};
   if (options_.max_concurrent_requests > 0 &&
       active_.fetch_add(1) >= options_.max_concurrent_requests) {
     active_.fetch_sub(1);
@@ -153,18 +172,22 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
   if (options_.max_concurrent_requests <= 0) active_.fetch_add(1);
   SlotRelease slot{&active_};
 
-  absl::Status submitted = engine_->Submit(std::move(r), [queue](const GenerateEvent& event) {
-    std::lock_guard<std::mutex> lock(queue->mu);
-    queue->recorder.OnEvent(event);
-    queue->events.push_back(event);
-    queue->cv.notify_all();
-  });
+  absl::Status submitted = engine_->Submit(std::move(r), on_event(0));
   if (!submitted.ok()) return reject(ToGrpcStatus(submitted));
 
+  // Choices 1..n-1 once choice 0 has an event (see GenerateRequest.n).
+  int submitted_choices = 1;
+  std::vector<bool> finished(n, false);
+  int num_finished = 0;
+  auto cancel_all = [&]() {
+    for (int i = 0; i < submitted_choices; ++i) {
+      if (!finished[i]) engine_->Cancel(choice_id(i));
+    }
+  };
   bool cancelled = false;
   absl::Time cancel_deadline;
   while (true) {
-    std::deque<GenerateEvent> batch;
+    std::deque<std::pair<int, GenerateEvent>> batch;
     {
       std::unique_lock<std::mutex> lock(queue->mu);
       // The sync API has no cancellation callback; look at IsCancelled between events.
@@ -172,37 +195,66 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
                          [&] { return !queue->events.empty(); });
       batch.swap(queue->events);
     }
-    for (GenerateEvent& event : batch) {
+    for (auto& [index, event] : batch) {
       if (cancelled) {
-        if (event.finished) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+        if (event.finished) finished[index] = true;
+        if (event.finished && ++num_finished == submitted_choices) {
+          return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+        }
         continue;
+      }
+      while (submitted_choices < n) {
+        GenerateRequest next = base;
+        next.request_id = choice_id(submitted_choices);
+        if (next.sampling.seed.has_value()) *next.sampling.seed += submitted_choices;
+        absl::Status status = engine_->Submit(std::move(next), on_event(submitted_choices));
+        ++submitted_choices;
+        if (!status.ok()) {
+          cancel_all();
+          return ToGrpcStatus(status);
+        }
       }
       v1::GenerateResponse response;
       response.set_request_id(id);
+      response.set_index(index);
       response.mutable_token_ids()->Add(event.token_ids.begin(), event.token_ids.end());
       response.mutable_prompt_logprobs()->Add(event.prompt_logprobs.begin(),
                                               event.prompt_logprobs.end());
+      for (const TokenLogprobs& lp : event.logprobs) {
+        v1::TokenLogprob* out = response.add_logprobs();
+        out->set_token_id(lp.token_id);
+        out->set_logprob(lp.logprob);
+        for (const auto& [id, logprob] : lp.top) {
+          out->add_top_token_ids(id);
+          out->add_top_logprobs(logprob);
+        }
+      }
       response.set_text(std::move(event.text_delta));
       response.set_finished(event.finished);
       response.set_finish_reason(ToProto(event.finish_reason));
       response.mutable_usage()->set_prompt_tokens(event.usage.prompt_tokens);
       response.mutable_usage()->set_completion_tokens(event.usage.completion_tokens);
       if (!event.error.ok()) response.set_error(std::string(event.error.message()));
+      if (event.finished) {
+        finished[index] = true;
+        ++num_finished;
+      }
       if (!writer->Write(response)) {
-        if (event.finished) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+        if (num_finished == n) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
         cancelled = true;
         break;
       }
-      if (event.finished) {
-        if (event.finish_reason == FinishReason::kError) return ToGrpcStatus(event.error);
-        return grpc::Status::OK;
+      if (event.finished && event.finish_reason == FinishReason::kError) {
+        cancel_all();
+        return ToGrpcStatus(event.error);
       }
+      if (num_finished == n) return grpc::Status::OK;
     }
     if (!cancelled && context->IsCancelled()) cancelled = true;
     if (cancelled) {
       if (cancel_deadline == absl::Time()) {
         RS_LOG_INFO("request {}: client went away, cancelling", id);
-        engine_->Cancel(id);
+        cancel_all();
         cancel_deadline = absl::Now() + absl::Seconds(10);
       } else if (absl::Now() > cancel_deadline) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");

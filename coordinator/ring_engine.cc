@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 #include <utility>
 
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/sampling_extras.h"
 #include "fmt/format.h"
 #include "ring/plan_codec.h"
 #include "ring/sampling_config.h"
@@ -205,6 +207,10 @@ absl::Status RingEngine::Submit(GenerateRequest request, EventCallback on_event)
     return absl::InvalidArgumentError(
         fmt::format("request {}: max_tokens: {} < 1", id, s.max_tokens));
   }
+  if (absl::Status valid = ValidateSamplingExtras(s, model.vocab_size); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("request {}: {}", id, std::string(valid.message())));
+  }
   for (const std::string& stop : s.stop) {
     if (stop.empty())
       return absl::InvalidArgumentError(fmt::format("request {}: stop: empty string", id));
@@ -398,6 +404,9 @@ std::vector<std::pair<int, v1::StepPlan>> RingEngine::PlanLocked() {
       sampling[i].token_index = entry.token_index;
       sampling[i].samples = entry.samples;
       sampling[i].score_token_ids = entry.score_token_ids;
+      sampling[i].top_logprobs = TopLogprobsToAsk(r.sampling);
+      sampling[i].suppress_token_ids =
+          SuppressedTokenIds(r.sampling, options_.scheduler.eos_token_ids, entry.token_index);
     }
     for (int s = 0; s < num_stages; ++s) {
       plans.emplace_back(
@@ -436,7 +445,9 @@ absl::Status RingEngine::HandleResult(const v1::StepResult& result, std::vector<
                                            std::string(done.status().message())));
   }
   telemetry_.OnTokens(static_cast<int>(done->tokens.size()), now);
-  for (const TokenUpdate& update : done->tokens) HandleToken(update, out);
+  std::unordered_map<uint64_t, const v1::SampledToken*> sampled;  // one token per sequence
+  for (const auto& t : result.tokens()) sampled[t.seq_id()] = &t;
+  for (const TokenUpdate& update : done->tokens) HandleToken(update, sampled[update.seq_id], out);
   return absl::OkStatus();
 }
 
@@ -452,7 +463,8 @@ void RingEngine::StorePromptLogprobs(const v1::PromptLogprobs& scores) {
   }
 }
 
-void RingEngine::HandleToken(const TokenUpdate& update, std::vector<Delivery>* out) {
+void RingEngine::HandleToken(const TokenUpdate& update, const v1::SampledToken* sampled,
+                             std::vector<Delivery>* out) {
   auto it = requests_.find(update.seq_id);
   if (it == requests_.end()) return;
   Request& r = *it->second;
@@ -473,6 +485,8 @@ void RingEngine::HandleToken(const TokenUpdate& update, std::vector<Delivery>* o
   GenerateEvent event;
   if (r.want_prompt_logprobs && r.generated() == 1) event.prompt_logprobs = r.prompt_logprobs;
   event.token_ids.push_back(update.token);
+  if (r.sampling.logprobs && sampled != nullptr)
+    event.logprobs.push_back(ToTokenLogprobs(*sampled));
   event.text_delta = std::move(piece.text);
   if (piece.stopped) {
     scheduler_->Finish(r.seq_id);

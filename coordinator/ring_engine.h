@@ -108,7 +108,9 @@ class RingEngine final : public Engine {
   std::unique_ptr<RingLink> RingDownLocked(const absl::Status& status, std::vector<Delivery>* out);
   // An error means the ring cannot go on (a stage error, a result the scheduler refuses).
   absl::Status HandleResult(const v1::StepResult& result, std::vector<Delivery>* out);
-  void HandleToken(const TokenUpdate& update, std::vector<Delivery>* out);
+  // `sampled`: the last stage's report of update's token (its log-probabilities), or null.
+  void HandleToken(const TokenUpdate& update, const v1::SampledToken* sampled,
+                   std::vector<Delivery>* out);
   // Files one ALL_TOKENS chunk's scores under its request (prompt log-probabilities).
   void StorePromptLogprobs(const v1::PromptLogprobs& scores);
   void FinishRequest(Request& request, FinishReason reason, absl::Status error,

@@ -67,6 +67,13 @@ absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_fir
       row.config.top_p = c.sampling().top_p() == 0.0f ? 1.0f : c.sampling().top_p();
       row.config.seed = c.sampling().seed();
       row.token_index = static_cast<uint64_t>(std::max(0, c.sampling().token_index()));
+      row.top_logprobs = c.sampling().top_logprobs();
+      if (row.top_logprobs < 0 || row.top_logprobs > kMaxTopLogprobs) {
+        return absl::InvalidArgumentError(fmt::format("{}: top_logprobs {} not in [0, {}]", where,
+                                                      row.top_logprobs, kMaxTopLogprobs));
+      }
+      row.suppress_token_ids.assign(c.sampling().suppress_token_ids().begin(),
+                                    c.sampling().suppress_token_ids().end());
       absl::Status valid = ValidateSamplingConfig(row.config);
       if (!valid.ok()) {
         return absl::InvalidArgumentError(
@@ -118,6 +125,9 @@ v1::StepPlan EncodeStepPlan(uint64_t micro_batch_id, const MicroBatch& batch,
       s->set_seed(sampling[i].config.seed);
       s->set_has_seed(true);
       s->set_token_index(sampling[i].token_index);
+      s->set_top_logprobs(sampling[i].top_logprobs);
+      s->mutable_suppress_token_ids()->Add(sampling[i].suppress_token_ids.begin(),
+                                           sampling[i].suppress_token_ids.end());
     }
   }
   if (is_first) plan.mutable_token_ids()->Add(batch.token_ids.begin(), batch.token_ids.end());

@@ -41,7 +41,9 @@ struct ChunkSamplingWire {
   SamplingConfig config{};
   int32_t token_index = 0;
   bool samples = true;  // kAllTokens chunks: whether the last row also samples a token
-  std::vector<int32_t> score_token_ids{};  // kAllTokens chunks: see ChunkOutput
+  std::vector<int32_t> score_token_ids{};     // kAllTokens chunks: see ChunkOutput
+  int top_logprobs = 0;                       // see RowSampling
+  std::vector<int32_t> suppress_token_ids{};  // see RowSampling
 };
 
 // Builds the plan for one stage. Token ids go to the first stage only; `sampling` (one entry

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -19,10 +20,18 @@ struct SamplingConfig {
 // top_p <= 0 or > 1 (or NaN).
 absl::Status ValidateSamplingConfig(const SamplingConfig& config);
 
+// The most top log-probabilities one row may ask for (OpenAI's limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
 // One row's sampling request.
 struct RowSampling {
   SamplingConfig config;
   uint64_t token_index = 0;  // index of the token being generated within its request
+  // Report this many most likely (token, logprob) pairs of the raw row (last stage, on the
+  // host: stage/sampling/row_extras.h).
+  int top_logprobs = 0;
+  // Never sampled (min_tokens: EOS and stop ids); the sampler treats their logits as -inf.
+  std::vector<int32_t> suppress_token_ids{};
 };
 
 }  // namespace ringserve

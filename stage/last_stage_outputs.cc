@@ -2,6 +2,7 @@
 
 #include "common/status_macros.h"
 #include "fmt/format.h"
+#include "stage/sampling/row_extras.h"
 #include "stage/sampling/sampler.h"
 
 namespace ringserve {
@@ -20,6 +21,14 @@ int64_t RowsOf(const SequenceChunk& chunk) {
 }
 
 }  // namespace
+
+bool NeedsHostLogits(const DecodedPlan& plan) {
+  if (HasAllTokensChunk(plan.batch)) return true;
+  for (const RowSampling& row : plan.sampling) {
+    if (row.top_logprobs > 0 || !row.suppress_token_ids.empty()) return true;
+  }
+  return false;
+}
 
 bool HasAllTokensChunk(const MicroBatch& batch) {
   for (const SequenceChunk& chunk : batch.chunks) {
@@ -90,11 +99,16 @@ absl::StatusOr<LastStageOutputs> SampleAndScore(std::span<const float> logits, i
     }
     row += RowsOf(chunk);
     if (output.samples) {
+      const int top_n = plan.sampling[next_sample].top_logprobs;
       const int32_t token = sampled[next_sample++];
       v1::SampledToken t;
       t.set_seq_id(chunk.seq_id);
       t.set_token_id(token);
       t.set_logprob(TokenLogprob(row_at(row - 1), token));
+      for (const TopLogprob& top : TopLogprobs(row_at(row - 1), top_n)) {
+        t.add_top_token_ids(top.token);
+        t.add_top_logprobs(top.logprob);
+      }
       out.tokens.push_back(t);
     }
   }

@@ -117,3 +117,62 @@ TEST(LastStageOutputsTest, DecodeRefusesScoreIdsThatDoNotFitTheChunk) {
 
 }  // namespace
 }  // namespace ringserve
+
+namespace ringserve {
+namespace {
+
+// A decode chunk asking for its top 3 alternatives while stop id 2 is suppressed, and a plain
+// decode chunk: the plan codec carries both, the first needs the host path, and the outputs
+// report the top list of the raw row while never sampling the suppressed id.
+TEST(LastStageOutputsTest, TopLogprobsAndSuppressedIds) {
+  MicroBatch batch;
+  for (uint64_t seq : {1, 2}) {
+    batch.chunks.push_back({.seq_id = seq,
+                            .start_position = 3,
+                            .num_tokens = 1,
+                            .block_table = {static_cast<int32_t>(seq)},
+                            .logits = LogitsMode::kLastToken});
+  }
+  std::vector<ChunkSamplingWire> wire(2);
+  wire[0].top_logprobs = 3;
+  wire[0].suppress_token_ids = {2};
+  absl::StatusOr<DecodedPlan> plan =
+      DecodeStepPlan(EncodeStepPlan(9, batch, wire, false, true), false, true, 16);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->sampling.size(), 2u);
+  EXPECT_EQ(plan->sampling[0].top_logprobs, 3);
+  EXPECT_EQ(plan->sampling[0].suppress_token_ids, std::vector<int32_t>{2});
+  EXPECT_TRUE(NeedsHostLogits(*plan));
+  DecodedPlan plain = *plan;
+  for (RowSampling& row : plain.sampling) {
+    row.top_logprobs = 0;
+    row.suppress_token_ids.clear();
+  }
+  EXPECT_FALSE(NeedsHostLogits(plain));
+
+  // Greedy rows; token 2 is the argmax of both.
+  const std::vector<float> row = {0.5f, 1.0f, 3.0f, 1.0f};
+  std::vector<float> logits = row;
+  logits.insert(logits.end(), row.begin(), row.end());
+  absl::StatusOr<LastStageOutputs> out = SampleAndScore(logits, kVocab, *plan);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->tokens.size(), 2u);
+  const v1::SampledToken& held = out->tokens[0];
+  EXPECT_EQ(held.token_id(), 1) << "2 is suppressed; 1 and 3 tie, the lower id wins";
+  EXPECT_NEAR(held.logprob(), LogSoftmaxAt(row, 1), 1e-6) << "the raw row's logprob";
+  ASSERT_EQ(held.top_token_ids_size(), 3);
+  EXPECT_EQ(held.top_token_ids(0), 2) << "alternatives come from the raw row";
+  EXPECT_EQ(held.top_token_ids(1), 1);
+  EXPECT_EQ(held.top_token_ids(2), 3);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_NEAR(held.top_logprobs(k), LogSoftmaxAt(row, held.top_token_ids(k)), 1e-6);
+  }
+  EXPECT_EQ(out->tokens[1].token_id(), 2);
+  EXPECT_EQ(out->tokens[1].top_token_ids_size(), 0);
+  // Out of range top_logprobs is refused by the decoder.
+  wire[0].top_logprobs = 21;
+  EXPECT_FALSE(DecodeStepPlan(EncodeStepPlan(9, batch, wire, false, true), false, true, 16).ok());
+}
+
+}  // namespace
+}  // namespace ringserve

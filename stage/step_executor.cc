@@ -82,12 +82,9 @@ absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
 }
 
 absl::Status StepExecutor::SampleInto(const DecodedPlan& decoded, StepOutcome* outcome) {
-  if (HasAllTokensChunk(decoded.batch)) {
-    // Prompt log-probabilities: every row's logits on the host, scored and sampled there.
-    if (slice_->activations().memory() == MemorySpace::kDevice) {
-      return absl::UnimplementedError(
-          "prompt log-probabilities (ALL_TOKENS logits) need a CPU last stage");
-    }
+  if (NeedsHostLogits(decoded)) {
+    // Prompt log-probabilities, top log-probabilities or suppressed tokens: the logits rows on
+    // the host (a GPU slice copies them back), scored and sampled there by the CPU sampler.
     RS_ASSIGN_OR_RETURN(std::vector<float> logits, slice_->LogitsToHost());
     RS_ASSIGN_OR_RETURN(LastStageOutputs outputs,
                         SampleAndScore(logits, slice_->config().vocab_size, decoded));

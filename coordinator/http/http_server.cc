@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "coordinator/http/connection_server.h"
 #include "coordinator/http/dashboard.h"
+#include "coordinator/http/openai_logprobs.h"
 #include "coordinator/http/openai_protocol.h"
 #include "coordinator/http/request_stream.h"
 #include "fmt/format.h"
@@ -112,6 +113,13 @@ class HttpServer::Impl {
   void Register(const std::shared_ptr<RequestStream>& stream);
   void Unregister(const std::shared_ptr<RequestStream>& stream);
   void Release(const std::shared_ptr<RequestStream>& stream);
+  // Cancels every choice of the stream's request that has not finished.
+  void CancelChoices(const RequestStream& stream);
+  // Submits choice `index` (> 0) of an accepted request: its own request id and, when the
+  // client gave a seed, seed + index. A refusal arrives on the stream as that choice's error.
+  void SubmitChoice(const Accepted& accepted, const GenerateRequest& base, int index);
+  // The text of one token (logprobs objects).
+  std::string TokenText(int32_t id) { return engine_.Detokenize({id}); }
 
   Engine& engine_;
   const ChatRenderFn chat_render_;
@@ -149,7 +157,7 @@ void HttpServer::Impl::Stop() {
     streams.assign(streams_.begin(), streams_.end());
   }
   for (const std::shared_ptr<RequestStream>& stream : streams) {
-    if (!stream->finished()) engine_.Cancel(stream->request_id());
+    if (!stream->finished()) CancelChoices(*stream);
     stream->Close();
   }
   server_.Stop();
@@ -339,6 +347,30 @@ absl::Status HttpServer::Impl::ResolveMaxTokens(const OpenAiRequest& request, co
   return absl::OkStatus();
 }
 
+void HttpServer::Impl::CancelChoices(const RequestStream& stream) {
+  for (int i = 0; i < stream.choices(); ++i) {
+    if (!stream.choice_finished(i)) engine_.Cancel(stream.ChoiceRequestId(i));
+  }
+}
+
+void HttpServer::Impl::SubmitChoice(const Accepted& accepted, const GenerateRequest& base,
+                                    int index) {
+  std::shared_ptr<RequestStream> stream = accepted.stream;
+  GenerateRequest request = base;
+  request.request_id = stream->ChoiceRequestId(index);
+  if (request.sampling.seed.has_value()) *request.sampling.seed += static_cast<uint64_t>(index);
+  absl::Status submitted = engine_.Submit(
+      std::move(request),
+      [stream, index](const GenerateEvent& event) { stream->OnEvent(index, event); });
+  if (!submitted.ok()) {
+    GenerateEvent failed;
+    failed.finished = true;
+    failed.finish_reason = FinishReason::kError;
+    failed.error = submitted;
+    stream->OnEvent(index, failed);
+  }
+}
+
 void HttpServer::Impl::Register(const std::shared_ptr<RequestStream>& stream) {
   std::lock_guard<std::mutex> lock(mu_);
   streams_.insert(stream);
@@ -353,7 +385,7 @@ void HttpServer::Impl::Unregister(const std::shared_ptr<RequestStream>& stream) 
 void HttpServer::Impl::Release(const std::shared_ptr<RequestStream>& stream) {
   if (!stream->finished()) {
     RS_LOG_INFO("request {}: client went away, cancelling", stream->request_id());
-    engine_.Cancel(stream->request_id());
+    CancelChoices(*stream);
   }
   Unregister(stream);
   active_.fetch_sub(1);  // before the gauge: a gauge at 0 means the slots are free
@@ -409,6 +441,13 @@ void HttpServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& req,
     reject(status);
     return;
   }
+  if (generate.sampling.min_tokens > generate.sampling.max_tokens) {
+    reject(InvalidParam("min_tokens",
+                        fmt::format("'min_tokens' ({}) must not exceed the maximum "
+                                    "number of tokens to generate ({}).",
+                                    generate.sampling.min_tokens, generate.sampling.max_tokens)));
+    return;
+  }
   if (active_.fetch_add(1) >= options_.max_concurrent_requests) {
     active_.fetch_sub(1);
     reject(absl::ResourceExhaustedError(
@@ -420,13 +459,17 @@ void HttpServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& req,
   accepted->request = std::move(*parsed);
   accepted->header = {.id = NewRequestId(kind), .created = UnixSeconds(), .model = model_name};
   accepted->prompt_tokens = static_cast<int>(generate.prompt_ids.size());
-  accepted->stream = std::make_shared<RequestStream>(accepted->header.id, metrics_);
+  accepted->stream =
+      std::make_shared<RequestStream>(accepted->header.id, metrics_, accepted->request.n);
   generate.request_id = accepted->header.id;
   std::shared_ptr<RequestStream> stream = accepted->stream;
   Register(stream);
   metrics_->AddInFlight(1);
+  // n > 1: choice 0 goes first; the others follow once it has a token, when its prompt's full
+  // KV blocks are in the prefix cache, so they skip that prefill (coordinator/scheduler).
+  const GenerateRequest base = accepted->request.n > 1 ? generate : GenerateRequest{};
   absl::Status submitted = engine_.Submit(
-      std::move(generate), [stream](const GenerateEvent& event) { stream->OnEvent(event); });
+      std::move(generate), [stream](const GenerateEvent& event) { stream->OnEvent(0, event); });
   if (!submitted.ok()) {
     Unregister(stream);
     metrics_->AddInFlight(-1);
@@ -445,6 +488,7 @@ void HttpServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& req,
     Release(stream);
     return;
   }
+  for (int i = 1; i < accepted->request.n; ++i) SubmitChoice(*accepted, base, i);
   if (accepted->request.stream) {
     GenerateEvent first;
     accepted->stream->Next(std::chrono::milliseconds(0), &first);  // queued: no wait
@@ -483,7 +527,7 @@ absl::Status HttpServer::Impl::AwaitFirstEvent(const std::shared_ptr<RequestStre
       return absl::CancelledError("client went away");  // Release cancels it
     }
     if (Clock::now() >= deadline) {
-      engine_.Cancel(stream->request_id());
+      CancelChoices(*stream);
       metrics_->RecordOutcome("http", RequestOutcome::kRejected);
       return absl::UnavailableError(
           fmt::format("The request waited {} ms for the server without starting; retry later.",
@@ -499,10 +543,14 @@ void HttpServer::Impl::RespondStreaming(std::shared_ptr<Accepted> accepted, Gene
   struct State {
     bool started = false;
     bool done = false;
-    std::optional<GenerateEvent> first;
+    std::optional<GenerateEvent> first;  // choice 0's
+    std::vector<int64_t> text_offsets;   // per choice: completions' logprobs text_offset
+    int finished = 0;                    // choices finished
+    Usage usage;                         // the prompt once, every choice's completion tokens
   };
   auto state = std::make_shared<State>();
   state->first = std::move(first);
+  state->text_offsets.assign(accepted->request.n, 0);
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, accepted, state](size_t, httplib::DataSink& sink) -> bool {
@@ -514,18 +562,20 @@ void HttpServer::Impl::RespondStreaming(std::shared_ptr<Accepted> accepted, Gene
         if (state->done) return false;
         if (!state->started) {
           state->started = true;
-          // The role chunk goes out at once: clients see headers and the role immediately.
-          if (request.kind == ApiKind::kChat &&
-              !write(SseEvent(ChatChunk(header, "", /*first=*/true, FinishReason::kNone)))) {
-            return false;
+          // The role chunks go out at once: clients see headers and the role immediately.
+          for (int i = 0; request.kind == ApiKind::kChat && i < request.n; ++i) {
+            if (!write(SseEvent(ChatChunk(header, "", /*first=*/true, FinishReason::kNone, i)))) {
+              return false;
+            }
           }
         }
         GenerateEvent event;
+        int index = 0;
         if (state->first.has_value()) {
           event = *std::move(state->first);
           state->first.reset();
         } else {
-          switch (accepted->stream->Next(options_.keepalive_interval, &event)) {
+          switch (accepted->stream->Next(options_.keepalive_interval, &event, &index)) {
             case RequestStream::Wait::kClosed:
               return false;
             case RequestStream::Wait::kTimeout:
@@ -549,21 +599,33 @@ void HttpServer::Impl::RespondStreaming(std::shared_ptr<Accepted> accepted, Gene
           return false;  // cancelled under us (server stopping): end the response uncleanly
         }
         FinishReason reason = event.finished ? event.finish_reason : FinishReason::kNone;
-        if (!event.text_delta.empty() || event.finished) {
-          nlohmann::json chunk = request.kind == ApiKind::kChat
-                                     ? ChatChunk(header, event.text_delta, /*first=*/false, reason)
-                                     : CompletionChunk(header, event.text_delta, reason);
+        nlohmann::json logprobs;
+        if (request.sampling.logprobs && !event.logprobs.empty()) {
+          auto text = [this](int32_t id) { return TokenText(id); };
+          logprobs =
+              request.kind == ApiKind::kChat
+                  ? ChatLogprobsJson(event.logprobs, text)
+                  : CompletionLogprobsJson(event.logprobs, text, &state->text_offsets[index]);
+        }
+        if (!event.text_delta.empty() || event.finished || !logprobs.is_null()) {
+          nlohmann::json chunk =
+              request.kind == ApiKind::kChat
+                  ? ChatChunk(header, event.text_delta, /*first=*/false, reason, index, logprobs)
+                  : CompletionChunk(header, event.text_delta, reason, index, logprobs);
           if (!write(SseEvent(chunk))) return false;
         }
         if (event.finished) {
+          state->usage.prompt_tokens = event.usage.prompt_tokens;
+          state->usage.completion_tokens += event.usage.completion_tokens;
+          if (++state->finished < request.n) return true;
           state->done = true;
           if (request.include_usage &&
-              !write(SseEvent(UsageChunk(request.kind, header, event.usage)))) {
+              !write(SseEvent(UsageChunk(request.kind, header, state->usage)))) {
             return false;
           }
           if (!write(std::string(kSseDone))) return false;
-          RS_LOG_DEBUG("request {}: done, {} + {} tokens", header.id, event.usage.prompt_tokens,
-                       event.usage.completion_tokens);
+          RS_LOG_DEBUG("request {}: done, {} + {} tokens", header.id, state->usage.prompt_tokens,
+                       state->usage.completion_tokens);
           sink.done();
         }
         return true;
@@ -574,12 +636,18 @@ void HttpServer::Impl::RespondStreaming(std::shared_ptr<Accepted> accepted, Gene
 void HttpServer::Impl::RespondOnce(std::shared_ptr<Accepted> accepted, httplib::Response& res) {
   // Waits here for the whole answer, so that a failure gets its HTTP status; a client that goes
   // away is noticed by watching its socket, and its request cancelled (Release).
-  std::string text;
+  const OpenAiRequest& request = accepted->request;
+  std::vector<ChoiceOutput> choices(request.n);
+  std::vector<std::vector<TokenLogprobs>> logprobs(request.n);
+  for (int i = 0; i < request.n; ++i) choices[i].index = i;
+  Usage usage;
+  int finished = 0;
   GenerateEvent last;
   Clock::time_point next_peer_check = Clock::now() + options_.keepalive_interval;
   while (true) {
     GenerateEvent event;
-    RequestStream::Wait wait = accepted->stream->Next(options_.keepalive_interval, &event);
+    int index = 0;
+    RequestStream::Wait wait = accepted->stream->Next(options_.keepalive_interval, &event, &index);
     if (wait == RequestStream::Wait::kClosed) {
       SetError(res, ApiErrorFromStatus(absl::UnavailableError("The server is shutting down.")));
       break;
@@ -589,8 +657,12 @@ void HttpServer::Impl::RespondOnce(std::shared_ptr<Accepted> accepted, httplib::
       next_peer_check = Clock::now() + options_.keepalive_interval;
     }
     if (wait == RequestStream::Wait::kTimeout) continue;
-    text += event.text_delta;
+    choices[index].text += event.text_delta;
+    logprobs[index].insert(logprobs[index].end(), event.logprobs.begin(), event.logprobs.end());
     if (!event.finished) continue;
+    choices[index].reason = event.finish_reason;
+    usage.prompt_tokens = event.usage.prompt_tokens;
+    usage.completion_tokens += event.usage.completion_tokens;
     last = std::move(event);
     if (last.finish_reason == FinishReason::kError ||
         last.finish_reason == FinishReason::kCancelled) {
@@ -605,11 +677,20 @@ void HttpServer::Impl::RespondOnce(std::shared_ptr<Accepted> accepted, httplib::
       SetError(res, ApiErrorFromStatus(error));
       break;
     }
+    if (++finished < request.n) continue;
+    if (request.sampling.logprobs) {
+      auto text = [this](int32_t id) { return TokenText(id); };
+      for (int i = 0; i < request.n; ++i) {
+        int64_t offset = 0;
+        choices[i].logprobs = request.kind == ApiKind::kChat
+                                  ? ChatLogprobsJson(logprobs[i], text)
+                                  : CompletionLogprobsJson(logprobs[i], text, &offset);
+      }
+    }
     const ResponseHeader& header = accepted->header;
     SetJson(res, 200,
-            accepted->request.kind == ApiKind::kChat
-                ? ChatResponse(header, text, last.finish_reason, last.usage)
-                : CompletionResponse(header, text, last.finish_reason, last.usage));
+            request.kind == ApiKind::kChat ? ChatResponse(header, choices, usage)
+                                           : CompletionResponse(header, choices, usage));
     break;
   }
   Release(accepted->stream);

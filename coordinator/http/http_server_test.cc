@@ -232,8 +232,10 @@ TEST_F(HttpServerTest, ErrorsUseOpenAiShapeAndStatus) {
   };
   const Case cases[] = {
       {"/v1/completions", "{oops", 400, ""},
-      {"/v1/completions", CompletionBody({{"n", 3}}).dump(), 400, "n"},
-      {"/v1/completions", CompletionBody({{"logprobs", 1}}).dump(), 400, "logprobs"},
+      {"/v1/completions", CompletionBody({{"n", 30}}).dump(), 400, "n"},
+      {"/v1/completions", CompletionBody({{"logprobs", 30}}).dump(), 400, "logprobs"},
+      {"/v1/completions", CompletionBody({{"min_tokens", 9}, {"max_tokens", 4}}).dump(), 400,
+       "min_tokens"},
       {"/v1/completions", CompletionBody({{"model", "gpt-4"}}).dump(), 404, "model"},
       {"/v1/completions", CompletionBody({{"max_tokens", 60}}).dump(), 400, "max_tokens"},
       {"/v1/chat/completions", ChatBody({{"messages", "hi"}}).dump(), 400, "messages"},
@@ -358,6 +360,38 @@ TEST_F(HttpServerTest, StreamingDisconnectCancelsTheRequest) {
   EXPECT_TRUE(engine_->WaitForCancel(id, kWait)) << "the engine kept generating for a gone client";
 }
 
+// n choices are n engine requests ("<id>", "<id>-1", ...), seeded seed + index; a client that
+// goes away cancels every one of them.
+TEST_F(HttpServerTest, ChoicesAreSeparateRequestsCancelledTogether) {
+  Start({.step = milliseconds(2)});
+  httplib::Result res =
+      PostJson("/v1/completions", CompletionBody({{"max_tokens", 5}, {"n", 3}, {"seed", 40}}));
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json body = Json::parse(res->body);
+  ASSERT_EQ(body["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(body["choices"][i]["index"], i);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 15);
+  const GenerateRequest last = engine_->last_request();
+  EXPECT_EQ(last.sampling.seed, 42u) << "choice 2: seed + 2";
+  EXPECT_TRUE(last.request_id.ends_with("-2")) << last.request_id;
+
+  engine_->set_script({.step = milliseconds(10)});
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = CompletionBody({{"max_tokens", 4000}, {"stream", true}, {"n", 2}}).dump();
+  req.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+  httplib::Response streamed;
+  httplib::Error error;
+  client_->send(req, streamed, error);
+  const std::string id = engine_->last_request().request_id;  // choice 1's
+  ASSERT_TRUE(id.ends_with("-1")) << id;
+  EXPECT_TRUE(engine_->WaitForCancel(id, kWait));
+  EXPECT_TRUE(engine_->WaitForCancel(id.substr(0, id.size() - 2), kWait));
+}
+
 TEST_F(HttpServerTest, LongNonStreamingRequestStillReturnsValidJson) {
   Start({.step = milliseconds(5)});  // 60 tokens * 5 ms > the 100 ms keep-alive interval
   httplib::Result res = PostJson("/v1/completions", CompletionBody({{"max_tokens", 60}}));
@@ -387,7 +421,7 @@ TEST_F(HttpServerTest, EngineFailureMidGeneration) {
 TEST_F(HttpServerTest, MetricsCountRequestsAndLatencies) {
   Start();
   ASSERT_EQ(PostJson("/v1/completions", CompletionBody({{"max_tokens", 4}}))->status, 200);
-  ASSERT_EQ(PostJson("/v1/completions", CompletionBody({{"n", 2}}))->status, 400);
+  ASSERT_EQ(PostJson("/v1/completions", CompletionBody({{"n", 20}}))->status, 400);
   httplib::Result res = client_->Get("/metrics");
   ASSERT_EQ(res->status, 200);
   EXPECT_THAT(res->get_header_value("Content-Type"), StartsWith("text/plain; version=0.0.4"));

@@ -7,6 +7,7 @@
 #include "common/json_limits.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
+#include "ring/sampling_config.h"
 
 namespace ringserve::http {
 namespace {
@@ -84,22 +85,6 @@ absl::StatusOr<std::vector<int32_t>> ParseTokenArray(const Json& array, const ch
 // Fields that change what a response contains in ways we do not implement: refusing them is
 // better than silently answering something else.
 absl::Status RefuseUnsupported(const Json& body, ApiKind kind) {
-  if (const Json* logprobs = Field(body, "logprobs"); !IsNullish(logprobs)) {
-    bool asked = logprobs->is_boolean() ? logprobs->get<bool>()
-                                        : !(logprobs->is_number() && logprobs->get<double>() == 0);
-    if (asked) {
-      return InvalidParam("logprobs", "logprobs are not supported by this server.");
-    }
-  }
-  if (const Json* top = Field(body, "top_logprobs");
-      !IsNullish(top) && !(top->is_number() && top->get<double>() == 0)) {
-    return InvalidParam("top_logprobs", "top_logprobs are not supported by this server.");
-  }
-  absl::StatusOr<std::optional<int64_t>> n = ParseInteger(body, "n");
-  if (!n.ok()) return n.status();
-  if (n->has_value() && **n != 1) {
-    return InvalidParam("n", fmt::format("Only n=1 is supported, got n={}.", **n));
-  }
   absl::StatusOr<std::optional<int64_t>> best_of = ParseInteger(body, "best_of");
   if (!best_of.ok()) return best_of.status();
   if (best_of->has_value() && **best_of != 1) {
@@ -134,6 +119,49 @@ absl::Status RefuseUnsupported(const Json& body, ApiKind kind) {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+// Integer field in [min, max] (absent: unchanged).
+absl::Status ParseBoundedInt(const Json& body, const char* name, int64_t min, int64_t max,
+                             int* out) {
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> value, ParseInteger(body, name));
+  if (!value.has_value()) return absl::OkStatus();
+  if (*value < min || *value > max) {
+    return InvalidParam(
+        name, fmt::format("'{}' must be between {} and {}, got {}.", name, min, max, *value));
+  }
+  *out = static_cast<int>(*value);
+  return absl::OkStatus();
+}
+
+// n, logprobs / top_logprobs (completions: logprobs is the number of alternatives; chat: a
+// boolean with top_logprobs beside it) and vLLM's min_tokens.
+absl::Status ParseChoiceOptions(const Json& body, ApiKind kind, OpenAiRequest* request) {
+  SamplingParams& sampling = request->sampling;
+  RS_RETURN_IF_ERROR(ParseBoundedInt(body, "n", 1, kMaxChoices, &request->n));
+  if (kind == ApiKind::kCompletion) {
+    const Json* logprobs = Field(body, "logprobs");
+    if (!IsNullish(logprobs)) {
+      if (logprobs->is_boolean()) {
+        return InvalidParam("logprobs", fmt::format("'logprobs' must be an integer between 0 and "
+                                                    "{} for completions.",
+                                                    kMaxTopLogprobs));
+      }
+      RS_RETURN_IF_ERROR(
+          ParseBoundedInt(body, "logprobs", 0, kMaxTopLogprobs, &sampling.top_logprobs));
+      sampling.logprobs = true;
+    }
+  } else {
+    RS_ASSIGN_OR_RETURN(sampling.logprobs, ParseBool(body, "logprobs", false));
+    RS_RETURN_IF_ERROR(
+        ParseBoundedInt(body, "top_logprobs", 0, kMaxTopLogprobs, &sampling.top_logprobs));
+    if (sampling.top_logprobs > 0 && !sampling.logprobs) {
+      return InvalidParam("top_logprobs", "'top_logprobs' needs 'logprobs' set to true.");
+    }
+  }
+  RS_RETURN_IF_ERROR(ParseBoundedInt(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(),
+                                     &sampling.min_tokens));
   return absl::OkStatus();
 }
 
@@ -196,6 +224,7 @@ absl::Status ParseCommon(const Json& body, ApiKind kind, OpenAiRequest* request)
     RS_ASSIGN_OR_RETURN(sampling.stop_token_ids, ParseTokenArray(*ids, "stop_token_ids"));
   }
   RS_ASSIGN_OR_RETURN(sampling.ignore_eos, ParseBool(body, "ignore_eos", false));
+  RS_RETURN_IF_ERROR(ParseChoiceOptions(body, kind, request));
 
   RS_ASSIGN_OR_RETURN(request->stream, ParseBool(body, "stream", false));
   if (const Json* options = Field(body, "stream_options"); !IsNullish(options)) {
@@ -375,48 +404,64 @@ nlohmann::json Envelope(const ResponseHeader& header, const char* object) {
 
 }  // namespace
 
-nlohmann::json CompletionResponse(const ResponseHeader& header, const std::string& text,
-                                  FinishReason reason, const Usage& usage) {
+nlohmann::json CompletionResponse(const ResponseHeader& header,
+                                  const std::vector<ChoiceOutput>& choices, const Usage& usage) {
   nlohmann::json body = Envelope(header, "text_completion");
-  body["choices"] = nlohmann::json::array({{{"index", 0},
-                                            {"text", text},
-                                            {"logprobs", nullptr},
-                                            {"finish_reason", FinishReasonJson(reason)}}});
+  body["choices"] = nlohmann::json::array();
+  for (const ChoiceOutput& c : choices) {
+    body["choices"].push_back({{"index", c.index},
+                               {"text", c.text},
+                               {"logprobs", c.logprobs},
+                               {"finish_reason", FinishReasonJson(c.reason)}});
+  }
   body["usage"] = UsageJson(usage);
   return body;
+}
+
+nlohmann::json ChatResponse(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
+                            const Usage& usage) {
+  nlohmann::json body = Envelope(header, "chat.completion");
+  body["choices"] = nlohmann::json::array();
+  for (const ChoiceOutput& c : choices) {
+    body["choices"].push_back(
+        {{"index", c.index},
+         {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
+         {"logprobs", c.logprobs},
+         {"finish_reason", FinishReasonJson(c.reason)}});
+  }
+  body["usage"] = UsageJson(usage);
+  return body;
+}
+
+nlohmann::json CompletionResponse(const ResponseHeader& header, const std::string& text,
+                                  FinishReason reason, const Usage& usage) {
+  return CompletionResponse(header, {{.text = text, .reason = reason}}, usage);
 }
 
 nlohmann::json ChatResponse(const ResponseHeader& header, const std::string& text,
                             FinishReason reason, const Usage& usage) {
-  nlohmann::json body = Envelope(header, "chat.completion");
-  body["choices"] = nlohmann::json::array(
-      {{{"index", 0},
-        {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
-        {"logprobs", nullptr},
-        {"finish_reason", FinishReasonJson(reason)}}});
-  body["usage"] = UsageJson(usage);
-  return body;
+  return ChatResponse(header, {{.text = text, .reason = reason}}, usage);
 }
 
 nlohmann::json CompletionChunk(const ResponseHeader& header, const std::string& text,
-                               FinishReason reason) {
+                               FinishReason reason, int index, nlohmann::json logprobs) {
   nlohmann::json body = Envelope(header, "text_completion");
-  body["choices"] = nlohmann::json::array({{{"index", 0},
+  body["choices"] = nlohmann::json::array({{{"index", index},
                                             {"text", text},
-                                            {"logprobs", nullptr},
+                                            {"logprobs", std::move(logprobs)},
                                             {"finish_reason", FinishReasonJson(reason)}}});
   return body;
 }
 
 nlohmann::json ChatChunk(const ResponseHeader& header, const std::string& text, bool first,
-                         FinishReason reason) {
+                         FinishReason reason, int index, nlohmann::json logprobs) {
   nlohmann::json body = Envelope(header, "chat.completion.chunk");
   nlohmann::json delta = nlohmann::json::object();
   if (first) delta["role"] = "assistant";
   if (!text.empty() || (first && reason == FinishReason::kNone)) delta["content"] = text;
-  body["choices"] = nlohmann::json::array({{{"index", 0},
+  body["choices"] = nlohmann::json::array({{{"index", index},
                                             {"delta", delta},
-                                            {"logprobs", nullptr},
+                                            {"logprobs", std::move(logprobs)},
                                             {"finish_reason", FinishReasonJson(reason)}}});
   return body;
 }

@@ -4,10 +4,13 @@
 //
 // Supported request fields: model, prompt (string, [string], token ids, [[token ids]]; one
 // prompt only), messages, max_tokens / max_completion_tokens, temperature, top_p, top_k and
-// seed, stop (string or list), stream, stream_options.include_usage, n (1 only), and the vLLM
-// extensions ignore_eos, stop_token_ids, chat_template_kwargs, add_generation_prompt.
-// Refused with 400 naming the field: logprobs/top_logprobs, echo, best_of > 1, suffix,
-// logit_bias, non-zero presence/frequency penalties, tools, response_format other than text.
+// seed, stop (string or list), stream, stream_options.include_usage, n (1..kMaxChoices),
+// logprobs (completions: an integer 0..20, the alternatives per token; chat: a boolean, with
+// top_logprobs 0..20), and the vLLM extensions ignore_eos, stop_token_ids, min_tokens,
+// chat_template_kwargs, add_generation_prompt.
+// Refused with 400 naming the field: echo, best_of > 1, suffix, logit_bias, non-zero
+// presence/frequency penalties, tools, response_format other than text, and out-of-range values
+// (n, logprobs, top_logprobs, top_logprobs without logprobs, min_tokens < 0).
 // Other unknown fields are ignored, as most OpenAI-compatible servers do.
 #pragma once
 
@@ -41,6 +44,7 @@ struct OpenAiRequest {
   SamplingParams sampling;  // everything but max_tokens, which the server resolves
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  int n = 1;                   // choices for the prompt
 };
 
 // Parse errors are InvalidArgument; the offending field is attached (ErrorParam reads it).
@@ -78,7 +82,20 @@ struct ResponseHeader {
   std::string model{};
 };
 
+// One choice of a non-streaming body. `logprobs`: null, or openai_logprobs.h's object.
+struct ChoiceOutput {
+  int index = 0;
+  std::string text{};
+  FinishReason reason = FinishReason::kNone;
+  nlohmann::json logprobs{};
+};
+
 // Non-streaming bodies.
+nlohmann::json CompletionResponse(const ResponseHeader& header,
+                                  const std::vector<ChoiceOutput>& choices, const Usage& usage);
+nlohmann::json ChatResponse(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
+                            const Usage& usage);
+// One choice (index 0, no logprobs).
 nlohmann::json CompletionResponse(const ResponseHeader& header, const std::string& text,
                                   FinishReason reason, const Usage& usage);
 nlohmann::json ChatResponse(const ResponseHeader& header, const std::string& text,
@@ -86,11 +103,12 @@ nlohmann::json ChatResponse(const ResponseHeader& header, const std::string& tex
 
 // Streaming chunks. `reason` kNone means "not finished" (finish_reason null).
 nlohmann::json CompletionChunk(const ResponseHeader& header, const std::string& text,
-                               FinishReason reason);
+                               FinishReason reason, int index = 0,
+                               nlohmann::json logprobs = nullptr);
 // `first` adds role "assistant" to the delta; a finishing chunk has an empty delta when
 // `text` is empty.
 nlohmann::json ChatChunk(const ResponseHeader& header, const std::string& text, bool first,
-                         FinishReason reason);
+                         FinishReason reason, int index = 0, nlohmann::json logprobs = nullptr);
 // The final usage-only chunk of stream_options.include_usage (choices is empty).
 nlohmann::json UsageChunk(ApiKind kind, const ResponseHeader& header, const Usage& usage);
 

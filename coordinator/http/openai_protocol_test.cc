@@ -30,6 +30,33 @@ TEST(OpenAiProtocolTest, ParsesCompletionWithEverySupportedField) {
   EXPECT_TRUE(r->include_usage);
 }
 
+TEST(OpenAiProtocolTest, ParsesChoicesLogprobsAndMinTokens) {
+  absl::StatusOr<OpenAiRequest> c = ParseCompletionRequest(
+      R"({"model": "m", "prompt": "hi", "n": 3, "logprobs": 4, "min_tokens": 2})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n, 3);
+  EXPECT_TRUE(c->sampling.logprobs);
+  EXPECT_EQ(c->sampling.top_logprobs, 4);
+  EXPECT_EQ(c->sampling.min_tokens, 2);
+  absl::StatusOr<OpenAiRequest> zero =
+      ParseCompletionRequest(R"({"model": "m", "prompt": "hi", "logprobs": 0})");
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_TRUE(zero->sampling.logprobs);  // the sampled tokens' logprobs, no alternatives
+  EXPECT_EQ(zero->sampling.top_logprobs, 0);
+  absl::StatusOr<OpenAiRequest> chat = ParseChatRequest(
+      R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true,
+          "top_logprobs": 20, "n": 16})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_TRUE(chat->sampling.logprobs);
+  EXPECT_EQ(chat->sampling.top_logprobs, 20);
+  EXPECT_EQ(chat->n, 16);
+  absl::StatusOr<OpenAiRequest> plain = ParseChatRequest(
+      R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": false})");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->sampling.logprobs);
+  EXPECT_EQ(plain->n, 1);
+}
+
 TEST(OpenAiProtocolTest, DefaultsFollowOpenAi) {
   absl::StatusOr<OpenAiRequest> r = ParseCompletionRequest(R"({"model": "m", "prompt": "x"})");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -76,8 +103,11 @@ TEST(OpenAiProtocolTest, RejectsWhatItCannotHonourNamingTheField) {
   const BadCase cases[] = {
       {R"({"prompt":"x"})", "model", "required"},
       {R"({"model":"m"})", "prompt", "required"},
-      {R"({"model":"m","prompt":"x","n":2})", "n", "n=1"},
-      {R"({"model":"m","prompt":"x","logprobs":2})", "logprobs", "not supported"},
+      {R"({"model":"m","prompt":"x","n":17})", "n", "between 1 and 16"},
+      {R"({"model":"m","prompt":"x","n":0})", "n", "between 1 and 16"},
+      {R"({"model":"m","prompt":"x","logprobs":21})", "logprobs", "between 0 and 20"},
+      {R"({"model":"m","prompt":"x","logprobs":true})", "logprobs", "integer"},
+      {R"({"model":"m","prompt":"x","min_tokens":-1})", "min_tokens", "between 0"},
       {R"({"model":"m","prompt":"x","echo":true})", "echo", "not supported"},
       {R"({"model":"m","prompt":"x","best_of":3})", "best_of", "best_of=1"},
       {R"({"model":"m","prompt":"x","temperature":3})", "temperature", "between 0 and 2"},
@@ -94,8 +124,13 @@ TEST(OpenAiProtocolTest, RejectsWhatItCannotHonourNamingTheField) {
       {R"({"model":"m","prompt":"x","logit_bias":{"1":2}})", "logit_bias", "not supported"},
       {R"({"model":"m","messages":[]})", "messages", "non-empty"},
       {R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role", "role"},
-      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs",
-       "not supported"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs",
+       "boolean"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
+       "top_logprobs", "needs 'logprobs'"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,
+          "top_logprobs":21})",
+       "top_logprobs", "between 0 and 20"},
       {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})", "tools",
        "not supported"},
   };

@@ -70,6 +70,13 @@ int64_t LogitRows(const MicroBatch& batch) {
   return rows;
 }
 
+bool HasAllTokens(const MicroBatch& batch) {
+  for (const SequenceChunk& c : batch.chunks) {
+    if (c.logits == LogitsMode::kAllTokens) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status CudaModelSlice::Validate(const MicroBatch& batch,
@@ -82,7 +89,9 @@ absl::Status CudaModelSlice::Validate(const MicroBatch& batch,
                     "tokens, {} chunks)",
                     total, batch.chunks.size(), cuda_.max_batch_tokens, cuda_.max_seqs));
   }
-  if (is_last() && LogitRows(batch) > cuda_.max_logit_rows) {
+  // More rows than one lm_head pass only for prompt log-probabilities (LogitsToHost runs them
+  // in passes); sampling-only batches must fit one pass.
+  if (is_last() && LogitRows(batch) > cuda_.max_logit_rows && !HasAllTokens(batch)) {
     return absl::InvalidArgumentError(fmt::format("micro-batch asks for {} logits rows, max {}",
                                                   LogitRows(batch), cuda_.max_logit_rows));
   }
@@ -460,7 +469,8 @@ absl::Status CudaModelSlice::Enqueue(const Plan& p) {
   RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual_.as<float>(), pending, nullptr, final_norm_,
                                       normed_.as<bf16>(), p.tokens, c.hidden_size, c.rms_norm_eps,
                                       stream_));
-  if (p.logit_rows == 0) return absl::OkStatus();
+  // No rows, or more than one lm_head pass holds (LogitsToHost runs those passes).
+  if (p.logit_rows == 0 || p.logit_rows > cuda_.max_logit_rows) return absl::OkStatus();
   const bf16* x = normed_.as<bf16>();
   if (!p.gather_identity) {
     RS_RETURN_IF_ERROR(LaunchGatherRows(normed_.as<bf16>(), m + p.gather, gathered_.as<bf16>(),
@@ -641,6 +651,24 @@ absl::StatusOr<std::vector<float>> CudaModelSlice::LogitsToHost() {
   const int64_t vocab = config_.vocab_size;
   std::vector<float> out(plan.output_rows.size() * vocab);
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  if (plan.logit_rows > cuda_.max_logit_rows) {
+    // Enqueue left the normed rows: the lm_head runs in passes of max_logit_rows gathered rows,
+    // each pass's logits copied out before the next overwrites them (stream order).
+    const int64_t pass = cuda_.max_logit_rows;
+    for (int64_t first = 0; first < plan.logit_rows; first += pass) {
+      const int rows = static_cast<int>(std::min<int64_t>(pass, plan.logit_rows - first));
+      RS_RETURN_IF_ERROR(
+          LaunchGatherRows(normed_.as<bf16>(), meta_.as<int32_t>() + plan.gather + first,
+                           gathered_.as<bf16>(), rows, config_.hidden_size, stream_));
+      RS_RETURN_IF_ERROR(gemm_->Linear(gathered_.as<bf16>(), lm_head_, logits_.get(), OutType::kF32,
+                                       rows, config_.vocab_size, config_.hidden_size, stream_));
+      RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + first * vocab, logits_.get(),
+                                              rows * vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                                              stream_));
+    }
+    RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return out;
+  }
   for (size_t r = 0; r < plan.output_rows.size(); ++r) {
     RS_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(out.data() + r * vocab, logits_.as<float>() + plan.output_rows[r] * vocab,

@@ -304,8 +304,8 @@ absl::Status CudaModelSlice::AllocateRuntime() {
                                                           cuda_.device, stream_);
   const int64_t s = cuda_.max_seqs;
   const int64_t tok_cap = std::max<int64_t>(t, cuda_.max_graph_batch);
-  meta_capacity_ =
-      7 * tok_cap + 3 * s + 2 * (tok_cap / kPrefillTile + s) + rows + s * max_blocks_per_seq_ + 64;
+  meta_capacity_ = 7 * tok_cap + 3 * s + 2 * (tok_cap / kPrefillTile + s) +
+                   std::max(rows, tok_cap) + s * max_blocks_per_seq_ + 64;
   RS_RETURN_IF_ERROR(meta_.Allocate(meta_capacity_ * 4));
   RS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&sample_host_, SampleHostBytes()));
   RS_CUDA_RETURN_IF_ERROR(

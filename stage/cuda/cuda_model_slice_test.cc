@@ -158,6 +158,65 @@ TEST_P(CudaFixtureTest, OneStreamMatchesCpuWithAndWithoutFusedNorms) {
   }
 }
 
+// Prompt log-probabilities need every row's logits: more rows than one lm_head pass holds
+// (max_logit_rows 8 here; 33 rows plus a sampling row) run in passes in LogitsToHost and match
+// the CPU slice's rows, in chunk order.
+TEST_P(CudaFixtureTest, AllTokensLogitsBeyondOnePassMatchCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  const std::string dir = FixtureDir(GetParam());
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const SliceOptions options{.model_dir = dir,
+                             .layers = {0, config->num_layers},
+                             .kv_block_size = kBlockSize,
+                             .kv_num_blocks = 4 * kBlocksPerSeq};
+  auto cpu = CpuModelSlice::Load(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = CudaModelSlice::Load(
+      options,
+      {.max_batch_tokens = 64, .max_seqs = 16, .max_logit_rows = 8, .use_cuda_graphs = false});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> token(0, config->vocab_size - 1);
+  MicroBatch batch;
+  const std::vector<std::pair<int, LogitsMode>> chunks = {
+      {20, LogitsMode::kAllTokens}, {5, LogitsMode::kLastToken}, {13, LogitsMode::kAllTokens}};
+  for (size_t s = 0; s < chunks.size(); ++s) {
+    batch.chunks.push_back({.seq_id = s,
+                            .start_position = 0,
+                            .num_tokens = chunks[s].first,
+                            .block_table = Table(static_cast<int>(s)),
+                            .logits = chunks[s].second});
+    for (int i = 0; i < chunks[s].first; ++i) batch.token_ids.push_back(token(rng));
+  }
+  auto want = (*cpu)->Forward(batch, {});
+  auto got = (*gpu)->Forward(batch, {});
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(want->size(), static_cast<size_t>(34) * config->vocab_size);
+  ASSERT_EQ(got->size(), want->size());
+  EXPECT_LT(RelL2(*got, *want), kLogitsTol);
+  // Row by row too: a pass that wrote the wrong rows would show in one of them.
+  const size_t vocab = config->vocab_size;
+  for (size_t r = 0; r < 34; ++r) {
+    const std::vector<float> g(got->begin() + r * vocab, got->begin() + (r + 1) * vocab);
+    const std::vector<float> w(want->begin() + r * vocab, want->begin() + (r + 1) * vocab);
+    EXPECT_LT(RelL2(g, w), kLogitsTol) << "row " << r;
+  }
+  // A sampling-only batch must still fit one pass.
+  MicroBatch wide;
+  for (int s = 0; s < 9; ++s) {
+    wide.chunks.push_back({.seq_id = static_cast<uint64_t>(s),
+                           .start_position = 0,
+                           .num_tokens = 1,
+                           .block_table = Table(s % 4),
+                           .logits = LogitsMode::kLastToken});
+    wide.token_ids.push_back(1);
+  }
+  absl::Status refused = (*gpu)->Prepare(wide);
+  EXPECT_NE(refused.ToString().find("9 logits rows, max 8"), std::string::npos) << refused;
+}
+
 TEST_P(CudaFixtureTest, SplitSlicesAndEagerMatchOneGraphedSlice) {
   RS_SKIP_WITHOUT_GPU();
   const std::string dir = FixtureDir(GetParam());

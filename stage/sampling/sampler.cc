@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "fmt/format.h"
+#include "stage/sampling/row_extras.h"
 
 namespace ringserve {
 namespace {
@@ -152,9 +153,13 @@ absl::StatusOr<std::vector<int32_t>> SampleTokens(std::span<const float> logits,
   }
   std::vector<int32_t> tokens(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
-    tokens[r] = SampleRow(
-        logits.subspan(r * static_cast<size_t>(vocab_size), static_cast<size_t>(vocab_size)),
-        rows[r]);
+    std::span<const float> row =
+        logits.subspan(r * static_cast<size_t>(vocab_size), static_cast<size_t>(vocab_size));
+    if (rows[r].suppress_token_ids.empty()) {
+      tokens[r] = SampleRow(row, rows[r]);
+    } else {
+      tokens[r] = SampleRow(SuppressTokens(row, rows[r].suppress_token_ids), rows[r]);
+    }
   }
   return tokens;
 }

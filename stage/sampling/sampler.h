@@ -44,8 +44,9 @@ int32_t SampleRow(std::span<const float> logits, const RowSampling& row);
 float TokenLogprob(std::span<const float> logits, int32_t token);
 
 // Samples every row of `logits` ([rows.size(), vocab_size] fp32, host, row-major): one token
-// per row, in row order. InvalidArgument if logits.size() != rows.size() * vocab_size,
-// vocab_size < 1, or a row's config is invalid (the message names the row). Thread-safe
+// per row, in row order; a row's suppress_token_ids are never drawn (their logits count as -inf;
+// a row with every token suppressed yields 0). InvalidArgument if logits.size() != rows.size() *
+// vocab_size, vocab_size < 1, or a row's config is invalid (the message names the row). Thread-safe
 // (pure function).
 absl::StatusOr<std::vector<int32_t>> SampleTokens(std::span<const float> logits, int vocab_size,
                                                   std::span<const RowSampling> rows);

@@ -1,5 +1,6 @@
 // Drives a running ringserve coordinator through the official `openai` npm client:
-// completions and chat, streaming and not, usage, errors, and cancellation on disconnect.
+// completions and chat, streaming and not, usage, logprobs, n choices, min_tokens, errors, and
+// cancellation on disconnect.
 // Usage: node tests/ops/openai_client.mjs <base_url> [api_key]
 //   base_url: e.g. http://127.0.0.1:8000/v1. With api_key, the server must require it.
 // Exits 0 when every check passes; prints one line per check.
@@ -166,11 +167,102 @@ await check("concurrent streams all finish", async () => {
   usages.forEach((u, i) => assert.ok(u && u.completion_tokens >= 1 && u.completion_tokens <= 6 + i));
 });
 
-await check("errors: n > 1, logprobs, bad values, unknown model", async () => {
-  await expectApiError(client.completions.create({model, prompt, n: 2}), 400, "n");
-  await expectApiError(client.completions.create({model, prompt, logprobs: 2}), 400, "logprobs");
-  await expectApiError(client.chat.completions.create({model, messages, logprobs: true}), 400,
-                       "logprobs");
+await check("completions logprobs: tokens, token_logprobs, top_logprobs, text_offset", async () => {
+  const r = await client.completions.create({
+    model, prompt, max_tokens: 5, temperature: 0, logprobs: 3, ignore_eos: true});
+  const lp = r.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 5);
+  assert.equal(lp.token_logprobs.length, 5);
+  assert.equal(lp.top_logprobs.length, 5);
+  assert.equal(lp.text_offset.length, 5);
+  assert.equal(lp.text_offset[0], 0);
+  for (let i = 0; i < 5; i++) {
+    assert.equal(typeof lp.tokens[i], "string");
+    assert.ok(lp.token_logprobs[i] <= 0, `logprob ${lp.token_logprobs[i]}`);
+    const alts = Object.values(lp.top_logprobs[i]);
+    assert.ok(alts.length >= 1 && alts.length <= 3, JSON.stringify(lp.top_logprobs[i]));
+    // Greedy: the chosen token is the most likely one.
+    assert.ok(Math.abs(Math.max(...alts) - lp.token_logprobs[i]) < 1e-6);
+    if (i > 0) assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1]);
+  }
+  // logprobs: 0 gives the sampled tokens' logprobs only.
+  const bare = await client.completions.create({model, prompt, max_tokens: 2, logprobs: 0});
+  assert.equal(bare.choices[0].logprobs.token_logprobs.length, bare.usage.completion_tokens);
+  assert.equal(bare.choices[0].logprobs.top_logprobs[0], null);
+});
+
+await check("chat logprobs with top_logprobs, streaming and not", async () => {
+  const args = {model, messages, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2,
+                ignore_eos: true};
+  const r = await client.chat.completions.create(args);
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  for (const entry of content) {
+    assert.equal(typeof entry.token, "string");
+    assert.ok(Array.isArray(entry.bytes));
+    assert.equal(entry.top_logprobs.length, 2);
+    assert.ok(entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob);
+    assert.equal(entry.top_logprobs[0].token, entry.token);
+    assert.ok(Math.abs(entry.top_logprobs[0].logprob - entry.logprob) < 1e-6);
+  }
+  const stream = await client.chat.completions.create({...args, stream: true,
+                                                       stream_options: {include_usage: true}});
+  const streamed = [];
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices) {
+      if (choice.logprobs) streamed.push(...choice.logprobs.content);
+    }
+  }
+  assert.deepEqual(streamed.map((e) => e.token), content.map((e) => e.token));
+  assert.deepEqual(streamed.map((e) => e.logprob), content.map((e) => e.logprob));
+});
+
+await check("n choices: indexes, seed + index per choice, usage summed", async () => {
+  const args = {model, prompt, max_tokens: 6, temperature: 1.0, seed: 1234, ignore_eos: true};
+  const r = await client.completions.create({...args, n: 3});
+  assert.deepEqual(r.choices.map((c) => c.index).sort(), [0, 1, 2]);
+  const byIndex = [];
+  for (const c of r.choices) byIndex[c.index] = c.text;
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({...args, seed: 1234 + i});
+    assert.equal(byIndex[i], one.choices[0].text, `choice ${i} is seed + ${i}`);
+  }
+  assert.equal(r.usage.completion_tokens, 18);
+  assert.ok(r.usage.prompt_tokens > 0);
+  // Streaming chat with n: every choice gets its role, text and finish_reason.
+  const stream = await client.chat.completions.create({
+    model, messages, max_tokens: 3, n: 2, stream: true, ignore_eos: true,
+    stream_options: {include_usage: true}});
+  const finished = new Set();
+  const roles = new Set();
+  let usage;
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices) {
+      if (choice.delta.role) roles.add(choice.index);
+      if (choice.finish_reason) finished.add(choice.index);
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.deepEqual([...roles].sort(), [0, 1]);
+  assert.deepEqual([...finished].sort(), [0, 1]);
+  assert.equal(usage.completion_tokens, 6);
+});
+
+await check("min_tokens is accepted up to max_tokens", async () => {
+  const r = await client.completions.create({model, prompt, max_tokens: 4, min_tokens: 4});
+  assert.equal(r.usage.completion_tokens, 4);
+  await expectApiError(client.completions.create({model, prompt, max_tokens: 2, min_tokens: 3}),
+                       400, "min_tokens");
+});
+
+await check("errors: n, logprobs, top_logprobs, bad values, unknown model", async () => {
+  await expectApiError(client.completions.create({model, prompt, n: 17}), 400, "n");
+  await expectApiError(client.completions.create({model, prompt, logprobs: 21}), 400, "logprobs");
+  await expectApiError(client.chat.completions.create({model, messages, top_logprobs: 2}), 400,
+                       "top_logprobs");
+  await expectApiError(
+      client.chat.completions.create({model, messages, logprobs: true, top_logprobs: 21}), 400,
+      "top_logprobs");
   await expectApiError(client.completions.create({model, prompt, temperature: 7}), 400,
                        "temperature");
   await expectApiError(client.chat.completions.create({model, messages: []}), 400, "messages");

@@ -154,6 +154,16 @@ Generation Ring::Generate(const ringserve::v1::GenerateRequest& request) {
     out.text += response.text();
     out.prompt_logprobs.insert(out.prompt_logprobs.end(), response.prompt_logprobs().begin(),
                                response.prompt_logprobs().end());
+    out.logprobs.insert(out.logprobs.end(), response.logprobs().begin(), response.logprobs().end());
+    if (response.index() >= 0 && response.index() < 64) {
+      if (out.choices.size() <= static_cast<size_t>(response.index())) {
+        out.choices.resize(response.index() + 1);
+      }
+      out.choices[response.index()].insert(out.choices[response.index()].end(),
+                                           response.token_ids().begin(),
+                                           response.token_ids().end());
+    }
+    if (response.finished()) out.completion_tokens += response.usage().completion_tokens();
     if (response.finished()) out.finish_reason = response.finish_reason();
   }
   out.status = reader->Finish();

@@ -35,7 +35,10 @@ struct RingOptions {
 struct Generation {
   std::vector<int32_t> tokens;
   std::string text;
-  std::vector<float> prompt_logprobs;  // when the request asked for them
+  std::vector<float> prompt_logprobs;                 // when the request asked for them
+  std::vector<ringserve::v1::TokenLogprob> logprobs;  // when sampling.logprobs
+  std::vector<std::vector<int32_t>> choices;          // tokens by choice index (request.n)
+  int completion_tokens = 0;                          // summed over the choices' last messages
   ringserve::v1::FinishReason finish_reason = ringserve::v1::FINISH_REASON_UNSPECIFIED;
   int events = 0;
   grpc::Status status;
