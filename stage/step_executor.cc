@@ -120,7 +120,8 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
       DecodedPlan decoded,
       DecodeStepPlan(plan, slice_->is_first(), slice_->is_last(), slice_->options().kv_block_size));
   if (UsesTokenBackEdge(plan) && back_edge_ == nullptr) {
-    return absl::FailedPreconditionError("the plan uses the token back edge, and none is connected");
+    return absl::FailedPreconditionError(
+        "the plan uses the token back edge, and none is connected");
   }
   // Plan-ahead: stage 0 puts the tokens the last stage sent back into the decodes planned ahead.
   if (slice_->is_first() && back_edge_ != nullptr) {

@@ -80,8 +80,8 @@ class StepExecutor {
 
   StepExecutorOptions options_;
   std::unique_ptr<ModelSlice> slice_;
-  std::unique_ptr<InputPort> input_;    // null on the first stage
-  std::unique_ptr<OutputPort> output_;  // null on the last stage
+  std::unique_ptr<InputPort> input_;          // null on the first stage
+  std::unique_ptr<OutputPort> output_;        // null on the last stage
   std::unique_ptr<TokenBackEdge> back_edge_;  // plan-ahead; see AttachTokenBackEdge
   // Over a device channel the slice prepares a batch after its input has arrived, otherwise
   // before (step_executor.cc says why).

@@ -152,14 +152,15 @@ absl::Status TokenBackEdge::FillAheadTokens(const v1::StepPlan& plan, MicroBatch
   if (plan.ahead_chunks_size() > 0) {
     auto it = received_.find(plan.tokens_from());
     if (it == received_.end()) {
-      return absl::InvalidArgumentError(fmt::format(
-          "micro-batch {}: the tokens of micro-batch {} are not on the token back edge", id,
-          plan.tokens_from()));
+      return absl::InvalidArgumentError(
+          fmt::format("micro-batch {}: the tokens of micro-batch {} are not on the token back edge",
+                      id, plan.tokens_from()));
     }
     // Chunk start offsets into the token ids.
     std::vector<int64_t> ends(batch->chunks.size());
     int64_t offset = 0;
-    for (size_t c = 0; c < batch->chunks.size(); ++c) ends[c] = offset += batch->chunks[c].num_tokens;
+    for (size_t c = 0; c < batch->chunks.size(); ++c)
+      ends[c] = offset += batch->chunks[c].num_tokens;
     for (int32_t c : plan.ahead_chunks()) {
       if (c < 0 || static_cast<size_t>(c) >= batch->chunks.size()) {
         return absl::InvalidArgumentError(

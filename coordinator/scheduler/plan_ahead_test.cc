@@ -190,8 +190,8 @@ Outcome Drive(bool plan_ahead, int micro_batches, int blocks, uint32_t seed) {
 TEST(PlanAheadTest, SameTokensAsSynchronousPlansOverChainsAndUnderPreemption) {
   for (int micro_batches : {1, 2, 4}) {
     for (int blocks : {256, 24}) {
-      SCOPED_TRACE(testing::Message() << micro_batches << " micro-batches, " << blocks
-                                      << " blocks");
+      SCOPED_TRACE(testing::Message()
+                   << micro_batches << " micro-batches, " << blocks << " blocks");
       Outcome sync = Drive(false, micro_batches, blocks, 5);
       Outcome ahead = Drive(true, micro_batches, blocks, 5);
       EXPECT_EQ(sync.tokens, ahead.tokens);

@@ -523,9 +523,9 @@ absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
                                                   plan_id, sampled_tokens.size(), expected));
   }
   if (record.follows != 0 && s.plans.count(record.follows)) {
-    return absl::InvalidArgumentError(fmt::format(
-        "micro-batch {}: its tokens came before those of plan {}, which it follows", plan_id,
-        record.follows));
+    return absl::InvalidArgumentError(
+        fmt::format("micro-batch {}: its tokens came before those of plan {}, which it follows",
+                    plan_id, record.follows));
   }
   MicroBatchResult result;
   size_t next_token = 0;

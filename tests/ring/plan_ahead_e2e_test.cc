@@ -53,12 +53,12 @@ Generation GenerateAndCancel(Ring& ring, const v1::GenerateRequest& request) {
 
 RingRun RunRing(const std::vector<int>& partition, bool plan_ahead,
                 const std::vector<v1::GenerateRequest>& requests,
-            const v1::GenerateRequest& to_cancel) {
+                const v1::GenerateRequest& to_cancel) {
   RingRun run;
-  auto ring = Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
-                           .partition = partition,
-                           .coordinator_args = {plan_ahead ? "--plan_ahead=true"
-                                                           : "--plan_ahead=false"}});
+  auto ring =
+      Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
+                   .partition = partition,
+                   .coordinator_args = {plan_ahead ? "--plan_ahead=true" : "--plan_ahead=false"}});
   EXPECT_TRUE(ring.ok()) << ring.status();
   if (!ring.ok()) return run;
   run.full.resize(requests.size());
@@ -108,8 +108,8 @@ TEST(PlanAheadE2ETest, SameOutputsWithAndWithoutPlanAheadAcrossPartitions) {
                                                       {{3, 3, 2}, true},
                                                       {{2, 2, 2, 2}, true},
                                                       {{2, 2, 2, 2}, false}}) {
-    SCOPED_TRACE(::testing::Message() << partition.size() << " stage(s), plan-ahead "
-                                    << (plan_ahead ? "on" : "off"));
+    SCOPED_TRACE(::testing::Message()
+                 << partition.size() << " stage(s), plan-ahead " << (plan_ahead ? "on" : "off"));
     RingRun run = RunRing(partition, plan_ahead, requests, to_cancel);
     ASSERT_EQ(run.full.size(), requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
