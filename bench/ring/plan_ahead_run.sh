@@ -86,8 +86,8 @@ echo "| ring | streams | tok/s | decode tok/s (1/ITL) | ITL p50 ms | busy per st
 echo "| --- | ---: | ---: | ---: | ---: | --- |" >>"$out/table.md"
 run_ring s1_on "$p1" "--plan_ahead=true" $streams
 run_ring s1_off "$p1" "--plan_ahead=false" $streams
-run_ring s4_on "$p4" "--plan_ahead=true" "$s4_streams"
-run_ring s4_off "$p4" "--plan_ahead=false" "$s4_streams"
+run_ring s4_on "$p4" "--plan_ahead=true" $s4_streams
+run_ring s4_off "$p4" "--plan_ahead=false" $s4_streams
 for f in "$out"/tokens_*.txt; do
   cmp -s "$f" "$out/tokens_s1_off.txt" && echo "$(basename "$f"): same tokens as s1_off" \
     || echo "$(basename "$f"): DIFFERENT tokens from s1_off"

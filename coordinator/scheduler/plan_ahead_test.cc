@@ -141,8 +141,14 @@ Outcome Drive(bool plan_ahead, int micro_batches, int blocks, uint32_t seed) {
   };
   std::deque<MicroBatchPlan> in_flight;
   std::map<uint64_t, std::map<uint64_t, int32_t>> sampled;  // plan -> seq -> token
+  uint64_t last_base = 0;
   for (int step = 0; step < 10000 && scheduler.HasWork(); ++step) {
     while (std::optional<MicroBatchPlan> plan = scheduler.NextMicroBatch()) {
+      // Follow-ups go out in the order their bases finish: stage 0 runs plans in order.
+      if (plan->tokens_from != 0) {
+        EXPECT_GT(plan->tokens_from, last_base) << "plan " << plan->id;
+        last_base = plan->tokens_from;
+      }
       in_flight.push_back(std::move(*plan));
     }
     EXPECT_TRUE(scheduler.CheckInvariants().ok()) << scheduler.CheckInvariants();

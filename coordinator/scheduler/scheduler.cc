@@ -273,16 +273,22 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
   }
   // Plan-ahead: a chain is a plan whose base is back (or that has none) and its follow-up.
   // New chains first (the follow-up of a plan runs best after the other chains' plans), then
-  // the follow-up of the oldest plan without one.
+  // the follow-up of the oldest plan without one, once that plan's own base is back. Follow-ups
+  // go out in the order of their bases, which is the order the ring finishes them: stage 0 runs
+  // plans in order, so a follow-up whose base finishes later would hold up the ones behind it.
   int64_t chains = 0;
   int64_t unfollowed = 0;
   uint64_t oldest_unfollowed = 0;
+  bool oldest_found = false;
   for (const auto& [id, record] : s.plans) {
-    if (record.follows != 0 && s.plans.count(record.follows)) continue;
+    const bool head = record.follows == 0 || !s.plans.count(record.follows);
+    if (!record.followed && !oldest_found) {
+      oldest_found = true;
+      if (head) oldest_unfollowed = id;
+    }
+    if (!head) continue;
     ++chains;
-    if (record.followed) continue;
-    ++unfollowed;
-    if (oldest_unfollowed == 0) oldest_unfollowed = id;
+    if (!record.followed) ++unfollowed;
   }
   const int64_t open_slots = std::max<int64_t>(1, max_in_flight_ - chains + unfollowed);
   if (chains < max_in_flight_) {

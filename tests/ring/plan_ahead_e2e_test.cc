@@ -93,7 +93,7 @@ TEST(PlanAheadE2ETest, SameOutputsWithAndWithoutPlanAheadAcrossPartitions) {
   for (const Generation& g : reference.full) ASSERT_TRUE(g.status.ok()) << g.status.error_message();
   EXPECT_EQ(reference.ahead_decodes, 0);
   // Request 3 stops at a stop string taken from the middle of its own text.
-  const std::string& text = reference.full[3].text;
+  const std::string text = reference.full[3].text;  // a copy: `reference` is run again
   ASSERT_GT(text.size(), 20u) << text;
   const std::string stop = text.substr(text.size() / 2, 4);
   requests[3].mutable_sampling()->add_stop(stop);
