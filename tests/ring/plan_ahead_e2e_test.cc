@@ -2,6 +2,7 @@
 // of 1 to 4 stage processes on the trained demo model: greedy and seeded sampled requests get
 // the same tokens and text with and without plan-ahead, while other requests in the same
 // batches stop early by a stop string, by max_tokens and by cancellation.
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,7 @@ struct RingRun {
   Generation cancelled;          // cancelled after its third message
   int64_t ahead_decodes = 0;
   int64_t ahead_discarded = 0;
+  int64_t preemptions = 0;
 };
 
 // Reads `request` until its third message, then cancels it.
@@ -53,11 +55,12 @@ Generation GenerateAndCancel(Ring& ring, const v1::GenerateRequest& request) {
 
 RingRun RunRing(const std::vector<int>& partition, bool plan_ahead,
                 const std::vector<v1::GenerateRequest>& requests,
-                const v1::GenerateRequest& to_cancel) {
+                const std::optional<v1::GenerateRequest>& to_cancel, int kv_blocks = 0) {
   RingRun run;
   auto ring =
       Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
                    .partition = partition,
+                   .kv_blocks = kv_blocks,
                    .coordinator_args = {plan_ahead ? "--plan_ahead=true" : "--plan_ahead=false"}});
   EXPECT_TRUE(ring.ok()) << ring.status();
   if (!ring.ok()) return run;
@@ -66,13 +69,16 @@ RingRun RunRing(const std::vector<int>& partition, bool plan_ahead,
   for (size_t i = 0; i < requests.size(); ++i) {
     threads.emplace_back([&, i] { run.full[i] = (*ring)->Generate(requests[i]); });
   }
-  threads.emplace_back([&] { run.cancelled = GenerateAndCancel(**ring, to_cancel); });
+  if (to_cancel) {
+    threads.emplace_back([&] { run.cancelled = GenerateAndCancel(**ring, *to_cancel); });
+  }
   for (auto& t : threads) t.join();
   auto stats = (*ring)->SettledStats();
   EXPECT_TRUE(stats.ok()) << stats.status();
   if (stats.ok()) {
     run.ahead_decodes = stats->ahead_decodes();
     run.ahead_discarded = stats->ahead_discarded();
+    run.preemptions = stats->preemptions();
     EXPECT_EQ(stats->running(), 0);
   }
   return run;
@@ -132,6 +138,31 @@ TEST(PlanAheadE2ETest, SameOutputsWithAndWithoutPlanAheadAcrossPartitions) {
     } else {
       EXPECT_EQ(run.ahead_decodes, 0);
     }
+  }
+}
+
+// A KV cache too small for every request at once: sequences are preempted (by recompute) while
+// decodes of theirs are planned ahead, and still get the tokens they get without plan-ahead.
+TEST(PlanAheadE2ETest, PreemptionUnderAFullCacheKeepsOutputsExact) {
+  std::vector<v1::GenerateRequest> requests;
+  const char* prompts[] = {"And God said", "In the beginning",    "The LORD is",
+                           "Blessed are",  "And it came to pass", "ABSURDITY, n."};
+  for (int i = 0; i < 6; ++i) {
+    requests.push_back(TextRequest(prompts[i], 90, i % 2 == 0 ? -1 : 20 + i));
+    requests.back().mutable_sampling()->set_ignore_eos(true);
+  }
+  // 24 blocks of 16 positions: room for about four of the six requests' ~100 positions.
+  RingRun sync = RunRing({4, 4}, false, requests, std::nullopt, /*kv_blocks=*/24);
+  RingRun ahead = RunRing({4, 4}, true, requests, std::nullopt, /*kv_blocks=*/24);
+  ASSERT_EQ(sync.full.size(), requests.size());
+  ASSERT_EQ(ahead.full.size(), requests.size());
+  EXPECT_GT(ahead.preemptions, 0);
+  EXPECT_GT(ahead.ahead_decodes, 0);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(sync.full[i].status.ok()) << sync.full[i].status.error_message();
+    ASSERT_TRUE(ahead.full[i].status.ok()) << ahead.full[i].status.error_message();
+    EXPECT_EQ(sync.full[i].tokens.size(), 90u);
+    EXPECT_EQ(ahead.full[i].tokens, sync.full[i].tokens) << "request " << i;
   }
 }
 
