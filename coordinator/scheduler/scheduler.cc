@@ -278,15 +278,8 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
   // plans in order, so a follow-up whose base finishes later would hold up the ones behind it.
   int64_t chains = 0;
   int64_t unfollowed = 0;
-  uint64_t oldest_unfollowed = 0;
-  bool oldest_found = false;
   for (const auto& [id, record] : s.plans) {
-    const bool head = record.follows == 0 || !s.plans.count(record.follows);
-    if (!record.followed && !oldest_found) {
-      oldest_found = true;
-      if (head) oldest_unfollowed = id;
-    }
-    if (!head) continue;
+    if (record.follows != 0 && s.plans.count(record.follows)) continue;
     ++chains;
     if (!record.followed) ++unfollowed;
   }
@@ -294,8 +287,14 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
   if (chains < max_in_flight_) {
     if (std::optional<MicroBatchPlan> plan = BuildMicroBatch(0, open_slots)) return plan;
   }
-  if (oldest_unfollowed == 0) return std::nullopt;
-  return BuildMicroBatch(oldest_unfollowed, open_slots);
+  for (auto& [id, record] : s.plans) {
+    if (record.followed) continue;
+    if (record.follows != 0 && s.plans.count(record.follows)) return std::nullopt;  // not yet
+    if (std::optional<MicroBatchPlan> plan = BuildMicroBatch(id, open_slots)) return plan;
+    // Nothing follows it (its sequences end, or wait for their token): the next chains go on.
+    record.followed = true;
+  }
+  return std::nullopt;
 }
 
 std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64_t open_slots) {
