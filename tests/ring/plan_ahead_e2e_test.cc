@@ -151,9 +151,9 @@ TEST(PlanAheadE2ETest, PreemptionUnderAFullCacheKeepsOutputsExact) {
     requests.push_back(TextRequest(prompts[i], 90, i % 2 == 0 ? -1 : 20 + i));
     requests.back().mutable_sampling()->set_ignore_eos(true);
   }
-  // 24 blocks of 16 positions: room for about four of the six requests' ~100 positions.
-  RingRun sync = RunRing({4, 4}, false, requests, std::nullopt, /*kv_blocks=*/24);
-  RingRun ahead = RunRing({4, 4}, true, requests, std::nullopt, /*kv_blocks=*/24);
+  // 12 blocks of 16 positions: room for two of the six requests' ~100 positions at a time.
+  RingRun sync = RunRing({4, 4}, false, requests, std::nullopt, /*kv_blocks=*/12);
+  RingRun ahead = RunRing({4, 4}, true, requests, std::nullopt, /*kv_blocks=*/12);
   ASSERT_EQ(sync.full.size(), requests.size());
   ASSERT_EQ(ahead.full.size(), requests.size());
   EXPECT_GT(ahead.preemptions, 0);
