@@ -50,7 +50,10 @@ v1::StepPlan FirstPlan(uint64_t id, const std::vector<uint64_t>& seqs,
 MicroBatch BatchOf(const v1::StepPlan& plan) {
   MicroBatch batch;
   for (const auto& c : plan.chunks()) {
-    batch.chunks.push_back({.seq_id = c.seq_id(), .num_tokens = c.num_tokens()});
+    SequenceChunk chunk;
+    chunk.seq_id = c.seq_id();
+    chunk.num_tokens = c.num_tokens();
+    batch.chunks.push_back(chunk);
   }
   batch.token_ids.assign(plan.token_ids().begin(), plan.token_ids().end());
   return batch;

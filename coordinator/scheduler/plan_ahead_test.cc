@@ -204,7 +204,9 @@ TEST(PlanAheadTest, SameTokensAsSynchronousPlansOverChainsAndUnderPreemption) {
       EXPECT_EQ(sync.tokens.size(), 24u);
       EXPECT_EQ(sync.ahead_decodes, 0);
       EXPECT_GT(ahead.ahead_decodes, 0);
-      if (blocks == 24) EXPECT_GT(ahead.preemptions + sync.preemptions, 0);
+      if (blocks == 24) {
+        EXPECT_GT(ahead.preemptions + sync.preemptions, 0);
+      }
     }
   }
 }

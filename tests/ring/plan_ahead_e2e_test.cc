@@ -134,7 +134,9 @@ TEST(PlanAheadE2ETest, SameOutputsWithAndWithoutPlanAheadAcrossPartitions) {
       // One stage plans every decoding sequence ahead each step, so request 3, which the
       // coordinator stops at its stop string, has one token discarded (max_tokens is known in
       // advance and wastes none).
-      if (partition.size() == 1) EXPECT_GE(run.ahead_discarded, 1);
+      if (partition.size() == 1) {
+        EXPECT_GE(run.ahead_discarded, 1);
+      }
     } else {
       EXPECT_EQ(run.ahead_decodes, 0);
     }
