@@ -181,6 +181,9 @@ int main(int argc, char** argv) {
         static_cast<long long>(stats.prompt_tokens()),
         static_cast<long long>(stats.generated_tokens()), stats.tokens_per_second(),
         stats.mean_queue_ms(), stats.mean_ttft_ms(), stats.mean_inter_token_ms());
+    std::printf("plan-ahead: %lld decodes planned ahead, %lld of their tokens discarded\n",
+                static_cast<long long>(stats.ahead_decodes()),
+                static_cast<long long>(stats.ahead_discarded()));
     return 0;
   }
   if (mode == "health") {

@@ -13,7 +13,8 @@
 //
 // Other flags (--help lists them all with their defaults): --http_listen HOST:PORT (the OpenAI
 // HTTP API, /metrics and the dashboard; overrides hosts.yaml's api.http), --connect_timeout
-// SECONDS (default 10), --stage_binary PATH, --packing spread|packed, --ready_fd N (writes the
+// SECONDS (default 10), --stage_binary PATH, --packing spread|packed, --plan_ahead=false (plan
+// each step only once the previous one's tokens are back), --ready_fd N (writes the
 // bound API address and a newline once serving). The HTTP front starts before the ring and shows
 // each stage's load progress on /dashboard (503 until the ring is up). Exits 0 on SIGINT/SIGTERM;
 // exits 3 when the ring becomes unhealthy (a stage failed), so that a supervisor restarts it; 1
@@ -82,6 +83,9 @@ ABSL_FLAG(double, ring_down_timeout, ringserve::kDefaultRingDownTimeoutSeconds,
 ABSL_FLAG(std::string, stage_binary, "",
           "stage binary for local stages (default: `stage` next to this binary)");
 ABSL_FLAG(std::string, packing, "spread", "scheduler packing: spread or packed");
+ABSL_FLAG(bool, plan_ahead, true,
+          "plan each micro-batch's next step while it runs; stage 0 gets the sampled tokens "
+          "from the last stage (coordinator/plan_ahead.h)");
 ABSL_FLAG(int, ready_fd, -1,
           "file descriptor to write the bound API address and a newline to once serving");
 
@@ -141,6 +145,7 @@ struct Flags {
   double ring_down_timeout_s = kDefaultRingDownTimeoutSeconds;
   std::string stage_binary;
   std::string packing = "spread";
+  bool plan_ahead = true;
   int ready_fd = -1;
 };
 
@@ -188,6 +193,7 @@ absl::StatusOr<Flags> ReadFlags() {
   if (flags.packing != "spread" && flags.packing != "packed") {
     return absl::InvalidArgumentError("--packing: expected spread or packed");
   }
+  flags.plan_ahead = absl::GetFlag(FLAGS_plan_ahead);
   flags.ready_fd = absl::GetFlag(FLAGS_ready_fd);
   return flags;
 }
@@ -318,6 +324,7 @@ int Run(int argc, char** argv) {
   auto engine = StartGrpcRingEngine(
       {.bring_up = bring_up,
        .packing = flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread,
+       .plan_ahead = flags->plan_ahead,
        .local_stages = local ? &*local : nullptr,
        .ring_down_timeout = absl::Seconds(flags->ring_down_timeout_s)});
   if (!engine.ok()) {

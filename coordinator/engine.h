@@ -119,6 +119,8 @@ struct RequestStats {
   int64_t rejected = 0;              // refused by the engine (ring down and its queue full)
   int64_t prefix_lookup_tokens = 0;  // prompt tokens of admitted requests, cumulative
   int64_t prefix_hit_tokens = 0;     // of those, found in the prefix cache (prefill skipped)
+  int64_t ahead_decodes = 0;         // decodes planned ahead (coordinator/plan_ahead.h)
+  int64_t ahead_discarded = 0;       // of those, tokens discarded (the sequence had finished)
 };
 
 // One finished request's timings (recent ones, for the dashboard and /metrics).

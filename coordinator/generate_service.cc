@@ -346,6 +346,8 @@ grpc::Status GenerateService::Stats(grpc::ServerContext* context, const v1::Stat
   response->set_rejected(r.rejected);
   response->set_prefix_lookup_tokens(r.prefix_lookup_tokens);
   response->set_prefix_hit_tokens(r.prefix_hit_tokens);
+  response->set_ahead_decodes(r.ahead_decodes);
+  response->set_ahead_discarded(r.ahead_discarded);
   response->set_mean_inter_token_ms(r.mean_inter_token_ms);
   response->set_micro_batches_in_flight(r.micro_batches_in_flight);
   return grpc::Status::OK;

@@ -17,6 +17,8 @@ absl::StatusOr<std::unique_ptr<RingEngine>> StartGrpcRingEngine(GrpcRingEngineOp
                            .scheduler = SchedulerOptionsFor(ring, served, options.packing),
                            .recover = options.recover,
                            .ring_down_timeout = options.ring_down_timeout};
+  engine.scheduler.plan_ahead = options.plan_ahead;
+  options.bring_up.token_back_edge = options.plan_ahead;
   for (const StageConfig& stage : ring.stages) {
     engine.stages.push_back({stage.endpoint(), stage.first_layer, stage.last_layer});
   }

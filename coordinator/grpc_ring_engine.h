@@ -15,6 +15,8 @@ namespace ringserve {
 struct GrpcRingEngineOptions {
   BringUpOptions bring_up{};  // bring_up.ring: the validated RingConfig
   DecodePacking packing = DecodePacking::kSpread;
+  // Plans sent ahead (coordinator/plan_ahead.h); the ring gets its token back edge.
+  bool plan_ahead = true;
   // Local stage processes of an embedded ring, started again when they exited; not owned,
   // must outlive the engine. Null for stages under a supervisor (hosts.yaml).
   LocalStages* local_stages = nullptr;

@@ -123,6 +123,10 @@ absl::StatusOr<FormedRing> FormGrpcRing(const BringUpOptions& options, const Mod
     v1::ConnectPeersRequest request;
     if (i > 0) request.set_prev_data_endpoint(data_endpoints[i]);
     if (i + 1 < num_stages) request.set_next_data_endpoint(data_endpoints[i + 1]);
+    request.set_token_back_edge(options.token_back_edge);
+    if (options.token_back_edge && i == num_stages - 1 && i > 0) {
+      request.set_first_data_endpoint(data_endpoints[0]);
+    }
     request.set_timeout_ms(
         static_cast<int32_t>(absl::ToInt64Milliseconds(options.connect_timeout)));
     return stages[i]->ConnectPeers(request, options.connect_timeout + absl::Seconds(5));

@@ -41,6 +41,8 @@ struct BringUpOptions {
   // Share of each GPU's memory the CUDA stages on it may take together (split evenly).
   double gpu_memory_utilization = kDefaultGpuMemoryFraction;
   ProgressCallback on_progress{};  // any thread, serialized; may be empty
+  // Connect the token back edge, last stage -> stage 0 (plan-ahead, proto/stage.proto).
+  bool token_back_edge = false;
 };
 
 // The KV blocks to ask each stage for: scheduler.kv_blocks when set; scheduler.kv_budget

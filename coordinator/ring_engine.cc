@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/sampling_extras.h"
+#include "coordinator/plan_ahead.h"
 #include "fmt/format.h"
 #include "ring/plan_codec.h"
 #include "ring/sampling_config.h"
@@ -411,6 +412,9 @@ std::vector<std::pair<int, v1::StepPlan>> RingEngine::PlanLocked() {
     for (int s = 0; s < num_stages; ++s) {
       plans.emplace_back(
           s, EncodeStepPlan(plan->id, plan->batch, sampling, s == 0, s == num_stages - 1));
+      if (scheduler_->options().plan_ahead) {
+        AddPlanAheadFields(*plan, s == 0, s == num_stages - 1, &plans.back().second);
+      }
     }
     telemetry_.OnPlanSent();
     RS_LOG_DEBUG("micro-batch {}: {} chunks, {} tokens, {} decodes", plan->id,

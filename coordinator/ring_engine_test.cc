@@ -93,6 +93,7 @@ struct Harness {
     options.scheduler.num_stages = 2;
     options.scheduler.kv_block_size = 4;
     options.scheduler.max_tokens_per_micro_batch = 32;
+    options.scheduler.plan_ahead = true;  // as the coordinator runs by default
     options.recover = recover;
     options.reform_backoff = absl::Milliseconds(1);
     options.stages = {{"fake:0", 0, 2}, {"fake:1", 2, 4}};

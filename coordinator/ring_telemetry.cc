@@ -71,6 +71,8 @@ void RingTelemetry::CarrySchedulerCounters(const SchedulerStats& stats) {
   counters_.preemptions += stats.preemptions;
   counters_.prefix_lookup_tokens += stats.prefix_lookup_tokens;
   counters_.prefix_hit_tokens += stats.prefix_hit_tokens;
+  counters_.ahead_decodes += stats.ahead_decodes;
+  counters_.ahead_discarded += stats.ahead_discarded;
 }
 
 void RingTelemetry::OnRingReformed(int resumed) {
@@ -142,6 +144,8 @@ RingStats RingTelemetry::Snapshot(int64_t now_us, const SchedulerStats& sched, i
   stats.requests.preemptions = counters_.preemptions + sched.preemptions;
   stats.requests.prefix_lookup_tokens = counters_.prefix_lookup_tokens + sched.prefix_lookup_tokens;
   stats.requests.prefix_hit_tokens = counters_.prefix_hit_tokens + sched.prefix_hit_tokens;
+  stats.requests.ahead_decodes = counters_.ahead_decodes + sched.ahead_decodes;
+  stats.requests.ahead_discarded = counters_.ahead_discarded + sched.ahead_discarded;
   while (!recent_tokens_.empty() && recent_tokens_.front().first < now_us - kTokenWindowUs) {
     recent_tokens_.pop_front();
   }

@@ -150,7 +150,8 @@ grpc::Status StageService::Configure(grpc::ServerContext* context,
 
   // The previous stage connects to us; bind first so the coordinator learns the endpoint.
   std::unique_ptr<TcpListener> listener;
-  if (request->stage_index() > 0) {
+  // Stage 0 of a ring of several listens too: the last stage's token back edge comes there.
+  if (request->stage_index() > 0 || request->num_stages() > 1) {
     auto bound = TcpListener::Listen(options_.bind_host, request->data_port(),
                                      options_.secret ? &*options_.secret : nullptr);
     if (!bound.ok()) return finish(ToGrpcStatus(bound.status()));
@@ -269,6 +270,14 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext* context,
       ConnectStageChannels(config, *slice, listener.get(), request->next_data_endpoint(), timeout,
                            options_.secret ? &*options_.secret : nullptr);
   if (!channels.ok()) return fail(channels.status());
+  std::unique_ptr<TokenBackEdge> back_edge;
+  if (request->token_back_edge()) {
+    auto edge = ConnectTokenBackEdge(index, config.num_stages(), listener.get(),
+                                     request->first_data_endpoint(), timeout,
+                                     options_.secret ? &*options_.secret : nullptr);
+    if (!edge.ok()) return fail(edge.status());
+    back_edge = *std::move(edge);
+  }
 
   StepExecutorOptions executor_options;
   executor_options.stage_index = index;
@@ -281,6 +290,7 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext* context,
   absl::StatusOr<std::unique_ptr<StepExecutor>> created =
       StepExecutor::Create(executor_options, std::move(slice), std::move(*channels));
   if (!created.ok()) return fail(created.status());
+  (*created)->AttachTokenBackEdge(std::move(back_edge));
   std::shared_ptr<StepExecutor> executor = *std::move(created);
   {
     std::lock_guard<std::mutex> lock(mu_);

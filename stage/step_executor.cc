@@ -67,6 +67,7 @@ StepExecutor::~StepExecutor() {
 void StepExecutor::CloseChannels() {
   if (input_) input_->Close();
   if (output_) output_->Close();
+  if (back_edge_) back_edge_->Close();
 }
 
 absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
@@ -115,6 +116,14 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
   RS_ASSIGN_OR_RETURN(
       DecodedPlan decoded,
       DecodeStepPlan(plan, slice_->is_first(), slice_->is_last(), slice_->options().kv_block_size));
+  if (UsesTokenBackEdge(plan) && back_edge_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the plan uses the token back edge, and none is connected");
+  }
+  // Plan-ahead: stage 0 puts the tokens the last stage sent back into the decodes planned ahead.
+  if (slice_->is_first() && back_edge_ != nullptr) {
+    RS_RETURN_IF_ERROR(back_edge_->FillAheadTokens(plan, &decoded.batch, options_.recv_timeout));
+  }
   const MicroBatch& batch = decoded.batch;
   StepOutcome outcome;
   outcome.num_tokens = static_cast<int>(batch.TotalTokens());
@@ -155,6 +164,9 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
     bytes_sent_.store(output_->bytes_sent());
   } else {
     RS_RETURN_IF_ERROR(SampleInto(decoded, &outcome));
+    if (back_edge_ != nullptr) {
+      RS_RETURN_IF_ERROR(back_edge_->SendIfAsked(plan, outcome.tokens, options_.send_timeout));
+    }
   }
   const int64_t cpu_us = MicrosSince(busy_start);
   slice_->EndStepTiming();

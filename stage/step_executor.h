@@ -21,6 +21,7 @@
 #include "stage/activation_ports.h"
 #include "stage/channels/stage_channels.h"
 #include "stage/model/model_slice.h"
+#include "stage/token_back_edge.h"
 
 namespace ringserve {
 
@@ -60,7 +61,11 @@ class StepExecutor {
   // the neighbours fail fast too).
   absl::StatusOr<StepOutcome> Run(const v1::StepPlan& plan);
 
-  // Closes both channel ends (neighbours' pending calls fail).
+  // Plan-ahead: the stage's end of the token back edge (stage 0 and the last stage; null
+  // elsewhere). A plan that uses it fails without one. Call before the first Run.
+  void AttachTokenBackEdge(std::unique_ptr<TokenBackEdge> edge) { back_edge_ = std::move(edge); }
+
+  // Closes both channel ends and the back edge (neighbours' pending calls fail).
   void CloseChannels();
 
   const ModelSlice& slice() const { return *slice_; }
@@ -75,8 +80,9 @@ class StepExecutor {
 
   StepExecutorOptions options_;
   std::unique_ptr<ModelSlice> slice_;
-  std::unique_ptr<InputPort> input_;    // null on the first stage
-  std::unique_ptr<OutputPort> output_;  // null on the last stage
+  std::unique_ptr<InputPort> input_;          // null on the first stage
+  std::unique_ptr<OutputPort> output_;        // null on the last stage
+  std::unique_ptr<TokenBackEdge> back_edge_;  // plan-ahead; see AttachTokenBackEdge
   // Over a device channel the slice prepares a batch after its input has arrived, otherwise
   // before (step_executor.cc says why).
   bool prepare_after_input_ = false;

@@ -6,13 +6,15 @@
 //
 //   stage_bench [--model DIR] [--shape llama8b|qwen3_8b] [--quick] [--kernels_only]
 //               [--prefill_only] [--decode_only] [--gemm_only] [--bandwidth_tbps 4.28]
-//               [--peak_tflops 785] [--prefill_key_tile 64|128]   (--help lists them all)
+//               [--peak_tflops 785] [--prefill_key_tile 64|128]
+//               [--decode_at 1@384,32@384,64@384 [--decode_at_only]]   (--help lists them all)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +50,10 @@ ABSL_FLAG(bool, gemm_only, false, "just the per-shape GEMM table (for kernel pro
 ABSL_FLAG(bool, graphs, true, "decode steps replay CUDA graphs (--nographs: eager launches)");
 ABSL_FLAG(double, bandwidth_tbps, 4.28, "memory bandwidth bound, TB/s (H200: 4.28 measured)");
 ABSL_FLAG(double, peak_tflops, 785, "dense bf16 compute bound, TFLOP/s");
+ABSL_FLAG(std::string, decode_at, "",
+          "extra decode rows STREAMS@MEAN_CONTEXT,... (a served run's batch sizes and mean "
+          "contexts, so that served and kernel tok/s compare like for like)");
+ABSL_FLAG(bool, decode_at_only, false, "just the --decode_at rows");
 ABSL_FLAG(int, prefill_key_tile, 64,
           "keys per K/V tile of the sm_90 prefill attention (KernelOptions): 64 or 128");
 
@@ -67,7 +73,29 @@ struct Flags {
   bool graphs = true;
   double bandwidth = 4.28e12;
   double peak = 785e12;
+  std::vector<std::pair<int, int>> decode_at;  // --decode_at: (streams, mean context)
+  bool decode_at_only = false;
 };
+
+// "1@384,32@384" -> {(1, 384), (32, 384)}; nullopt when malformed.
+std::optional<std::vector<std::pair<int, int>>> ParseDecodeAt(const std::string& spec) {
+  std::vector<std::pair<int, int>> out;
+  size_t begin = 0;
+  while (begin < spec.size()) {
+    size_t end = spec.find(',', begin);
+    if (end == std::string::npos) end = spec.size();
+    int streams = 0, context = 0;
+    char tail = 0;
+    if (std::sscanf(spec.substr(begin, end - begin).c_str(), "%d@%d%c", &streams, &context,
+                    &tail) != 2 ||
+        streams < 1 || context < 2) {
+      return std::nullopt;
+    }
+    out.emplace_back(streams, context);
+    begin = end + 1;
+  }
+  return out;
+}
 
 ModelConfig ShapeConfig(const std::string& shape) {
   ModelConfig c;
@@ -574,6 +602,13 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, const KernelOptio
     change(options);
     return options;
   };
+  // A served run's batch sizes at its mean contexts: the prompt is sized so that the timed
+  // steps' mean context (Decode: prompt + warm-up + steps / 2) is the run's.
+  for (const auto& [streams, context] : flags.decode_at) {
+    decode_row(fmt::format("decode {} @ ctx {}", streams, context), streams,
+               std::max(1, context - 3 - steps / 2), steps, "a served run's batch and context");
+  }
+  if (flags.decode_at_only) return;
   for (int streams : {1, 8, 32, 64}) {
     if (flags.decode_only && streams != 1 && streams != 32) continue;
     decode_row(fmt::format("decode {} streams", streams), streams, 128, steps,
@@ -660,6 +695,13 @@ int Main(int argc, char** argv) {
   flags.prefill_only = absl::GetFlag(FLAGS_prefill_only);
   flags.decode_only = absl::GetFlag(FLAGS_decode_only);
   flags.gemm_only = absl::GetFlag(FLAGS_gemm_only);
+  flags.decode_at_only = absl::GetFlag(FLAGS_decode_at_only);
+  if (const auto decode_at = ParseDecodeAt(absl::GetFlag(FLAGS_decode_at))) {
+    flags.decode_at = *decode_at;
+  } else {
+    std::fprintf(stderr, "--decode_at: expected STREAMS@CONTEXT,... (e.g. 1@384,32@384)\n");
+    return 2;
+  }
   flags.graphs = absl::GetFlag(FLAGS_graphs);
   flags.bandwidth = absl::GetFlag(FLAGS_bandwidth_tbps) * 1e12;
   flags.peak = absl::GetFlag(FLAGS_peak_tflops) * 1e12;
@@ -730,7 +772,7 @@ int Main(int argc, char** argv) {
   FusedGemvTable(config, slice.kernel_plan(), flags.bandwidth, &fused_table);
   std::fputs(fused_table.c_str(), stdout);
   std::fflush(stdout);
-  if (flags.decode_only) {
+  if (flags.decode_only || flags.decode_at_only) {
     DecodeRows(config, flags, kernels, long_ctx, slice, bench, &rows);
     for (const Row& r : rows) std::printf("%-24s %12.1f\n", r.name.c_str(), r.value);
     return 0;

@@ -30,6 +30,8 @@ struct Scheduler::State {
     int num_scheduled = 0;
     int in_flight = 0;            // plans in flight that name this sequence
     bool awaiting_token = false;  // its sampling chunk is in flight
+    // Plan-ahead: a second sampling chunk is in flight, a decode of the token awaited.
+    bool ahead = false;
     std::vector<int32_t> blocks;
     // Prefix caching: its first `num_hashed` blocks are registered (or were found) in the
     // cache, and `chain` is the last one's hash.
@@ -49,6 +51,8 @@ struct Scheduler::State {
   struct PlanRecord {
     std::vector<PlannedChunk> entries;
     std::vector<uint64_t> arrivals;  // per entry: the incarnation it was planned for
+    uint64_t follows = 0;            // plan-ahead: the plan it follows (0: a new chain)
+    bool followed = false;           // plan-ahead: a follow-up of it has been planned
   };
 
   explicit State(const SchedulerOptions& options)
@@ -61,6 +65,7 @@ struct Scheduler::State {
   std::map<uint64_t, PlanRecord> plans;
   uint64_t next_arrival = 1;
   uint64_t next_plan_id = 1;
+  uint64_t last_done = 0;  // the newest plan whose tokens came back
   SchedulerStats counters;
 
   Sequence* Find(uint64_t id, uint64_t arrival) {
@@ -124,9 +129,11 @@ struct Scheduler::State {
   }
 
   // Registers `seq`'s blocks that its planned positions now fill completely.
+  // Positions planned ahead (token not known yet) wait for their token.
   void RegisterFullBlocks(Sequence& seq) {
     const int block_size = blocks.block_size();
-    while ((seq.num_hashed + 1) * block_size <= seq.num_scheduled) {
+    const int known = std::min(seq.num_scheduled, static_cast<int>(seq.tokens.size()));
+    while ((seq.num_hashed + 1) * block_size <= known) {
       std::span<const int32_t> tokens(seq.tokens.data() + seq.num_hashed * block_size, block_size);
       blocks.Register(seq.blocks[seq.num_hashed], seq.chain, tokens);
       seq.chain = PrefixHash(seq.chain, tokens);
@@ -178,6 +185,7 @@ Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)) {
     fmt::print(stderr, "Scheduler: {}\n", std::string(status.message()));
     std::abort();
   }
+  if (options_.decode_packing == DecodePacking::kPacked) options_.plan_ahead = false;
   max_in_flight_ = options_.max_micro_batches_in_flight > 0 ? options_.max_micro_batches_in_flight
                                                             : options_.num_stages;
   state_ = std::make_unique<State>(options_);
@@ -259,7 +267,38 @@ bool Scheduler::Finish(uint64_t seq_id) { return Cancel(seq_id); }
 
 std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
   State& s = *state_;
-  if (static_cast<int>(s.plans.size()) >= max_in_flight_) return std::nullopt;
+  if (!options_.plan_ahead || options_.decode_packing == DecodePacking::kPacked) {
+    if (static_cast<int>(s.plans.size()) >= max_in_flight_) return std::nullopt;
+    return BuildMicroBatch(0, max_in_flight_ - static_cast<int64_t>(s.plans.size()));
+  }
+  // Plan-ahead: a chain is a plan whose base is back (or that has none) and its follow-up.
+  // New chains first (the follow-up of a plan runs best after the other chains' plans), then
+  // the follow-up of the oldest plan without one, once that plan's own base is back. Follow-ups
+  // go out in the order of their bases, which is the order the ring finishes them: stage 0 runs
+  // plans in order, so a follow-up whose base finishes later would hold up the ones behind it.
+  int64_t chains = 0;
+  int64_t unfollowed = 0;
+  for (const auto& [id, record] : s.plans) {
+    if (record.follows != 0 && s.plans.count(record.follows)) continue;
+    ++chains;
+    if (!record.followed) ++unfollowed;
+  }
+  const int64_t open_slots = std::max<int64_t>(1, max_in_flight_ - chains + unfollowed);
+  if (chains < max_in_flight_) {
+    if (std::optional<MicroBatchPlan> plan = BuildMicroBatch(0, open_slots)) return plan;
+  }
+  for (auto& [id, record] : s.plans) {
+    if (record.followed) continue;
+    if (record.follows != 0 && s.plans.count(record.follows)) return std::nullopt;  // not yet
+    if (std::optional<MicroBatchPlan> plan = BuildMicroBatch(id, open_slots)) return plan;
+    // Nothing follows it (its sequences end, or wait for their token): the next chains go on.
+    record.followed = true;
+  }
+  return std::nullopt;
+}
+
+std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64_t open_slots) {
+  State& s = *state_;
   const int block_size = options_.kv_block_size;
 
   MicroBatchPlan plan;
@@ -330,6 +369,31 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
     budget -= num_tokens;
   };
 
+  // A decode of the token that plan `follows` samples for `seq`, not known yet (plan-ahead).
+  auto add_ahead = [&](State::Sequence& seq) {
+    SequenceChunk chunk;
+    chunk.seq_id = seq.id;
+    chunk.start_position = seq.num_scheduled;
+    chunk.num_tokens = 1;
+    chunk.block_table = seq.blocks;
+    chunk.logits = LogitsMode::kLastToken;
+    plan.batch.token_ids.push_back(0);  // stage 0 puts the sampled token here
+    plan.batch.chunks.push_back(std::move(chunk));
+    PlannedChunk entry{.seq_id = seq.id,
+                       .is_decode = true,
+                       .samples = true,
+                       .token_index = seq.num_generated() + 1,
+                       .ahead = true};
+    plan.entries.push_back(entry);
+    record.entries.push_back(entry);
+    record.arrivals.push_back(seq.arrival);
+    seq.num_scheduled += 1;
+    seq.ahead = true;
+    ++seq.in_flight;
+    budget -= 1;
+    ++s.counters.ahead_decodes;
+  };
+
   // 1. Decodes, oldest first; in spread mode about D / M of them.
   int decoding = 0;
   std::vector<uint64_t> ready;
@@ -339,16 +403,39 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
     if (seq.decode_ready()) ready.push_back(seq.id);
   }
   int64_t decode_quota = static_cast<int64_t>(ready.size());
+  int64_t ahead_quota = static_cast<int64_t>(options_.max_sequences_per_micro_batch);
   if (options_.decode_packing == DecodePacking::kPacked && decoding > decode_quota) {
     decode_quota = 0;  // one decode step at a time: wait until every decoding sequence is back
   }
   if (options_.decode_packing == DecodePacking::kSpread) {
     // ceil(D / M) per micro-batch, and the ready ones shared evenly over the free slots, so
     // that 9 decodes over 4 slots go 3, 2, 2, 2 (not 3, 3, 3 and an idle stage).
-    const int64_t free_slots = max_in_flight_ - static_cast<int64_t>(s.plans.size());
+    const int64_t free_slots = open_slots;
     const int64_t per_slot = (decode_quota + free_slots - 1) / free_slots;
     const int64_t per_batch = (decoding + max_in_flight_ - 1) / max_in_flight_;
     decode_quota = std::min({decode_quota, per_slot, per_batch});
+    ahead_quota = per_batch;
+  }
+  // 0. A follow-up (plan-ahead) first decodes the sampling sequences of the plan it follows,
+  // fed with the tokens that plan samples (stage 0 takes them from the token back edge). Not a
+  // sequence whose awaited token is its last by max_tokens, nor one that would need a block
+  // taken by preemption: those continue by the synchronous path once their token is back.
+  int64_t ahead_added = 0;
+  if (follows != 0) {
+    const State::PlanRecord& base = s.plans.at(follows);
+    for (size_t i = 0; i < base.entries.size(); ++i) {
+      if (!base.entries[i].samples) continue;
+      if (ahead_added == ahead_quota || !room()) break;
+      State::Sequence* seq = s.Find(base.entries[i].seq_id, base.arrivals[i]);
+      if (seq == nullptr || !seq->running || !seq->awaiting_token || seq->ahead ||
+          seq->pending() != 0 || seq->num_generated() + 1 >= seq->max_tokens) {
+        continue;
+      }
+      if (reserve(*seq, seq->num_scheduled + 1, false) < 0) continue;
+      add_ahead(*seq);
+      ++ahead_added;
+    }
+    decode_quota = std::max<int64_t>(0, std::min(decode_quota, ahead_quota - ahead_added));
   }
   for (uint64_t id : ready) {
     if (decode_quota == 0 || !room()) break;
@@ -405,6 +492,22 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
     return std::nullopt;
   }
   plan.id = s.next_plan_id++;
+  if (follows != 0) {
+    s.plans.at(follows).followed = true;
+    record.follows = follows;
+    if (ahead_added > 0) plan.tokens_from = follows;
+  }
+  if (options_.plan_ahead) {
+    plan.back_edge_through = std::max(s.last_done, plan.tokens_from);
+    // Later plans take tokens only from plans in flight without a follow-up, or newer ones.
+    plan.back_edge_keep_from = plan.id;
+    for (const auto& [id, r] : s.plans) {
+      if (!r.followed) {
+        plan.back_edge_keep_from = id;
+        break;
+      }
+    }
+  }
   s.plans.emplace(plan.id, std::move(record));
   ++s.counters.micro_batches_planned;
   return plan;
@@ -424,6 +527,11 @@ absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
     return absl::InvalidArgumentError(fmt::format("micro-batch {}: {} sampled tokens, expected {}",
                                                   plan_id, sampled_tokens.size(), expected));
   }
+  if (record.follows != 0 && s.plans.count(record.follows)) {
+    return absl::InvalidArgumentError(
+        fmt::format("micro-batch {}: its tokens came before those of plan {}, which it follows",
+                    plan_id, record.follows));
+  }
   MicroBatchResult result;
   size_t next_token = 0;
   std::vector<uint64_t> finished;
@@ -431,10 +539,14 @@ absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
     const PlannedChunk& entry = record.entries[i];
     const int32_t token = entry.samples ? sampled_tokens[next_token++] : 0;
     State::Sequence* seq = s.Find(entry.seq_id, record.arrivals[i]);
-    if (seq == nullptr) continue;  // cancelled or finished while in flight
+    if (seq == nullptr) {  // cancelled or finished while in flight
+      if (entry.ahead) ++s.counters.ahead_discarded;
+      continue;
+    }
     --seq->in_flight;
     if (!entry.samples) continue;
-    seq->awaiting_token = false;
+    // With a decode planned ahead in flight, the sequence now awaits that one's token.
+    (seq->ahead ? seq->ahead : seq->awaiting_token) = false;
     seq->tokens.push_back(token);
     ++s.counters.tokens_generated;
     TokenUpdate update{.seq_id = seq->id,
@@ -449,9 +561,14 @@ absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
     } else if (seq->num_generated() >= seq->max_tokens) {
       update.finish_reason = FinishReason::kLength;
     }
-    if (update.finish_reason != FinishReason::kNone) finished.push_back(seq->id);
+    if (update.finish_reason != FinishReason::kNone) {
+      finished.push_back(seq->id);
+    } else if (options_.prefix_caching) {
+      s.RegisterFullBlocks(*seq);  // a block that a decode planned ahead filled
+    }
     result.tokens.push_back(update);
   }
+  s.last_done = std::max(s.last_done, plan_id);
   s.plans.erase(plan_it);
   for (uint64_t id : finished) s.Remove(id);
   return result;
@@ -500,8 +617,9 @@ absl::Status Scheduler::CheckInvariants() const {
   auto broken = [](const std::string& what) {
     return absl::InternalError("scheduler invariant broken: " + what);
   };
-  if (static_cast<int>(s.plans.size()) > max_in_flight_) {
-    return broken(fmt::format("{} plans in flight > {}", s.plans.size(), max_in_flight_));
+  const int max_plans = max_in_flight_ * (options_.plan_ahead ? 2 : 1);
+  if (static_cast<int>(s.plans.size()) > max_plans) {
+    return broken(fmt::format("{} plans in flight > {}", s.plans.size(), max_plans));
   }
   // Live incarnations named by in-flight plans.
   std::map<uint64_t, int> in_flight;
@@ -526,7 +644,8 @@ absl::Status Scheduler::CheckInvariants() const {
       return broken(fmt::format("{} counts {} plans in flight, plans name it {} times", name,
                                 seq.in_flight, in_flight[id]));
     }
-    if (sampling[id] > 1 || seq.awaiting_token != (sampling[id] == 1)) {
+    if (sampling[id] != (seq.awaiting_token ? 1 : 0) + (seq.ahead ? 1 : 0) ||
+        (seq.ahead && !seq.awaiting_token)) {
       return broken(name + " awaiting_token does not match the in-flight sampling chunks");
     }
     if (!seq.running && (!seq.blocks.empty() || seq.num_scheduled != 0 || seq.in_flight != 0)) {
@@ -536,7 +655,7 @@ absl::Status Scheduler::CheckInvariants() const {
       return broken(fmt::format("{} holds {} blocks for {} positions", name, seq.blocks.size(),
                                 seq.num_scheduled));
     }
-    if (seq.num_scheduled > static_cast<int>(seq.tokens.size()) ||
+    if (seq.num_scheduled > static_cast<int>(seq.tokens.size()) + (seq.ahead ? 1 : 0) ||
         seq.num_generated() > seq.max_tokens) {
       return broken(name + " planned or generated too much");
     }

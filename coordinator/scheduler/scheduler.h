@@ -11,8 +11,9 @@
 //     appends the tokens, applies the token-level stop conditions (EOS ids unless ignore_eos,
 //     the request's stop token ids, max_tokens, context/KV capacity) and reports, per sequence,
 //     the new token and whether the sequence finished. Finished sequences' blocks are free.
-//   Plans complete in the order they were issued (the ring is in order) but the scheduler does
-//   not depend on it.
+//   Plans complete in the order they were issued (the ring is in order); the scheduler depends
+//   on it only with plan_ahead (a follow-up's tokens come after its base's: InvalidArgument
+//   otherwise).
 //
 // Policy, per NextMicroBatch() call, under `max_tokens_per_micro_batch` tokens:
 //   1. Decodes (running sequences with a sampled token not yet fed), oldest request first. In
@@ -80,6 +81,11 @@ struct SchedulerOptions {
   // Reuse the KV blocks of identical prompt prefixes (kv_block_manager.h): a request whose
   // leading full blocks are cached skips computing them.
   bool prefix_caching = true;
+  // Plans sent ahead (coordinator/plan_ahead.h): a micro-batch's follow-up is planned while it
+  // is in flight, assuming each of its sampling sequences continues; its tokens reach stage 0
+  // over the ring's token back edge. Up to 2 M plans in flight (M chains of two). Off in
+  // kPacked mode.
+  bool plan_ahead = false;
 };
 
 // Token-level limits of one request (sampling parameters stay with the engine).
@@ -104,6 +110,10 @@ struct PlannedChunk {
   // of the chunk, one per row that has a known next token (num_tokens, or num_tokens - 1 when
   // the chunk samples).
   std::vector<int32_t> score_token_ids{};
+  // Planned ahead: a decode whose input token is not known yet: the token plan
+  // MicroBatchPlan::tokens_from samples for the sequence, which stage 0 takes from the token
+  // back edge. batch.token_ids holds 0 in its place.
+  bool ahead = false;
 };
 
 struct MicroBatchPlan {
@@ -116,6 +126,13 @@ struct MicroBatchPlan {
   // Sequences preempted (by recompute) while building this plan. Informational: they were
   // requeued and continue by themselves; stages need not do anything (their blocks are free).
   std::vector<uint64_t> preempted;
+  // Plan-ahead (SchedulerOptions::plan_ahead): the plan whose sampled tokens the ahead chunks
+  // feed (0: none); stage 0 first takes the back edge's messages of every plan up to
+  // back_edge_through (all of them sent by then), and may forget those of plans below
+  // back_edge_keep_from afterwards (no later plan names them).
+  uint64_t tokens_from = 0;
+  uint64_t back_edge_through = 0;
+  uint64_t back_edge_keep_from = 0;
 
   int num_sampled() const;  // chunks that sample = tokens OnMicroBatchDone expects
   int num_decodes() const;  // chunks with is_decode
@@ -149,6 +166,8 @@ struct SchedulerStats {
   int kv_blocks_cached = 0;          // cached prefix blocks nobody holds (evictable)
   int64_t prefix_lookup_tokens = 0;  // tokens of admitted sequences, cumulative
   int64_t prefix_hit_tokens = 0;     // of those, found in the prefix cache (not computed)
+  int64_t ahead_decodes = 0;         // decodes planned ahead, cumulative
+  int64_t ahead_discarded = 0;       // of those, tokens discarded (the sequence had finished)
 };
 
 class Scheduler {
@@ -179,6 +198,8 @@ class Scheduler {
   bool Finish(uint64_t seq_id);
 
   // The next micro-batch to send, or nullopt when M plans are in flight or nothing can run.
+  // With plan_ahead: M chains are in flight, each a plan and at most one follow-up of it;
+  // a new chain is preferred, then the follow-up of the oldest plan that has none.
   std::optional<MicroBatchPlan> NextMicroBatch();
 
   // Accepts the sampled tokens of plan `plan_id`: one per chunk with `samples`, in chunk order.
@@ -212,6 +233,9 @@ class Scheduler {
 
  private:
   struct State;
+  // One plan; `follows`: the in-flight plan it follows (plan-ahead), 0 for a new chain.
+  // `open_slots`: the plans that could be built now (>= 1), over which ready decodes spread.
+  std::optional<MicroBatchPlan> BuildMicroBatch(uint64_t follows, int64_t open_slots);
   SchedulerOptions options_;
   int max_in_flight_;
   std::unique_ptr<State> state_;

@@ -26,8 +26,20 @@ void FakeRingLink::Send(int stage, v1::StepPlan plan) {
   for (const v1::StepPlan& p : plans) {
     if (p.micro_batch_id() != id) return;  // a stage's plan has not arrived yet
   }
-  const v1::StepPlan first = std::move(plans.front());
+  v1::StepPlan first = std::move(plans.front());
+  const bool send_back = plans.back().send_tokens_back();
   pending_.erase(id);
+  if (first.ahead_chunks_size() > 0) {
+    const auto& sampled = back_edge_[first.tokens_from()];
+    std::vector<int> ends;
+    int offset = 0;
+    for (const auto& chunk : first.chunks()) ends.push_back(offset += chunk.num_tokens());
+    for (int c : first.ahead_chunks()) {
+      for (const auto& [seq, token] : sampled) {
+        if (seq == first.chunks(c).seq_id()) first.set_token_ids(ends[c] - 1, token);
+      }
+    }
+  }
   if (options_.fail_after_micro_batches >= 0 && done_ >= options_.fail_after_micro_batches) {
     failed_ = true;
     if (options_.fail_as_stage_error) {
@@ -56,7 +68,9 @@ void FakeRingLink::Send(int stage, v1::StepPlan plan) {
         if (chunk.logits() != v1::LOGITS_LAST_TOKEN) continue;
         const int32_t token = first.token_ids(offset - 1);
         const int32_t position = chunk.start_position() + chunk.num_tokens() - 1;
-        result.add_tokens()->set_token_id(FakeNextToken(token, position, options_.vocab_size));
+        const int32_t next = FakeNextToken(token, position, options_.vocab_size);
+        result.add_tokens()->set_token_id(next);
+        if (send_back) back_edge_[id].emplace_back(chunk.seq_id(), next);
       }
     }
     handlers_.on_result(std::move(result));

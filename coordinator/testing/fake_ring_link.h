@@ -2,7 +2,9 @@
 // received a micro-batch's plan, it answers at once (on the sending thread) with one result
 // per stage; the last stage's tokens come from a fixed function of each sampling chunk's last
 // input token and position (FakeNextToken), so a sequence recomputed after a failure continues
-// exactly as it would have. Faults: fail the ring after a number of last-stage results, or
+// exactly as it would have. Plan-ahead: the last stage's tokens go to stage 0 by a back edge
+// (a map here) that fills the placeholders of decodes planned ahead, as a stage does
+// (stage/token_back_edge.h). Faults: fail the ring after a number of last-stage results, or
 // answer with a stage error.
 //
 // Thread-safe.
@@ -53,6 +55,8 @@ class FakeRingLink final : public RingLink {
   bool failed_ = false;
   int done_ = 0;
   std::map<uint64_t, std::vector<v1::StepPlan>> pending_;  // micro-batch id -> plans so far
+  // Plan-ahead: micro-batch id -> the (seq id, token) pairs its last stage sampled.
+  std::map<uint64_t, std::vector<std::pair<uint64_t, int32_t>>> back_edge_;
 };
 
 }  // namespace ringserve
