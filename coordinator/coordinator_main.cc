@@ -82,6 +82,13 @@ ABSL_FLAG(double, ring_down_timeout, ringserve::kDefaultRingDownTimeoutSeconds,
 ABSL_FLAG(std::string, stage_binary, "",
           "stage binary for local stages (default: `stage` next to this binary)");
 ABSL_FLAG(std::string, packing, "spread", "scheduler packing: spread or packed");
+ABSL_FLAG(std::string, speculative_model, "",
+          "speculative decoding: a draft model directory (same tokenizer), run on the last stage");
+ABSL_FLAG(bool, speculative_mtp, false,
+          "speculative decoding with a DeepSeek checkpoint's MTP layer (not implemented yet)");
+ABSL_FLAG(int, num_speculative_tokens, 4, "speculative decoding: drafts per step at most (1-16)");
+ABSL_FLAG(int, speculative_max_sequences, 16,
+          "speculative decoding backs off while more sequences than this decode at once");
 ABSL_FLAG(int, ready_fd, -1,
           "file descriptor to write the bound API address and a newline to once serving");
 
@@ -141,6 +148,8 @@ struct Flags {
   double ring_down_timeout_s = kDefaultRingDownTimeoutSeconds;
   std::string stage_binary;
   std::string packing = "spread";
+  SpeculationBringUp speculation;
+  int speculative_max_sequences = 16;
   int ready_fd = -1;
 };
 
@@ -184,6 +193,19 @@ absl::StatusOr<Flags> ReadFlags() {
   flags.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
   flags.ring_down_timeout_s = absl::GetFlag(FLAGS_ring_down_timeout);
   flags.stage_binary = absl::GetFlag(FLAGS_stage_binary);
+  flags.speculation.draft_model_dir = absl::GetFlag(FLAGS_speculative_model);
+  flags.speculation.mtp = absl::GetFlag(FLAGS_speculative_mtp);
+  flags.speculation.num_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  flags.speculative_max_sequences = absl::GetFlag(FLAGS_speculative_max_sequences);
+  if (flags.speculation.enabled() &&
+      (flags.speculation.num_tokens < 1 || flags.speculation.num_tokens > 16)) {
+    return absl::InvalidArgumentError(fmt::format("--num_speculative_tokens: {} is not in [1, 16]",
+                                                  flags.speculation.num_tokens));
+  }
+  if (!flags.speculation.draft_model_dir.empty() && flags.speculation.mtp) {
+    return absl::InvalidArgumentError(
+        "--speculative_model and --speculative_mtp: choose one way to draft");
+  }
   flags.packing = absl::GetFlag(FLAGS_packing);
   if (flags.packing != "spread" && flags.packing != "packed") {
     return absl::InvalidArgumentError("--packing: expected spread or packed");
@@ -304,6 +326,7 @@ int Run(int argc, char** argv) {
 
   BringUpOptions bring_up{.ring = *ring,
                           .connect_timeout = absl::Seconds(flags->connect_timeout_s)};
+  bring_up.speculation = flags->speculation;
   bring_up.on_progress = [&front](const StageProgress& p) {
     if (p.stage < 0) {
       std::fprintf(stderr, "coordinator: %s\n", p.message.c_str());
@@ -318,6 +341,7 @@ int Run(int argc, char** argv) {
   auto engine = StartGrpcRingEngine(
       {.bring_up = bring_up,
        .packing = flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread,
+       .speculation_max_sequences = flags->speculative_max_sequences,
        .local_stages = local ? &*local : nullptr,
        .ring_down_timeout = absl::Seconds(flags->ring_down_timeout_s)});
   if (!engine.ok()) {

@@ -17,6 +17,10 @@ absl::StatusOr<std::unique_ptr<RingEngine>> StartGrpcRingEngine(GrpcRingEngineOp
                            .scheduler = SchedulerOptionsFor(ring, served, options.packing),
                            .recover = options.recover,
                            .ring_down_timeout = options.ring_down_timeout};
+  if (options.bring_up.speculation.enabled()) {
+    engine.scheduler.speculation.max_drafts = options.bring_up.speculation.num_tokens;
+    engine.scheduler.speculation.max_decoding_sequences = options.speculation_max_sequences;
+  }
   for (const StageConfig& stage : ring.stages) {
     engine.stages.push_back({stage.endpoint(), stage.first_layer, stage.last_layer});
   }

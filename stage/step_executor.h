@@ -24,6 +24,8 @@
 
 namespace ringserve {
 
+class Speculator;  // stage/speculative/speculator.h
+
 struct StepOutcome {
   std::vector<v1::SampledToken> tokens;  // last stage: one per sampling chunk, in chunk order
   std::vector<v1::PromptLogprobs> prompt_logprobs;  // last stage: one per ALL_TOKENS chunk
@@ -60,6 +62,10 @@ class StepExecutor {
   // the neighbours fail fast too).
   absl::StatusOr<StepOutcome> Run(const v1::StepPlan& plan);
 
+  // The last stage with speculative decoding: plans that carry speculation are sampled,
+  // verified and drafted by `speculator` (stage/speculative/speculator.h).
+  void SetSpeculator(std::unique_ptr<Speculator> speculator);
+
   // Closes both channel ends (neighbours' pending calls fail).
   void CloseChannels();
 
@@ -75,8 +81,9 @@ class StepExecutor {
 
   StepExecutorOptions options_;
   std::unique_ptr<ModelSlice> slice_;
-  std::unique_ptr<InputPort> input_;    // null on the first stage
-  std::unique_ptr<OutputPort> output_;  // null on the last stage
+  std::unique_ptr<InputPort> input_;        // null on the first stage
+  std::unique_ptr<OutputPort> output_;      // null on the last stage
+  std::unique_ptr<Speculator> speculator_;  // the last stage with speculation only
   // Over a device channel the slice prepares a batch after its input has arrived, otherwise
   // before (step_executor.cc says why).
   bool prepare_after_input_ = false;

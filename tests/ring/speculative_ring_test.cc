@@ -1,0 +1,155 @@
+// Speculative decoding through real CPU rings (stage and coordinator processes, tcp): the
+// trained pair models/ringserve-tiny (target) and models/ringserve-tiny-draft (draft, same
+// tokenizer). Greedy output equals plain decoding, through a 2-stage and a 1-stage ring, with
+// several micro-batches in flight, chunked prefill, a KV cache small enough to preempt, and the
+// prefix cache; seeded sampling replays; the drafts are accepted often enough to matter.
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/ring/ring_harness.h"
+
+namespace ringserve::testing {
+namespace {
+
+namespace v1 = ringserve::v1;
+
+constexpr int kMaxTokens = 40;
+
+std::vector<v1::GenerateRequest> Requests() {
+  std::vector<v1::GenerateRequest> requests;
+  for (const char* text :
+       {"In the beginning", "And it came to pass, when the king of Israel heard", "CYNIC, n.",
+        "And the LORD spake unto Moses, saying, Speak unto the children of"}) {
+    v1::GenerateRequest request;
+    request.set_text(text);
+    request.set_add_special_tokens(true);
+    request.mutable_sampling()->set_temperature(0.0f);
+    request.mutable_sampling()->set_max_tokens(kMaxTokens);
+    request.mutable_sampling()->set_ignore_eos(true);
+    requests.push_back(request);
+  }
+  return requests;
+}
+
+// Runs every request at once (one thread each), so several are in flight together.
+std::vector<Generation> RunConcurrently(Ring& ring, const std::vector<v1::GenerateRequest>& reqs) {
+  std::vector<Generation> out(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    threads.emplace_back([&, i] { out[i] = ring.Generate(reqs[i]); });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+std::vector<std::string> SpeculationArgs(int k) {
+  return {"--speculative_model", SourceDir() + "/models/ringserve-tiny-draft",
+          "--num_speculative_tokens", std::to_string(k)};
+}
+
+class SpeculativeRingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto plain =
+        Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny", .partition = {4, 4}});
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    plain_ = std::move(plain).value().release();
+    for (const Generation& g : RunConcurrently(*plain_, Requests())) {
+      ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+      expected_.push_back(g.tokens);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete plain_;
+    plain_ = nullptr;
+    expected_.clear();
+  }
+  void SetUp() override { ASSERT_NE(plain_, nullptr); }
+
+  // Runs the requests through `ring` and checks them against plain decoding.
+  static void ExpectPlainGreedy(Ring& ring) {
+    std::vector<Generation> got = RunConcurrently(ring, Requests());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+      EXPECT_EQ(got[i].tokens, expected_[i]) << "request " << i;
+    }
+    // Once more: the prompts now come from the prefix cache.
+    got = RunConcurrently(ring, Requests());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+      EXPECT_EQ(got[i].tokens, expected_[i]) << "request " << i << " (prefix cached)";
+    }
+  }
+
+  static Ring* plain_;
+  static std::vector<std::vector<int32_t>> expected_;
+};
+
+Ring* SpeculativeRingTest::plain_ = nullptr;
+std::vector<std::vector<int32_t>> SpeculativeRingTest::expected_;
+
+TEST_F(SpeculativeRingTest, TwoStagesGreedyEqualsPlainDecoding) {
+  // Two micro-batches in flight, prefill chunks of 8 tokens, 20 KV blocks of 16 positions for
+  // four sequences of up to ~60 positions each: chunked prefill and preemption happen.
+  auto ring = Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
+                           .partition = {4, 4},
+                           .micro_batches_in_flight = 2,
+                           .max_tokens_per_micro_batch = 8,
+                           .kv_blocks = 12,
+                           .coordinator_args = SpeculationArgs(4)});
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  ExpectPlainGreedy(**ring);
+  auto stats = (*ring)->SettledStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  std::printf("speculation: %lld verification steps, %lld of %lld drafts accepted, %lld tokens\n",
+              static_cast<long long>(stats->speculative_verifications()),
+              static_cast<long long>(stats->speculative_drafts_accepted()),
+              static_cast<long long>(stats->speculative_drafts_verified()),
+              static_cast<long long>(stats->speculative_verification_tokens()));
+  EXPECT_GT(stats->speculative_drafts_verified(), 0);
+  // The trained draft agrees with the target on many greedy tokens of this text.
+  EXPECT_GT(stats->speculative_drafts_accepted(), stats->speculative_drafts_verified() / 3);
+  EXPECT_GT(stats->preemptions(), 0);
+  EXPECT_GT(stats->prefix_hit_tokens(), 0);
+}
+
+TEST_F(SpeculativeRingTest, OneStageGreedyEqualsPlainDecoding) {
+  auto ring = Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
+                           .partition = {8},
+                           .coordinator_args = SpeculationArgs(3)});
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  ExpectPlainGreedy(**ring);
+}
+
+TEST_F(SpeculativeRingTest, SeededSamplingReplays) {
+  auto ring = Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
+                           .partition = {4, 4},
+                           .coordinator_args = SpeculationArgs(4)});
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  v1::GenerateRequest request = Requests()[0];
+  request.mutable_sampling()->set_temperature(0.8f);
+  request.mutable_sampling()->set_top_k(50);
+  request.mutable_sampling()->set_seed(1234);
+  Generation first = (*ring)->Generate(request);
+  Generation second = (*ring)->Generate(request);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_EQ(first.tokens.size(), static_cast<size_t>(kMaxTokens));
+  EXPECT_EQ(first.tokens, second.tokens);
+}
+
+TEST(SpeculativeRingFlagsTest, BadSpeculationFlagsAreRefused) {
+  auto result = RunCoordinatorToExit({"--num_speculative_tokens", "0", "--speculative_model",
+                                      SourceDir() + "/models/ringserve-tiny-draft"},
+                                     absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_NE(result->exit_code, 0);
+  EXPECT_THAT(result->stderr_text, ::testing::HasSubstr("--num_speculative_tokens"));
+}
+
+}  // namespace
+}  // namespace ringserve::testing
