@@ -275,7 +275,20 @@ int Run(int argc, char** argv) {
     }
     std::fprintf(stderr, "coordinator: starting %d local stage(s) of %s on %s\n",
                  ring->num_stages(), binary.c_str(), ring->model_dir.c_str());
-    auto launched = LocalStages::Launch(binary, *ring, absl::Seconds(30));
+    // The stages may load the model and the draft model: the deepest directory holding both.
+    std::string model_root;
+    if (!flags->speculation.draft_model_dir.empty()) {
+      std::filesystem::path root = std::filesystem::absolute(ring->model_dir).lexically_normal();
+      const std::filesystem::path draft =
+          std::filesystem::absolute(flags->speculation.draft_model_dir).lexically_normal();
+      while (root.has_relative_path() &&
+             std::mismatch(root.begin(), root.end(), draft.begin(), draft.end()).first !=
+                 root.end()) {
+        root = root.parent_path();
+      }
+      model_root = root.string();
+    }
+    auto launched = LocalStages::Launch(binary, *ring, absl::Seconds(30), model_root);
     if (!launched.ok()) return fail(launched.status());
     local.emplace(std::move(*launched));
     ring->ring_secret_file = local->secret_file();

@@ -9,7 +9,9 @@
 # Run from the repository root with the carry unpacked or packed (bench/spec/make_carry.sh):
 #   bash .carry/h-spec/pack/device_run.sh      (after: tar -xJf .carry/h-spec/pack.tar.xz -C .carry/h-spec)
 # Env: TARGET_SHAPE, TRAIN_S (default 50), DURATION_S (default 6), MAX_TOKENS (default 128),
-# K (default 4), SPEC_MAX_SEQS (default 4: speculation backs off above it), STREAMS ("1 8").
+# K (default 4), SPEC_MAX_SEQS (default 4: speculation backs off above it), STREAMS ("1 8"),
+# DEVICE (cuda:0), TARGET (a model directory: skips training; e.g. models/ringserve-tiny with
+# DEVICE=cpu for a smoke test without a GPU).
 set -uo pipefail
 out=${OUT:-/tmp/rs_spec_out}
 mkdir -p "$out"
@@ -23,13 +25,18 @@ k=${K:-4}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$out/gpu.txt"
 
 start=$(date +%s)
-"$py" "$pack/train_small_model.py" --corpus "$pack/corpus" --out /tmp/rs_spec_trained \
+if [ -n "${TARGET:-}" ]; then
+  target=$(realpath "$TARGET")
+  echo "target $target (not trained here)" | tee "$out/table.md"
+else
+  "$py" "$pack/train_small_model.py" --corpus "$pack/corpus" --out /tmp/rs_spec_trained \
   --target-shape "$shape" --tokenizer models/ringserve-tiny/tokenizer.json \
   --max-train-seconds "${TRAIN_S:-50}" --steps 100000 --eval-every 100000 >"$out/train.log" 2>&1 \
   || { tail -20 "$out/train.log"; exit 1; }
 target=/tmp/rs_spec_trained/ringserve-target-$shape
 echo "target $shape trained in $(( $(date +%s) - start )) s: $(grep -E 'best|step .*loss' "$out/train.log" | tail -1)" \
   | tee "$out/table.md"
+fi
 
 prompt="And it came to pass, when the king of Israel heard the words of the book of the law, that he rent his clothes. And the king commanded"
 port=50350
@@ -38,7 +45,7 @@ run_ring() {  # name "coordinator flags"
   port=$((port + 2))
   local log=$out/coord_$name.log
   pack_bin=$pack/bin
-  "$pack_bin/coordinator" --model "$target" --num_stages 1 --device cuda:0 \
+  "$pack_bin/coordinator" --model "$target" --num_stages 1 --device "${DEVICE:-cuda:0}" \
     --stage_binary "$pack_bin/stage" --listen 127.0.0.1:$port --http_listen 127.0.0.1:$((port + 1)) \
     $flags >"$log" 2>&1 &
   local pid=$!
