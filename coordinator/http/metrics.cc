@@ -260,6 +260,9 @@ std::string RenderPrometheus(const ServingMetrics& metrics, const RingStats& sta
   {
     const std::string last =
         fmt::format("stage=\"{}\"", stats.stages.empty() ? 0 : stats.stages.size() - 1);
+    auto ratio = [](int64_t num, int64_t den) {
+      return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 0.0;
+    };
     w.Family("ringserve_speculative_verifications_total", "counter",
              "Verification chunks (the accepted token plus k drafts) the last stage verified.");
     w.Sample("ringserve_speculative_verifications_total", last,
@@ -273,17 +276,11 @@ std::string RenderPrometheus(const ServingMetrics& metrics, const RingStats& sta
     w.Family("ringserve_speculative_acceptance_rate", "gauge",
              "Accepted / verified draft tokens since start (0 before any).");
     w.Sample("ringserve_speculative_acceptance_rate", last,
-             req.speculative_drafts_verified > 0
-                 ? static_cast<double>(req.speculative_drafts_accepted) /
-                       static_cast<double>(req.speculative_drafts_verified)
-                 : 0.0);
+             ratio(req.speculative_drafts_accepted, req.speculative_drafts_verified));
     w.Family("ringserve_speculative_tokens_per_step", "gauge",
              "Tokens emitted per verification step since start (accepted + 1; 0 before any).");
     w.Sample("ringserve_speculative_tokens_per_step", last,
-             req.speculative_verifications > 0
-                 ? static_cast<double>(req.speculative_verification_tokens) /
-                       static_cast<double>(req.speculative_verifications)
-                 : 0.0);
+             ratio(req.speculative_verification_tokens, req.speculative_verifications));
   }
   w.Family("ringserve_ring_restarts_total", "counter",
            "Times the ring was formed again after a stage failure.");

@@ -120,7 +120,7 @@ TEST(SpeculatorTest, GreedyVerificationEmitsPlainGreedyTokens) {
     std::vector<int32_t> ids = {emitted.back()};
     ids.insert(ids.end(), drafts.begin(), drafts.end());
     plan.batch = chunk(start, ids, LogitsMode::kAllTokens);
-    plan.sampling = {RowSampling{.token_index = emitted.size()}};
+    plan.sampling = {RowSampling{.config = SamplingConfig{}, .token_index = emitted.size()}};
     std::vector<int32_t> context(emitted.begin() + (told - static_cast<int>(kPrompt.size())),
                                  emitted.end());
     plan.outputs = {ChunkOutput{.samples = true,
@@ -135,6 +135,40 @@ TEST(SpeculatorTest, GreedyVerificationEmitsPlainGreedyTokens) {
   EXPECT_EQ(emitted, reference);
   EXPECT_GT(speculator.stats().drafts_accepted, 0);
   EXPECT_GT(verified_drafts, 0);
+}
+
+// Sampled drafts this stage did not propose (its state was lost) cannot be verified: the chunk
+// emits a plain sample of its first row, as decoding without drafts would.
+TEST(SpeculatorTest, UnknownSampledDraftsFallBackToAPlainSample) {
+  std::unique_ptr<ModelSlice> target = LoadWhole(kTarget, 8);
+  ASSERT_NE(target, nullptr);
+  Speculator speculator(std::make_unique<DraftModel>(LoadWhole(kDraft, 2), 64), 4);
+  DecodedPlan plan;
+  plan.batch.chunks.push_back(SequenceChunk{.seq_id = 4,
+                                            .start_position = 0,
+                                            .num_tokens = 3,
+                                            .block_table = {0},
+                                            .logits = LogitsMode::kAllTokens});
+  plan.batch.token_ids = {0, 412, 301};
+  const RowSampling row{.config = SamplingConfig{.temperature = 1.0f, .seed = 3}, .token_index = 0};
+  plan.sampling = {row};
+  plan.outputs = {ChunkOutput{
+      .samples = true,
+      .speculation = {
+          .active = true, .context_start = 0, .context_ids = {0}, .draft_ids = {412, 301}}}};
+  ASSERT_TRUE(target->Prepare(plan.batch).ok());
+  ASSERT_TRUE(target->Run(plan.batch).ok());
+  auto logits = target->LogitsToHost();
+  ASSERT_TRUE(logits.ok());
+  std::vector<v1::SampledToken> tokens;
+  std::vector<v1::PromptLogprobs> scores;
+  ASSERT_TRUE(speculator.SampleInto(*target, plan, &tokens, &scores).ok());
+  ASSERT_EQ(tokens.size(), 1u);
+  EXPECT_EQ(tokens[0].accepted_ids_size(), 0);
+  const size_t vocab = static_cast<size_t>(target->config().vocab_size);
+  EXPECT_EQ(tokens[0].token_id(),
+            SampleRow(std::span<const float>(*logits).subspan(0, vocab), row));
+  EXPECT_TRUE(scores.empty());
 }
 
 }  // namespace

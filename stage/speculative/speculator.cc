@@ -9,16 +9,11 @@
 namespace ringserve {
 namespace {
 
+// The logits rows a chunk has (ring/micro_batch.h LogitsMode).
 int64_t RowsOf(const SequenceChunk& chunk) {
-  switch (chunk.logits) {
-    case LogitsMode::kNone:
-      return 0;
-    case LogitsMode::kLastToken:
-      return 1;
-    case LogitsMode::kAllTokens:
-      return chunk.num_tokens;
-  }
-  return 0;
+  return chunk.logits == LogitsMode::kAllTokens   ? chunk.num_tokens
+         : chunk.logits == LogitsMode::kLastToken ? 1
+                                                  : 0;
 }
 
 }  // namespace
@@ -89,12 +84,16 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
       std::span<const int32_t> proposed = draft_->LastDrafts(chunk.seq_id);
       const bool known = proposed.size() >= spec.draft_ids.size() &&
                          std::equal(spec.draft_ids.begin(), spec.draft_ids.end(), proposed.begin());
+      Verification verified;
       if (sampling.config.temperature != 0.0f &&
           (!known || q.size() < spec.draft_ids.size() * vocab)) {
-        return absl::FailedPreconditionError(fmt::format(
-            "seq {}: the drafts to verify are not the ones this stage proposed", chunk.seq_id));
+        // Without the distributions the drafts came from (this stage lost the sequence's
+        // state) they cannot be verified: emit a plain sample of the first row instead, which
+        // is what decoding without drafts would have drawn.
+        verified.token = SampleRow(rows.subspan(0, vocab), sampling);
+      } else {
+        verified = VerifyDrafts(rows, vocab_size, spec.draft_ids, q, sampling);
       }
-      Verification verified = VerifyDrafts(rows, vocab_size, spec.draft_ids, q, sampling);
       token.set_token_id(verified.token);
       token.set_logprob(
           TokenLogprob(rows.subspan(verified.accepted.size() * vocab, vocab), verified.token));

@@ -22,8 +22,15 @@ constexpr int kMaxTokens = 40;
 std::vector<v1::GenerateRequest> Requests() {
   std::vector<v1::GenerateRequest> requests;
   for (const char* text :
-       {"In the beginning", "And it came to pass, when the king of Israel heard", "CYNIC, n.",
-        "And the LORD spake unto Moses, saying, Speak unto the children of"}) {
+       {"In the beginning God created the heaven and the earth. And the earth was without form, "
+        "and "
+        "void; and darkness was upon the face of the deep.",
+        "And it came to pass, when the king of Israel heard the words of the book of the law, that "
+        "he rent his clothes.",
+        "CYNIC, n. A blackguard whose faulty vision sees things as they are, not as they ought to "
+        "be.",
+        "And the LORD spake unto Moses, saying, Speak unto the children of Israel, and say unto "
+        "them, When ye be come into the land"}) {
     v1::GenerateRequest request;
     request.set_text(text);
     request.set_add_special_tokens(true);
@@ -93,13 +100,14 @@ Ring* SpeculativeRingTest::plain_ = nullptr;
 std::vector<std::vector<int32_t>> SpeculativeRingTest::expected_;
 
 TEST_F(SpeculativeRingTest, TwoStagesGreedyEqualsPlainDecoding) {
-  // Two micro-batches in flight, prefill chunks of 8 tokens, 20 KV blocks of 16 positions for
-  // four sequences of up to ~60 positions each: chunked prefill and preemption happen.
+  // Two micro-batches in flight, prefill chunks of 8 tokens, 10 KV blocks of 16 positions for
+  // four sequences of ~70 positions each: chunked prefill and preemption happen; the second
+  // round finds the prompts' full blocks in the prefix cache.
   auto ring = Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
                            .partition = {4, 4},
                            .micro_batches_in_flight = 2,
                            .max_tokens_per_micro_batch = 8,
-                           .kv_blocks = 12,
+                           .kv_blocks = 10,
                            .coordinator_args = SpeculationArgs(4)});
   ASSERT_TRUE(ring.ok()) << ring.status();
   ExpectPlainGreedy(**ring);
