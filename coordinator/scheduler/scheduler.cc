@@ -427,9 +427,11 @@ std::optional<MicroBatchPlan> Scheduler::NextMicroBatch() {
     auto it = s.sequences.find(id);
     if (it == s.sequences.end() || !it->second.decode_ready()) continue;  // preempted meanwhile
     State::Sequence& seq = it->second;
-    // With drafts: as many as the budget and the context allow (reserve may give fewer).
-    const int64_t drafts = std::min<int64_t>(static_cast<int64_t>(seq.drafts.size()),
-                                             std::max<int64_t>(0, budget - 1));
+    // With drafts: as many as the budget, max_tokens (so positions stay inside the context)
+    // and the KV cache allow (reserve may give fewer).
+    const int64_t drafts = std::min<int64_t>(
+        {static_cast<int64_t>(seq.drafts.size()), std::max<int64_t>(0, budget - 1),
+         std::max(0, seq.max_tokens - seq.num_generated() - 1)});
     const int64_t until = reserve(seq, seq.num_scheduled + 1 + drafts, true);
     if (until < 0) continue;
     if (speculates(seq) && until - seq.num_scheduled > 1) {

@@ -121,6 +121,26 @@ TEST(SpeculationSchedulerTest, AStopTokenInsideTheAcceptedDraftsEndsTheRequestTh
   EXPECT_EQ(next->entries[0].speculation.propose, 1);
 }
 
+TEST(SpeculationSchedulerTest, VerificationStaysWithinMaxTokens) {
+  Scheduler scheduler(SpeculatingOptions(4));
+  ASSERT_TRUE(scheduler.AddRequest(1, Prompt(3), MaxTokens(3)).ok());
+  auto prefill = scheduler.NextMicroBatch();
+  EXPECT_EQ(prefill->entries[0].speculation.propose, 2);
+  // More drafts than asked for: only what max_tokens leaves room for is verified.
+  std::vector<SpeculativeTokens> spec = {{.accepted = {}, .drafts = {5, 6, 7, 8}}};
+  ASSERT_TRUE(scheduler.OnMicroBatchDone(prefill->id, std::vector<int32_t>{4}, spec).ok());
+  auto verify = scheduler.NextMicroBatch();
+  ASSERT_TRUE(verify.has_value());
+  // [4, 5]: 4 is generated already, so 2 more tokens at most (one draft and the last token).
+  EXPECT_EQ(verify->batch.chunks[0].num_tokens, 2);
+  spec = {{.accepted = {5}, .drafts = {}}};
+  auto done = scheduler.OnMicroBatchDone(verify->id, std::vector<int32_t>{9}, spec);
+  ASSERT_TRUE(done.ok());
+  EXPECT_THAT(Emitted(*done), ElementsAre(5, 9));
+  EXPECT_EQ(done->tokens.back().finish_reason, FinishReason::kLength);
+  EXPECT_FALSE(scheduler.HasWork());
+}
+
 TEST(SpeculationSchedulerTest, MoreAcceptedDraftsThanVerifiedIsRefused) {
   Scheduler scheduler(SpeculatingOptions());
   ASSERT_TRUE(scheduler.AddRequest(1, Prompt(3), MaxTokens(50)).ok());

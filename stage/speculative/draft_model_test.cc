@@ -110,6 +110,8 @@ TEST(SpeculatorTest, GreedyVerificationEmitsPlainGreedyTokens) {
     std::vector<v1::PromptLogprobs> scores;
     ASSERT_TRUE(speculator.SampleInto(*target, plan, &tokens, &scores).ok());
     ASSERT_EQ(tokens.size(), 1u);
+    ASSERT_EQ(tokens[0].accepted_logprobs_size(), tokens[0].accepted_ids_size());
+    for (float logprob : tokens[0].accepted_logprobs()) EXPECT_LE(logprob, 0.0f);
     emitted.insert(emitted.end(), tokens[0].accepted_ids().begin(), tokens[0].accepted_ids().end());
     emitted.push_back(tokens[0].token_id());
     std::vector<int32_t> drafts(tokens[0].draft_ids().begin(), tokens[0].draft_ids().end());

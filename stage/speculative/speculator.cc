@@ -98,6 +98,10 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
       token.set_logprob(
           TokenLogprob(rows.subspan(verified.accepted.size() * vocab, vocab), verified.token));
       token.mutable_accepted_ids()->Add(verified.accepted.begin(), verified.accepted.end());
+      for (size_t i = 0; i < verified.accepted.size(); ++i) {
+        token.add_accepted_logprobs(
+            TokenLogprob(rows.subspan(i * vocab, vocab), verified.accepted[i]));
+      }
       ++stats_.verifications;
       stats_.drafts_verified += static_cast<int64_t>(spec.draft_ids.size());
       stats_.drafts_accepted += static_cast<int64_t>(verified.accepted.size());
