@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (issue 24): speculative decoding against plain decoding on one H200.
 # Trains a larger target with scripts/train_small_model.py and the committed tokenizer
-# (TARGET_SHAPE, default 12x768, TRAIN_S seconds), then serves it from a 1-stage CUDA ring twice —
+# (TARGET_SHAPE, default 12x768; STEPS of its cosine schedule, default 1000, within TRAIN_S
+# seconds, default 60), then serves it from a 1-stage CUDA ring twice —
 # plain, and with the committed draft models/ringserve-tiny-draft on the last stage — and
 # measures 1 and 8 streams (greedy, a KJV prompt, MAX_TOKENS each) with ringserve_loadgen; reads
 # the acceptance rate and tokens per verification step from /metrics. Results: $OUT/table.md,
 # logs in $OUT.
 # Run from the repository root with the carry unpacked or packed (bench/spec/make_carry.sh):
 #   bash .carry/h-spec/pack/device_run.sh      (after: tar -xJf .carry/h-spec/pack.tar.xz -C .carry/h-spec)
-# Env: TARGET_SHAPE, TRAIN_S (default 50), DURATION_S (default 6), MAX_TOKENS (default 128),
+# Env: TARGET_SHAPE, STEPS, TRAIN_S, DURATION_S (default 6), MAX_TOKENS (default 128),
 # K (default 4), SPEC_MAX_SEQS (default 4: speculation backs off above it), STREAMS ("1 8"),
 # DEVICE (cuda:0), TARGET (a model directory: skips training; e.g. models/ringserve-tiny with
 # DEVICE=cpu for a smoke test without a GPU).
@@ -31,7 +32,7 @@ if [ -n "${TARGET:-}" ]; then
 else
   "$py" "$pack/train_small_model.py" --corpus "$pack/corpus" --out /tmp/rs_spec_trained \
   --target-shape "$shape" --tokenizer models/ringserve-tiny/tokenizer.json \
-  --max-train-seconds "${TRAIN_S:-50}" --steps 100000 --eval-every 100000 >"$out/train.log" 2>&1 \
+  --max-train-seconds "${TRAIN_S:-60}" --steps "${STEPS:-1000}" --eval-every 100000 >"$out/train.log" 2>&1 \
   || { tail -20 "$out/train.log"; exit 1; }
 target=/tmp/rs_spec_trained/ringserve-target-$shape
 echo "target $shape trained in $(( $(date +%s) - start )) s: $(grep -E 'best|step .*loss' "$out/train.log" | tail -1)" \
