@@ -9,6 +9,16 @@
 
 namespace ringserve {
 
+int32_t DrawDraft(std::span<const float> logits, const RowSampling& sampling, uint64_t token_index,
+                  std::vector<double>* probs) {
+  if (sampling.config.temperature == 0.0f) return GreedyToken(logits);
+  std::vector<double> q = SamplingDistribution(logits, sampling.config);
+  const int32_t token = DrawFromDistribution(
+      q, SpeculativeUniform(sampling.config, token_index, SpeculativeDraw::kDraft));
+  probs->insert(probs->end(), q.begin(), q.end());
+  return token;
+}
+
 DraftModel::DraftModel(std::unique_ptr<ModelSlice> slice, int max_batch_tokens)
     : slice_(std::move(slice)), max_batch_tokens_(std::max(1, max_batch_tokens)) {
   const int blocks = slice_->options().kv_num_blocks;
@@ -96,18 +106,8 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(
   // Draws draft j of request r from its logits row.
   auto draw = [&](size_t r, std::span<const float> row) {
     const Request& request = requests[r];
-    Sequence& seq = *seqs[r];
-    const uint64_t token_index = request.sampling.token_index + drafts[r].size();
-    int32_t token;
-    if (request.sampling.config.temperature == 0.0f) {
-      token = GreedyToken(row);
-    } else {
-      std::vector<double> q = SamplingDistribution(row, request.sampling.config);
-      token = DrawFromDistribution(
-          q, SpeculativeUniform(request.sampling.config, token_index, SpeculativeDraw::kDraft));
-      seq.probs.insert(seq.probs.end(), q.begin(), q.end());
-    }
-    drafts[r].push_back(token);
+    drafts[r].push_back(DrawDraft(
+        row, request.sampling, request.sampling.token_index + drafts[r].size(), &seqs[r]->probs));
   };
 
   // Runs pieces in batches of at most max_batch_tokens_ tokens; calls on_row(piece, row) for

@@ -22,39 +22,28 @@
 #include "ring/sampling_config.h"
 #include "ring/speculation_wire.h"
 #include "stage/model/model_slice.h"
+#include "stage/speculative/drafter.h"
 
 namespace ringserve {
 
-class DraftModel {
+class DraftModel : public Drafter {
  public:
   // `slice` holds every layer of the draft model (first and last). `max_batch_tokens` bounds
   // the tokens of one draft forward (a long context is fed in pieces).
   DraftModel(std::unique_ptr<ModelSlice> slice, int max_batch_tokens);
 
   const ModelConfig& config() const { return slice_->config(); }
+  int vocab_size() const override { return slice_->config().vocab_size; }
 
-  // Applies a chunk's context (cut to context_start, then extended). A context that starts
-  // past what this model knows (its state was lost) leaves the sequence without drafts until
-  // it starts at 0 again.
-  void Sync(uint64_t seq_id, const ChunkSpeculationWire& speculation);
-  void Release(uint64_t seq_id);
-
-  struct Request {
-    uint64_t seq_id = 0;
-    std::vector<int32_t> emitted{};  // tokens emitted this step, after the synced context
-    int k = 0;                       // drafts wanted
-    RowSampling sampling{};          // token_index: the index of the first draft
-  };
+  void Sync(uint64_t seq_id, const ChunkSpeculationWire& speculation) override;
+  void Release(uint64_t seq_id) override;
   // Proposes drafts for every request, batched: the context not yet in the cache first, then
-  // one token per round. One entry per request; fewer than k drafts (possibly none) when the
-  // sequence's state was lost or its KV blocks could not be had.
-  absl::StatusOr<std::vector<std::vector<int32_t>>> Propose(std::span<const Request> requests);
-
-  // [drafts, vocab] distributions of the sequence's last drafts (sampled requests only); empty
-  // when unknown.
-  std::span<const double> DraftProbabilities(uint64_t seq_id) const;
-  // The last drafts proposed for the sequence.
-  std::span<const int32_t> LastDrafts(uint64_t seq_id) const;
+  // one token per round. Fewer than k drafts (possibly none) when the sequence's state was
+  // lost or its KV blocks could not be had.
+  absl::StatusOr<std::vector<std::vector<int32_t>>> Propose(
+      std::span<const Request> requests) override;
+  std::span<const double> DraftProbabilities(uint64_t seq_id) const override;
+  std::span<const int32_t> LastDrafts(uint64_t seq_id) const override;
 
   int num_sequences() const { return static_cast<int>(sequences_.size()); }
   int free_blocks() const { return static_cast<int>(free_blocks_.size()); }

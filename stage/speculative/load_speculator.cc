@@ -5,12 +5,15 @@
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "ring/model_config.h"
+#include "stage/model/cpu_model_slice.h"
+#include "stage/speculative/draft_model.h"
+#include "stage/speculative/mtp_drafter.h"
 #include "stage/stage_backend.h"
 
 namespace ringserve {
 
 absl::StatusOr<std::unique_ptr<Speculator>> LoadSpeculator(const v1::ConfigureRequest& request,
-                                                           const ModelSlice& target) {
+                                                           ModelSlice& target) {
   const bool wanted = !request.speculative_model_dir().empty() || request.speculative_mtp();
   if (!wanted || !target.is_last()) return std::unique_ptr<Speculator>();
   const int k = request.num_speculative_tokens();
@@ -19,9 +22,16 @@ absl::StatusOr<std::unique_ptr<Speculator>> LoadSpeculator(const v1::ConfigureRe
         fmt::format("num_speculative_tokens = {}: must be in [1, 16] with speculation", k));
   }
   if (request.speculative_mtp()) {
-    return absl::UnimplementedError(
-        "speculative_mtp: drafting with a DeepSeek MTP layer is not implemented on the serving "
-        "path yet (use speculative_model_dir)");
+    auto* cpu = dynamic_cast<CpuModelSlice*>(&target);
+    if (cpu == nullptr) {
+      return absl::UnimplementedError(
+          "speculative_mtp: drafting with the MTP layer needs a CPU last stage for now");
+    }
+    if (cpu->mtp() == nullptr) {
+      return absl::InvalidArgumentError(fmt::format(
+          "speculative_mtp: {} has no (dense) MTP layer to draft with", request.model_dir()));
+    }
+    return std::make_unique<Speculator>(std::make_unique<MtpDrafter>(cpu), k);
   }
   RS_ASSIGN_OR_RETURN(ModelConfig draft_config, LoadModelConfig(request.speculative_model_dir()));
   if (draft_config.vocab_size != target.config().vocab_size) {

@@ -18,7 +18,7 @@ int64_t RowsOf(const SequenceChunk& chunk) {
 
 }  // namespace
 
-Speculator::Speculator(std::unique_ptr<DraftModel> draft, int max_drafts)
+Speculator::Speculator(std::unique_ptr<Drafter> draft, int max_drafts)
     : draft_(std::move(draft)), max_drafts_(max_drafts) {}
 
 bool Speculator::Applies(const DecodedPlan& plan) {
@@ -38,10 +38,10 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
   const std::vector<SequenceChunk>& chunks = plan.batch.chunks;
   const int vocab_size = target.config().vocab_size;
   const size_t vocab = static_cast<size_t>(vocab_size);
-  if (draft_->config().vocab_size != vocab_size) {
+  if (draft_->vocab_size() != vocab_size) {
     return absl::FailedPreconditionError(
         fmt::format("the draft model's vocabulary ({}) differs from the model's ({})",
-                    draft_->config().vocab_size, vocab_size));
+                    draft_->vocab_size(), vocab_size));
   }
   for (size_t c = 0; c < chunks.size(); ++c) {
     const ChunkSpeculationWire& spec = plan.outputs[c].speculation;
@@ -54,6 +54,8 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
     draft_->Sync(chunks[c].seq_id, spec);
   }
 
+  RS_RETURN_IF_ERROR(draft_->ObserveTarget(target, plan));
+
   // The ordinary outputs first (verification chunks sample their last row here too; that token
   // is replaced below).
   RS_ASSIGN_OR_RETURN(std::vector<float> logits, target.LogitsToHost());
@@ -62,7 +64,7 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
     if (scores.logprobs_size() > 0) prompt_logprobs->push_back(std::move(scores));
   }
 
-  std::vector<DraftModel::Request> requests;
+  std::vector<Drafter::Request> requests;
   std::vector<size_t> request_token;  // index into outputs.tokens
   int64_t row = 0;
   size_t next_token = 0;

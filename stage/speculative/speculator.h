@@ -18,7 +18,7 @@
 #include "proto/stage.pb.h"
 #include "ring/plan_codec.h"
 #include "stage/model/model_slice.h"
-#include "stage/speculative/draft_model.h"
+#include "stage/speculative/drafter.h"
 
 namespace ringserve {
 
@@ -32,7 +32,7 @@ struct SpeculatorStats {
 class Speculator {
  public:
   // `max_drafts`: the most drafts a chunk may ask for (ConfigureRequest.num_speculative_tokens).
-  Speculator(std::unique_ptr<DraftModel> draft, int max_drafts);
+  Speculator(std::unique_ptr<Drafter> draft, int max_drafts);
 
   // Whether `plan` carries speculation (a chunk's ChunkSpeculation or released sequences).
   static bool Applies(const DecodedPlan& plan);
@@ -47,7 +47,7 @@ class Speculator {
   SpeculatorStats stats() const;
 
  private:
-  std::unique_ptr<DraftModel> draft_;
+  std::unique_ptr<Drafter> draft_;
   int max_drafts_;
   SpeculatorStats stats_;
 };

@@ -171,6 +171,39 @@ TEST(SpeculativeRingSelfDraftTest, ADraftOfItselfIsAlwaysAccepted) {
   EXPECT_GT(stats->speculative_verification_tokens(), 3 * stats->speculative_verifications());
 }
 
+// DeepSeek's MTP layer drafting on the CPU last stage (random-weight fixture with a dense MTP
+// layer): greedy output equals plain decoding through 1 and 2 stages, and drafts were verified.
+TEST(SpeculativeRingMtpTest, MtpGreedyEqualsPlainDecoding) {
+  const std::string model = FixtureModel("deepseek_v3");
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> prompt;
+    for (int t = 0; t < 9 + 5 * i; ++t) prompt.push_back((7 * t + 13 * i + 3) % 120 + 2);
+    requests.push_back(IdsRequest(prompt, 24));
+  }
+  auto plain = Ring::Start({.model_dir = model, .partition = {2, 2}});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::vector<Generation> expected = RunConcurrently(**plain, requests);
+  for (const std::vector<int>& partition : {std::vector<int>{2, 2}, std::vector<int>{4}}) {
+    auto ring =
+        Ring::Start({.model_dir = model,
+                     .partition = partition,
+                     .coordinator_args = {"--speculative_mtp", "--num_speculative_tokens", "1"}});
+    ASSERT_TRUE(ring.ok()) << ring.status();
+    std::vector<Generation> got = RunConcurrently(**ring, requests);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+      EXPECT_EQ(got[i].tokens, expected[i].tokens) << "request " << i;
+    }
+    auto stats = (*ring)->SettledStats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_GT(stats->speculative_drafts_verified(), 0);
+    std::printf("mtp, %zu stage(s): %lld of %lld drafts accepted\n", partition.size(),
+                static_cast<long long>(stats->speculative_drafts_accepted()),
+                static_cast<long long>(stats->speculative_drafts_verified()));
+  }
+}
+
 TEST(SpeculativeRingFlagsTest, BadSpeculationFlagsAreRefused) {
   auto result = RunCoordinatorToExit({"--num_speculative_tokens", "0", "--speculative_model",
                                       SourceDir() + "/models/ringserve-tiny-draft"},
