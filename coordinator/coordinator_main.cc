@@ -86,6 +86,13 @@ ABSL_FLAG(std::string, packing, "spread", "scheduler packing: spread or packed")
 ABSL_FLAG(bool, plan_ahead, true,
           "plan each micro-batch's next step while it runs; stage 0 gets the sampled tokens "
           "from the last stage (coordinator/plan_ahead.h)");
+ABSL_FLAG(std::string, speculative_model, "",
+          "speculative decoding: a draft model directory (same tokenizer), run on the last stage");
+ABSL_FLAG(bool, speculative_mtp, false,
+          "speculative decoding with a DeepSeek checkpoint's MTP layer (CPU last stage, 1 draft)");
+ABSL_FLAG(int, num_speculative_tokens, 4, "speculative decoding: drafts per step at most (1-16)");
+ABSL_FLAG(int, speculative_max_sequences, 16,
+          "speculative decoding backs off while more sequences than this decode at once");
 ABSL_FLAG(int, ready_fd, -1,
           "file descriptor to write the bound API address and a newline to once serving");
 
@@ -146,6 +153,8 @@ struct Flags {
   std::string stage_binary;
   std::string packing = "spread";
   bool plan_ahead = true;
+  SpeculationBringUp speculation;
+  int speculative_max_sequences = 16;
   int ready_fd = -1;
 };
 
@@ -189,6 +198,19 @@ absl::StatusOr<Flags> ReadFlags() {
   flags.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
   flags.ring_down_timeout_s = absl::GetFlag(FLAGS_ring_down_timeout);
   flags.stage_binary = absl::GetFlag(FLAGS_stage_binary);
+  flags.speculation.draft_model_dir = absl::GetFlag(FLAGS_speculative_model);
+  flags.speculation.mtp = absl::GetFlag(FLAGS_speculative_mtp);
+  flags.speculation.num_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  flags.speculative_max_sequences = absl::GetFlag(FLAGS_speculative_max_sequences);
+  if (flags.speculation.enabled() &&
+      (flags.speculation.num_tokens < 1 || flags.speculation.num_tokens > 16)) {
+    return absl::InvalidArgumentError(fmt::format("--num_speculative_tokens: {} is not in [1, 16]",
+                                                  flags.speculation.num_tokens));
+  }
+  if (!flags.speculation.draft_model_dir.empty() && flags.speculation.mtp) {
+    return absl::InvalidArgumentError(
+        "--speculative_model and --speculative_mtp: choose one way to draft");
+  }
   flags.packing = absl::GetFlag(FLAGS_packing);
   if (flags.packing != "spread" && flags.packing != "packed") {
     return absl::InvalidArgumentError("--packing: expected spread or packed");
@@ -259,7 +281,20 @@ int Run(int argc, char** argv) {
     }
     std::fprintf(stderr, "coordinator: starting %d local stage(s) of %s on %s\n",
                  ring->num_stages(), binary.c_str(), ring->model_dir.c_str());
-    auto launched = LocalStages::Launch(binary, *ring, absl::Seconds(30));
+    // The stages may load the model and the draft model: the deepest directory holding both.
+    std::string model_root;
+    if (!flags->speculation.draft_model_dir.empty()) {
+      std::filesystem::path root = std::filesystem::absolute(ring->model_dir).lexically_normal();
+      const std::filesystem::path draft =
+          std::filesystem::absolute(flags->speculation.draft_model_dir).lexically_normal();
+      while (root.has_relative_path() &&
+             std::mismatch(root.begin(), root.end(), draft.begin(), draft.end()).first !=
+                 root.end()) {
+        root = root.parent_path();
+      }
+      model_root = root.string();
+    }
+    auto launched = LocalStages::Launch(binary, *ring, absl::Seconds(30), model_root);
     if (!launched.ok()) return fail(launched.status());
     local.emplace(std::move(*launched));
     ring->ring_secret_file = local->secret_file();
@@ -310,6 +345,7 @@ int Run(int argc, char** argv) {
 
   BringUpOptions bring_up{.ring = *ring,
                           .connect_timeout = absl::Seconds(flags->connect_timeout_s)};
+  bring_up.speculation = flags->speculation;
   bring_up.on_progress = [&front](const StageProgress& p) {
     if (p.stage < 0) {
       std::fprintf(stderr, "coordinator: %s\n", p.message.c_str());
@@ -325,6 +361,7 @@ int Run(int argc, char** argv) {
       {.bring_up = bring_up,
        .packing = flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread,
        .plan_ahead = flags->plan_ahead,
+       .speculation_max_sequences = flags->speculative_max_sequences,
        .local_stages = local ? &*local : nullptr,
        .ring_down_timeout = absl::Seconds(flags->ring_down_timeout_s)});
   if (!engine.ok()) {

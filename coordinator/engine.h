@@ -121,6 +121,11 @@ struct RequestStats {
   int64_t prefix_hit_tokens = 0;     // of those, found in the prefix cache (prefill skipped)
   int64_t ahead_decodes = 0;         // decodes planned ahead (coordinator/plan_ahead.h)
   int64_t ahead_discarded = 0;       // of those, tokens discarded (the sequence had finished)
+  // Speculative decoding, cumulative (coordinator/scheduler/speculation.h).
+  int64_t speculative_verifications = 0;        // verification chunks
+  int64_t speculative_drafts_verified = 0;      // drafts they carried
+  int64_t speculative_drafts_accepted = 0;      // of those, accepted
+  int64_t speculative_verification_tokens = 0;  // tokens they emitted (accepted + 1 each)
 };
 
 // One finished request's timings (recent ones, for the dashboard and /metrics).

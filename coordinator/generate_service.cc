@@ -348,6 +348,10 @@ grpc::Status GenerateService::Stats(grpc::ServerContext* context, const v1::Stat
   response->set_prefix_hit_tokens(r.prefix_hit_tokens);
   response->set_ahead_decodes(r.ahead_decodes);
   response->set_ahead_discarded(r.ahead_discarded);
+  response->set_speculative_verifications(r.speculative_verifications);
+  response->set_speculative_drafts_verified(r.speculative_drafts_verified);
+  response->set_speculative_drafts_accepted(r.speculative_drafts_accepted);
+  response->set_speculative_verification_tokens(r.speculative_verification_tokens);
   response->set_mean_inter_token_ms(r.mean_inter_token_ms);
   response->set_micro_batches_in_flight(r.micro_batches_in_flight);
   return grpc::Status::OK;

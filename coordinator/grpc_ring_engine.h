@@ -17,6 +17,9 @@ struct GrpcRingEngineOptions {
   DecodePacking packing = DecodePacking::kSpread;
   // Plans sent ahead (coordinator/plan_ahead.h); the ring gets its token back edge.
   bool plan_ahead = true;
+  // Speculative decoding: back off while more sequences than this decode at once
+  // (SpeculationOptions::max_decoding_sequences); k at most is bring_up.speculation.num_tokens.
+  int speculation_max_sequences = SpeculationOptions{}.max_decoding_sequences;
   // Local stage processes of an embedded ring, started again when they exited; not owned,
   // must outlive the engine. Null for stages under a supervisor (hosts.yaml).
   LocalStages* local_stages = nullptr;

@@ -28,7 +28,8 @@ absl::StatusOr<std::string> FindStageBinary(const std::string& self_path) {
 }
 
 absl::StatusOr<LocalStages> LocalStages::Launch(const std::string& stage_binary,
-                                                const RingConfig& ring, absl::Duration timeout) {
+                                                const RingConfig& ring, absl::Duration timeout,
+                                                const std::string& model_root) {
   LocalStages stages;
   std::string dir_template =
       (std::filesystem::temp_directory_path() / "ringserve-ring-XXXXXX").string();
@@ -40,7 +41,7 @@ absl::StatusOr<LocalStages> LocalStages::Launch(const std::string& stage_binary,
   stages.secret_file_ = dir_template + "/ring.secret";
   RS_RETURN_IF_ERROR(RingSecret::Create(stages.secret_file_).status());
   stages.stage_binary_ = stage_binary;
-  stages.model_dir_ = ring.model_dir;
+  stages.model_dir_ = model_root.empty() ? ring.model_dir : model_root;
   for (const StageConfig& stage : ring.stages) stages.endpoints_.push_back(stage.endpoint());
   for (size_t i = 0; i < stages.endpoints_.size(); ++i) {
     RS_ASSIGN_OR_RETURN(Subprocess process, stages.Spawn(static_cast<int>(i)));

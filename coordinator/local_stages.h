@@ -25,9 +25,11 @@ absl::StatusOr<std::string> FindStageBinary(const std::string& self_path);
 class LocalStages {
  public:
   // Starts one stage per entry of `ring.stages` and waits (up to `timeout` each) until each
-  // listens on its control port.
+  // listens on its control port. `model_root` bounds what the stages load (default: the model
+  // directory; a directory above it when a draft model lies beside it).
   static absl::StatusOr<LocalStages> Launch(const std::string& stage_binary, const RingConfig& ring,
-                                            absl::Duration timeout);
+                                            absl::Duration timeout,
+                                            const std::string& model_root = "");
   LocalStages(LocalStages&& other) noexcept
       : stage_binary_(std::move(other.stage_binary_)),
         endpoints_(std::move(other.endpoints_)),

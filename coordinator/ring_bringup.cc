@@ -95,6 +95,11 @@ absl::StatusOr<FormedRing> FormGrpcRing(const BringUpOptions& options, const Mod
     request.set_kv_block_size(block_size);
     request.set_kv_num_blocks(kv_blocks[i]);
     request.set_max_batch_tokens(ring.scheduler.max_tokens_per_micro_batch);
+    if (i == num_stages - 1 && options.speculation.enabled()) {
+      request.set_speculative_model_dir(options.speculation.draft_model_dir);
+      request.set_speculative_mtp(options.speculation.mtp);
+      request.set_num_speculative_tokens(options.speculation.num_tokens);
+    }
     if (stage.device.is_cuda()) {
       request.set_memory_fraction(options.gpu_memory_utilization /
                                   stages_per_gpu[{stage.host, stage.device.index}]);

@@ -27,6 +27,15 @@ struct StageProgress {
 };
 using ProgressCallback = std::function<void(const StageProgress&)>;
 
+// Speculative decoding (coordinator --speculative_model / --speculative_mtp): what the last
+// stage is configured with (ConfigureRequest speculative_*).
+struct SpeculationBringUp {
+  std::string draft_model_dir{};  // empty and !mtp: off
+  bool mtp = false;
+  int num_tokens = 0;  // k at most
+  bool enabled() const { return !draft_model_dir.empty() || mtp; }
+};
+
 struct BringUpOptions {
   RingConfig ring{};  // validated (hosts.yaml or the embedded default)
   // Bounded wait for each stage's control endpoint to accept a connection.
@@ -43,6 +52,7 @@ struct BringUpOptions {
   ProgressCallback on_progress{};  // any thread, serialized; may be empty
   // Connect the token back edge, last stage -> stage 0 (plan-ahead, proto/stage.proto).
   bool token_back_edge = false;
+  SpeculationBringUp speculation{};
 };
 
 // The KV blocks to ask each stage for: scheduler.kv_blocks when set; scheduler.kv_budget

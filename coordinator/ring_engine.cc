@@ -7,8 +7,8 @@
 
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "coordinator/sampling_extras.h"
 #include "coordinator/plan_ahead.h"
+#include "coordinator/sampling_extras.h"
 #include "fmt/format.h"
 #include "ring/plan_codec.h"
 #include "ring/sampling_config.h"
@@ -394,6 +394,7 @@ std::vector<std::pair<int, v1::StepPlan>> RingEngine::PlanLocked() {
     std::vector<ChunkSamplingWire> sampling(plan->entries.size());
     for (size_t i = 0; i < plan->entries.size(); ++i) {
       const PlannedChunk& entry = plan->entries[i];
+      sampling[i].speculation = entry.speculation;
       auto it = requests_.find(entry.seq_id);
       if (it == requests_.end()) continue;
       Request& r = *it->second;
@@ -410,8 +411,8 @@ std::vector<std::pair<int, v1::StepPlan>> RingEngine::PlanLocked() {
           SuppressedTokenIds(r.sampling, options_.scheduler.eos_token_ids, entry.token_index);
     }
     for (int s = 0; s < num_stages; ++s) {
-      plans.emplace_back(
-          s, EncodeStepPlan(plan->id, plan->batch, sampling, s == 0, s == num_stages - 1));
+      plans.emplace_back(s, EncodeStepPlan(plan->id, plan->batch, sampling, s == 0,
+                                           s == num_stages - 1, plan->released_speculation));
       if (scheduler_->options().plan_ahead) {
         AddPlanAheadFields(*plan, s == 0, s == num_stages - 1, &plans.back().second);
       }
@@ -441,9 +442,21 @@ absl::Status RingEngine::HandleResult(const v1::StepResult& result, std::vector<
   for (const v1::PromptLogprobs& scores : result.prompt_logprobs()) StorePromptLogprobs(scores);
   std::vector<int32_t> tokens;
   tokens.reserve(result.tokens_size());
-  for (const auto& t : result.tokens()) tokens.push_back(t.token_id());
+  std::vector<SpeculativeTokens> speculation;  // empty unless the stage speculated
+  for (const auto& t : result.tokens()) {
+    tokens.push_back(t.token_id());
+    if (t.accepted_ids_size() > 0 || t.draft_ids_size() > 0) speculation.resize(tokens.size());
+  }
+  if (!speculation.empty()) {
+    speculation.resize(tokens.size());
+    for (int i = 0; i < result.tokens_size(); ++i) {
+      const v1::SampledToken& t = result.tokens(i);
+      speculation[i].accepted.assign(t.accepted_ids().begin(), t.accepted_ids().end());
+      speculation[i].drafts.assign(t.draft_ids().begin(), t.draft_ids().end());
+    }
+  }
   absl::StatusOr<MicroBatchResult> done =
-      scheduler_->OnMicroBatchDone(result.micro_batch_id(), tokens);
+      scheduler_->OnMicroBatchDone(result.micro_batch_id(), tokens, speculation);
   if (!done.ok()) {
     return absl::InternalError(fmt::format("micro-batch {}: {}", result.micro_batch_id(),
                                            std::string(done.status().message())));

@@ -73,6 +73,10 @@ void RingTelemetry::CarrySchedulerCounters(const SchedulerStats& stats) {
   counters_.prefix_hit_tokens += stats.prefix_hit_tokens;
   counters_.ahead_decodes += stats.ahead_decodes;
   counters_.ahead_discarded += stats.ahead_discarded;
+  counters_.speculative_verifications += stats.verification_chunks;
+  counters_.speculative_drafts_verified += stats.drafts_verified;
+  counters_.speculative_drafts_accepted += stats.drafts_accepted;
+  counters_.speculative_verification_tokens += stats.tokens_from_verification;
 }
 
 void RingTelemetry::OnRingReformed(int resumed) {
@@ -146,6 +150,14 @@ RingStats RingTelemetry::Snapshot(int64_t now_us, const SchedulerStats& sched, i
   stats.requests.prefix_hit_tokens = counters_.prefix_hit_tokens + sched.prefix_hit_tokens;
   stats.requests.ahead_decodes = counters_.ahead_decodes + sched.ahead_decodes;
   stats.requests.ahead_discarded = counters_.ahead_discarded + sched.ahead_discarded;
+  stats.requests.speculative_verifications =
+      counters_.speculative_verifications + sched.verification_chunks;
+  stats.requests.speculative_drafts_verified =
+      counters_.speculative_drafts_verified + sched.drafts_verified;
+  stats.requests.speculative_drafts_accepted =
+      counters_.speculative_drafts_accepted + sched.drafts_accepted;
+  stats.requests.speculative_verification_tokens =
+      counters_.speculative_verification_tokens + sched.tokens_from_verification;
   while (!recent_tokens_.empty() && recent_tokens_.front().first < now_us - kTokenWindowUs) {
     recent_tokens_.pop_front();
   }

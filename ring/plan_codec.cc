@@ -1,8 +1,40 @@
 #include "ring/plan_codec.h"
 
+#include "common/status_macros.h"
 #include "fmt/format.h"
 
 namespace ringserve {
+namespace {
+
+// The most drafts one chunk may verify or ask for.
+constexpr int kMaxDraftsPerChunk = 64;
+
+absl::Status DecodeChunkSpeculation(const v1::ChunkPlan& c, const std::string& where,
+                                    ChunkSpeculationWire* out) {
+  const v1::ChunkSpeculation& s = c.speculation();
+  if (s.context_start() < 0 || s.propose() < 0 || s.propose() > kMaxDraftsPerChunk ||
+      s.draft_ids_size() > kMaxDraftsPerChunk) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: speculation context_start {}, propose {}, {} drafts out of range", where,
+                    s.context_start(), s.propose(), s.draft_ids_size()));
+  }
+  if (s.draft_ids_size() > 0 &&
+      (c.logits() != v1::LOGITS_ALL_TOKENS || !c.has_sampling() ||
+       c.num_tokens() != 1 + s.draft_ids_size() || c.score_token_ids_size() != 0)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: a verification chunk of {} drafts needs ALL_TOKENS logits, sampling, {} tokens and "
+        "no score ids (has {} tokens)",
+        where, s.draft_ids_size(), 1 + s.draft_ids_size(), c.num_tokens()));
+  }
+  out->active = true;
+  out->context_start = s.context_start();
+  out->context_ids.assign(s.context_ids().begin(), s.context_ids().end());
+  out->draft_ids.assign(s.draft_ids().begin(), s.draft_ids().end());
+  out->propose = s.propose();
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_first, bool is_last,
                                            int kv_block_size) {
@@ -51,8 +83,12 @@ absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_fir
     ChunkOutput output;
     output.samples = chunk.logits == LogitsMode::kLastToken ||
                      (chunk.logits == LogitsMode::kAllTokens && c.has_sampling());
+    if (is_last && c.has_speculation()) {
+      RS_RETURN_IF_ERROR(DecodeChunkSpeculation(c, where, &output.speculation));
+    }
+    const bool verifies = !output.speculation.draft_ids.empty();
     if (chunk.logits == LogitsMode::kAllTokens) {
-      const int expected = c.num_tokens() - (output.samples ? 1 : 0);
+      const int expected = verifies ? 0 : c.num_tokens() - (output.samples ? 1 : 0);
       if (is_last && c.score_token_ids_size() != expected) {
         return absl::InvalidArgumentError(fmt::format(
             "{}: {} score token ids for {} tokens (the chunk {})", where, c.score_token_ids_size(),
@@ -85,6 +121,8 @@ absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_fir
     out.batch.chunks.push_back(std::move(chunk));
     if (is_last) out.outputs.push_back(std::move(output));
   }
+  if (is_last)
+    out.released_seq_ids.assign(plan.released_seq_ids().begin(), plan.released_seq_ids().end());
   if (is_first) {
     if (plan.token_ids_size() != total) {
       return absl::InvalidArgumentError(fmt::format(
@@ -97,7 +135,7 @@ absl::StatusOr<DecodedPlan> DecodeStepPlan(const v1::StepPlan& plan, bool is_fir
 
 v1::StepPlan EncodeStepPlan(uint64_t micro_batch_id, const MicroBatch& batch,
                             const std::vector<ChunkSamplingWire>& sampling, bool is_first,
-                            bool is_last) {
+                            bool is_last, const std::vector<uint64_t>& released_seq_ids) {
   v1::StepPlan plan;
   plan.set_micro_batch_id(micro_batch_id);
   for (size_t i = 0; i < batch.chunks.size(); ++i) {
@@ -129,6 +167,17 @@ v1::StepPlan EncodeStepPlan(uint64_t micro_batch_id, const MicroBatch& batch,
       s->mutable_suppress_token_ids()->Add(sampling[i].suppress_token_ids.begin(),
                                            sampling[i].suppress_token_ids.end());
     }
+    if (is_last && i < sampling.size() && sampling[i].speculation.active) {
+      const ChunkSpeculationWire& spec = sampling[i].speculation;
+      v1::ChunkSpeculation* w = c->mutable_speculation();
+      w->set_context_start(spec.context_start);
+      w->mutable_context_ids()->Add(spec.context_ids.begin(), spec.context_ids.end());
+      w->mutable_draft_ids()->Add(spec.draft_ids.begin(), spec.draft_ids.end());
+      w->set_propose(spec.propose);
+    }
+  }
+  if (is_last) {
+    plan.mutable_released_seq_ids()->Add(released_seq_ids.begin(), released_seq_ids.end());
   }
   if (is_first) plan.mutable_token_ids()->Add(batch.token_ids.begin(), batch.token_ids.end());
   return plan;

@@ -9,6 +9,7 @@
 #include "proto/stage.pb.h"
 #include "ring/micro_batch.h"
 #include "ring/sampling_config.h"
+#include "ring/speculation_wire.h"
 
 namespace ringserve {
 
@@ -17,6 +18,9 @@ struct ChunkOutput {
   bool samples = false;  // one token sampled from the chunk's last logits row
   // ALL_TOKENS chunks (prompt log-probabilities): row i is scored against score_token_ids[i].
   std::vector<int32_t> score_token_ids{};
+  // A sequence that speculates (ring/speculation_wire.h); a verification chunk has draft ids,
+  // ALL_TOKENS logits, 1 + draft_ids.size() tokens, samples and scores nothing.
+  ChunkSpeculationWire speculation{};
 };
 
 // What a stage runs for one plan: the micro-batch and, on the last stage, one sampling request
@@ -25,7 +29,8 @@ struct ChunkOutput {
 struct DecodedPlan {
   MicroBatch batch{};
   std::vector<RowSampling> sampling{};
-  std::vector<ChunkOutput> outputs{};  // last stage only: one per chunk
+  std::vector<ChunkOutput> outputs{};        // last stage only: one per chunk
+  std::vector<uint64_t> released_seq_ids{};  // last stage only: speculation state to drop
 };
 
 // Checks and converts a plan. `is_first`: token ids must cover every chunk's tokens exactly;
@@ -44,12 +49,15 @@ struct ChunkSamplingWire {
   std::vector<int32_t> score_token_ids{};     // kAllTokens chunks: see ChunkOutput
   int top_logprobs = 0;                       // see RowSampling
   std::vector<int32_t> suppress_token_ids{};  // see RowSampling
+  std::vector<int32_t> score_token_ids{};     // kAllTokens chunks: see ChunkOutput
+  ChunkSpeculationWire speculation{};         // last stage: see ChunkOutput
 };
 
 // Builds the plan for one stage. Token ids go to the first stage only; `sampling` (one entry
-// per chunk, used where the chunk's logits are kLastToken) to the last stage only.
+// per chunk, used where the chunk's logits are kLastToken) and `released_seq_ids` to the last
+// stage only.
 v1::StepPlan EncodeStepPlan(uint64_t micro_batch_id, const MicroBatch& batch,
                             const std::vector<ChunkSamplingWire>& sampling, bool is_first,
-                            bool is_last);
+                            bool is_last, const std::vector<uint64_t>& released_seq_ids = {});
 
 }  // namespace ringserve

@@ -204,7 +204,7 @@ def train_model(name, cfg, train_ids, val_windows, args, steps, log):
     best = (float("inf"), -1, None)
     t0 = time.time()
     model.train()
-    budget_s = args.max_train_seconds * (1.0 if name == "ringserve-tiny" else 0.4)
+    budget_s = args.max_train_seconds * (0.4 if name == "ringserve-tiny-draft" else 1.0)
     for step in range(steps):
         if time.time() - t0 > budget_s:
             log(f"{name}: stopping at step {step} of {steps}: the time budget of {budget_s:.0f} s "
@@ -347,6 +347,13 @@ def main():
     ap.add_argument("--max-positions", type=int, default=1024)
     ap.add_argument("--smoke", action="store_true",
                     help="a quick check of the whole script: few steps, small evaluations")
+    ap.add_argument("--target-shape", default="",
+                    help="LAYERSxHIDDEN (e.g. 12x768): train only a target of that shape into "
+                         "OUT/ringserve-target-LAYERSxHIDDEN, without draft, goldens or "
+                         "perplexity (a larger target for speculative-decoding benchmarks)")
+    ap.add_argument("--tokenizer", default="",
+                    help="a tokenizer.json to use instead of training one (e.g. the committed "
+                         "models/ringserve-tiny/tokenizer.json, so drafts and targets share it)")
     args = ap.parse_args()
     if args.smoke:
         args.steps, args.draft_steps, args.eval_every = 6, 4, 3
@@ -379,7 +386,11 @@ def main():
         f"{len(heldout_docs)}")
 
     seed_everything(args.seed)
-    tok = train_tokenizer(train_docs_all, args.vocab_size, log)
+    if args.tokenizer:
+        tok = Tokenizer.from_file(args.tokenizer)
+        log(f"tokenizer: {args.tokenizer} ({tok.get_vocab_size()} ids)")
+    else:
+        tok = train_tokenizer(train_docs_all, args.vocab_size, log)
     bos_id, eos_id = tok.token_to_id(BOS), tok.token_to_id(EOS)
     train_ids = token_stream(tok, train_docs)
     val_ids = token_stream(tok, val_docs)
@@ -395,8 +406,16 @@ def main():
     os.makedirs(golden_dir, exist_ok=True)
     heldout = heldout_docs[:3] if args.smoke else heldout_docs
     windows = perplexity_windows(tok, heldout, args.window)
-    for name, shape, steps in (("ringserve-tiny", MAIN_SHAPE, args.steps),
-                               ("ringserve-tiny-draft", DRAFT_SHAPE, args.draft_steps)):
+    plan = (("ringserve-tiny", MAIN_SHAPE, args.steps),
+            ("ringserve-tiny-draft", DRAFT_SHAPE, args.draft_steps))
+    if args.target_shape:
+        layers, hidden = (int(v) for v in args.target_shape.split("x"))
+        heads = hidden // 64
+        shape = dict(MAIN_SHAPE, hidden_size=hidden, intermediate_size=3 * hidden,
+                     num_hidden_layers=layers, num_attention_heads=heads,
+                     num_key_value_heads=max(1, heads // 2))
+        plan = ((f"ringserve-target-{args.target_shape}", shape, args.steps),)
+    for name, shape, steps in plan:
         cfg = make_config(shape, tok.get_vocab_size(), bos_id, eos_id, args.max_positions)
         model, info = train_model(name, cfg, train_ids, val_windows, args, steps, log)
         d = os.path.join(args.out, name)
@@ -404,6 +423,9 @@ def main():
         model.to(torch.bfloat16).save_pretrained(d)
         write_tokenizer_files(tok, d, args.max_positions)
         del model
+        if args.target_shape:
+            log(f"{name}: saved to {d} (no evaluation with --target-shape)")
+            continue
         # Held-out perplexity from the saved bf16 weights, computed in fp32 and in bf16.
         saved = load_saved(d, args.device)
         ppl_bf16 = score_windows(saved, windows, args.device, bf16=args.device.startswith("cuda"))
@@ -438,6 +460,8 @@ def main():
         with open(os.path.join(d, "metrics.json"), "w") as f:
             json.dump(dict(info, corpus_sha256=digests, seed=args.seed), f, indent=2)
 
+    if args.target_shape:
+        return
     # Tokenizer goldens: every held-out document and the edge cases, with and without BOS.
     texts = heldout_docs + TOKENIZER_EDGE_CASES
     golden = dict(tokenizers=tokenizers.__version__, cases=[

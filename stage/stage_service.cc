@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "fmt/format.h"
 #include "proto/grpc_status.h"
+#include "stage/speculative/load_speculator.h"
 #include "stage/stage_backend.h"
 
 namespace ringserve {
@@ -122,6 +123,10 @@ grpc::Status StageService::Configure(grpc::ServerContext* context,
   if (absl::Status root = CheckModelRoot(request->model_dir(), options_.model_root); !root.ok()) {
     return ToGrpcStatus(root);
   }
+  if (!request->speculative_model_dir().empty()) {
+    absl::Status root = CheckModelRoot(request->speculative_model_dir(), options_.model_root);
+    if (!root.ok()) return ToGrpcStatus(root);
+  }
   std::string data_endpoint;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -206,6 +211,9 @@ grpc::Status StageService::Configure(grpc::ServerContext* context,
         request->first_layer(), request->last_layer(), (*slice)->config().num_layers,
         request->stage_index(), request->num_stages(), (*slice)->config().num_layers)));
   }
+  // The last stage's draft model (speculative decoding), loaded with the slice.
+  absl::StatusOr<std::unique_ptr<Speculator>> speculator = LoadSpeculator(*request, **slice);
+  if (!speculator.ok()) return finish(ToGrpcStatus(speculator.status()));
   std::string ready =
       fmt::format("stage {}/{}: ready, layers [{}, {}) loaded in {:.2f} s ({})",
                   request->stage_index(), request->num_stages(), request->first_layer(),
@@ -214,6 +222,7 @@ grpc::Status StageService::Configure(grpc::ServerContext* context,
   {
     std::lock_guard<std::mutex> lock(mu_);
     slice_ = std::move(*slice);
+    speculator_ = std::move(*speculator);
     listener_ = std::move(listener);
   }
   SetStatus(ready);
@@ -234,6 +243,7 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext* context,
     return ToGrpcStatus(caller.status());
   }
   std::unique_ptr<ModelSlice> slice;
+  std::unique_ptr<Speculator> speculator;
   std::unique_ptr<TcpListener> listener;
   v1::ConfigureRequest config;
   {
@@ -243,6 +253,7 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext* context,
                           executor_ ? "peers are already connected" : "stage is not configured");
     }
     slice = std::move(slice_);
+    speculator = std::move(speculator_);
     listener = std::move(listener_);
     config = config_;
   }
@@ -291,6 +302,7 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext* context,
       StepExecutor::Create(executor_options, std::move(slice), std::move(*channels));
   if (!created.ok()) return fail(created.status());
   (*created)->AttachTokenBackEdge(std::move(back_edge));
+  if (speculator != nullptr) (*created)->SetSpeculator(std::move(speculator));
   std::shared_ptr<StepExecutor> executor = *std::move(created);
   {
     std::lock_guard<std::mutex> lock(mu_);

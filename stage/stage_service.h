@@ -18,6 +18,7 @@
 #include "proto/stage.grpc.pb.h"
 #include "ring/control_auth.h"
 #include "stage/channels/tcp_channel.h"
+#include "stage/speculative/speculator.h"
 #include "stage/step_executor.h"
 
 namespace ringserve {
@@ -85,7 +86,8 @@ class StageService final : public v1::StageControl::Service {
   bool steps_active_ = false;
   v1::ConfigureRequest config_;
   std::unique_ptr<TcpListener> listener_;
-  std::unique_ptr<ModelSlice> slice_;  // loaded, not yet handed to the executor
+  std::unique_ptr<ModelSlice> slice_;       // loaded, not yet handed to the executor
+  std::unique_ptr<Speculator> speculator_;  // with slice_: the last stage's draft model, if any
   std::shared_ptr<StepExecutor> executor_;
 
   std::atomic<int64_t> busy_us_{0};

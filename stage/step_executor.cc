@@ -7,6 +7,7 @@
 #include "fmt/format.h"
 #include "stage/last_stage_outputs.h"
 #include "stage/sampling/sampler.h"
+#include "stage/speculative/speculator.h"
 
 namespace ringserve {
 namespace {
@@ -64,6 +65,10 @@ StepExecutor::~StepExecutor() {
   }
 }
 
+void StepExecutor::SetSpeculator(std::unique_ptr<Speculator> speculator) {
+  speculator_ = std::move(speculator);
+}
+
 void StepExecutor::CloseChannels() {
   if (input_) input_->Close();
   if (output_) output_->Close();
@@ -83,6 +88,9 @@ absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
 }
 
 absl::Status StepExecutor::SampleInto(const DecodedPlan& decoded, StepOutcome* outcome) {
+  if (speculator_ != nullptr && Speculator::Applies(decoded)) {
+    return speculator_->SampleInto(*slice_, decoded, &outcome->tokens, &outcome->prompt_logprobs);
+  }
   if (NeedsHostLogits(decoded)) {
     // Prompt log-probabilities, top log-probabilities or suppressed tokens: the logits rows on
     // the host (a GPU slice copies them back), scored and sampled there by the CPU sampler.

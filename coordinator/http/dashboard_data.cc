@@ -19,6 +19,10 @@ nlohmann::json DashboardData(const RingStats& stats, const ModelInfo& model) {
                       {"queue_depth", r.queue_depth},
                       {"running", r.running},
                       {"tokens_per_second", r.tokens_per_second}};
+  data["speculation"] = {{"verifications", r.speculative_verifications},
+                         {"drafts_verified", r.speculative_drafts_verified},
+                         {"drafts_accepted", r.speculative_drafts_accepted},
+                         {"verification_tokens", r.speculative_verification_tokens}};
   nlohmann::json stages = nlohmann::json::array();
   for (const StageStats& s : stats.stages) {
     stages.push_back({{"index", s.index},

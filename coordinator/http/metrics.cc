@@ -256,6 +256,32 @@ std::string RenderPrometheus(const ServingMetrics& metrics, const RingStats& sta
            "Prompt tokens found in the prefix cache (their prefill skipped).");
   w.Sample("ringserve_prefix_cache_hit_tokens_total", "",
            static_cast<double>(req.prefix_hit_tokens));
+  // Speculative decoding: drafts verify on the last stage, so its stage label names it.
+  {
+    const std::string last =
+        fmt::format("stage=\"{}\"", stats.stages.empty() ? 0 : stats.stages.size() - 1);
+    auto ratio = [](int64_t num, int64_t den) {
+      return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 0.0;
+    };
+    w.Family("ringserve_speculative_verifications_total", "counter",
+             "Verification chunks (the accepted token plus k drafts) the last stage verified.");
+    w.Sample("ringserve_speculative_verifications_total", last,
+             static_cast<double>(req.speculative_verifications));
+    w.Family("ringserve_speculative_draft_tokens_total", "counter", "Draft tokens verified.");
+    w.Sample("ringserve_speculative_draft_tokens_total", last,
+             static_cast<double>(req.speculative_drafts_verified));
+    w.Family("ringserve_speculative_accepted_tokens_total", "counter", "Draft tokens accepted.");
+    w.Sample("ringserve_speculative_accepted_tokens_total", last,
+             static_cast<double>(req.speculative_drafts_accepted));
+    w.Family("ringserve_speculative_acceptance_rate", "gauge",
+             "Accepted / verified draft tokens since start (0 before any).");
+    w.Sample("ringserve_speculative_acceptance_rate", last,
+             ratio(req.speculative_drafts_accepted, req.speculative_drafts_verified));
+    w.Family("ringserve_speculative_tokens_per_step", "gauge",
+             "Tokens emitted per verification step since start (accepted + 1; 0 before any).");
+    w.Sample("ringserve_speculative_tokens_per_step", last,
+             ratio(req.speculative_verification_tokens, req.speculative_verifications));
+  }
   w.Family("ringserve_ring_restarts_total", "counter",
            "Times the ring was formed again after a stage failure.");
   w.Sample("ringserve_ring_restarts_total", "", static_cast<double>(req.ring_restarts));

@@ -56,6 +56,10 @@ TEST(MetricsTest, RendersEveryFamilyFromStats) {
   stats.requests.queue_depth = 4;
   stats.requests.ring_restarts = 2;
   stats.requests.resumed_requests = 5;
+  stats.requests.speculative_verifications = 4;
+  stats.requests.speculative_drafts_verified = 16;
+  stats.requests.speculative_drafts_accepted = 12;
+  stats.requests.speculative_verification_tokens = 16;
   ModelInfo model;
   model.model_id = "my \"model\"";
   std::string text = RenderPrometheus(metrics, stats, model);
@@ -76,6 +80,10 @@ TEST(MetricsTest, RendersEveryFamilyFromStats) {
   EXPECT_THAT(text, HasSubstr("ringserve_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("ringserve_inter_token_latency_seconds_count 1\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE ringserve_time_to_first_token_seconds histogram\n"));
+  // Speculative decoding, on the last stage.
+  EXPECT_THAT(text, HasSubstr("ringserve_speculative_acceptance_rate{stage=\"1\"} 0.75\n"));
+  EXPECT_THAT(text, HasSubstr("ringserve_speculative_tokens_per_step{stage=\"1\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("ringserve_speculative_accepted_tokens_total{stage=\"1\"} 12\n"));
   // The last stage sends tokens back, not activations: no hop series for it.
   EXPECT_THAT(text, ::testing::Not(HasSubstr("hop=\"1->2\"")));
 }

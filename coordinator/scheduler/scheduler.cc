@@ -37,6 +37,13 @@ struct Scheduler::State {
     // cache, and `chain` is the last one's hash.
     int num_hashed = 0;
     uint64_t chain = kPrefixRoot;
+    // Speculative decoding (speculation.h): drafts the last stage proposed after the last
+    // token, the drafts of the verification chunk in flight, the tokens told to the last stage
+    // in this incarnation (ChunkSpeculationWire context), and the adaptive k.
+    std::vector<int32_t> drafts;
+    int verifying = 0;
+    int draft_told = 0;
+    SpeculationPolicy speculation;
 
     int num_generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
     int pending() const { return static_cast<int>(tokens.size()) - num_scheduled; }
@@ -67,6 +74,15 @@ struct Scheduler::State {
   uint64_t next_plan_id = 1;
   uint64_t last_done = 0;  // the newest plan whose tokens came back
   SchedulerStats counters;
+  std::vector<uint64_t> released;  // speculation state to drop, sent with the next plan
+
+  // Forgets what the last stage was told about `seq` (its draft state goes too).
+  void ResetSpeculation(Sequence& seq) {
+    if (seq.draft_told > 0) released.push_back(seq.id);
+    seq.drafts.clear();
+    seq.verifying = 0;
+    seq.draft_told = 0;
+  }
 
   Sequence* Find(uint64_t id, uint64_t arrival) {
     auto it = sequences.find(id);
@@ -78,6 +94,7 @@ struct Scheduler::State {
     auto it = sequences.find(id);
     if (it == sequences.end()) return;
     Sequence& seq = it->second;
+    ResetSpeculation(seq);
     blocks.Free(seq.blocks);
     (seq.running ? running : waiting).erase(seq.key());
     sequences.erase(it);
@@ -91,6 +108,7 @@ struct Scheduler::State {
     seq.num_scheduled = 0;
     seq.num_hashed = 0;
     seq.chain = kPrefixRoot;
+    ResetSpeculation(seq);
     seq.running = false;
     running.erase(seq.key());
     waiting.insert(seq.key());
@@ -310,6 +328,57 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
            static_cast<int>(plan.batch.chunks.size()) < options_.max_sequences_per_micro_batch;
   };
 
+  // Speculative decoding (speculation.h).
+  auto speculates = [&](const State::Sequence& seq) {
+    return options_.speculation.max_drafts > 0 && !seq.params.prompt_logprobs;
+  };
+  int decoding = 0;  // sequences decoding (runnable or in flight), counted below
+  // Drafts to ask for after the sequence's next token: the policy's k, within max_tokens.
+  auto drafts_for = [&](const State::Sequence& seq) {
+    const int left = seq.max_tokens - seq.num_generated() - 1;
+    return std::max(0, std::min(seq.speculation.NextDrafts(options_.speculation, decoding), left));
+  };
+  // The verified tokens up to position `end` the last stage has not been told yet.
+  auto tell_context = [&](State::Sequence& seq, int64_t end) {
+    ChunkSpeculationWire wire;
+    wire.active = true;
+    wire.context_start = seq.draft_told;
+    const int64_t until = std::min<int64_t>(end, static_cast<int64_t>(seq.tokens.size()));
+    if (until > seq.draft_told) {
+      wire.context_ids.assign(seq.tokens.begin() + seq.draft_told, seq.tokens.begin() + until);
+      seq.draft_told = static_cast<int>(until);
+    }
+    return wire;
+  };
+  // A verification chunk: [last token, drafts...], every row's logits; positions of rejected
+  // drafts come back in OnMicroBatchDone. Not registered in the prefix cache until verified.
+  auto add_verification = [&](State::Sequence& seq, int num_drafts) {
+    SequenceChunk chunk;
+    chunk.seq_id = seq.id;
+    chunk.start_position = seq.num_scheduled;
+    chunk.num_tokens = 1 + num_drafts;
+    chunk.block_table = seq.blocks;
+    chunk.logits = LogitsMode::kAllTokens;
+    plan.batch.token_ids.push_back(seq.tokens.back());
+    plan.batch.token_ids.insert(plan.batch.token_ids.end(), seq.drafts.begin(),
+                                seq.drafts.begin() + num_drafts);
+    plan.batch.chunks.push_back(std::move(chunk));
+    PlannedChunk entry{
+        .seq_id = seq.id, .is_decode = true, .samples = true, .token_index = seq.num_generated()};
+    entry.speculation = tell_context(seq, seq.num_scheduled + 1);
+    entry.speculation.draft_ids.assign(seq.drafts.begin(), seq.drafts.begin() + num_drafts);
+    entry.speculation.propose = drafts_for(seq);
+    plan.entries.push_back(entry);
+    record.entries.push_back(entry);
+    record.arrivals.push_back(seq.arrival);
+    seq.num_scheduled += 1 + num_drafts;
+    seq.verifying = num_drafts;
+    seq.drafts.clear();
+    seq.awaiting_token = true;
+    ++seq.in_flight;
+    budget -= 1 + num_drafts;
+  };
+
   // Grows `seq`'s block table towards `want` positions and returns how many positions it may
   // use now (> seq.num_scheduled), or -1 when it cannot progress. When not a single position is
   // free, preempts the youngest idle running sequence while `may_preempt`; that may be `seq`.
@@ -359,6 +428,10 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
                        .samples = samples,
                        .token_index = samples ? seq.num_generated() : 0,
                        .score_token_ids = std::move(score_ids)};
+    if (speculates(seq)) {
+      entry.speculation = tell_context(seq, seq.num_scheduled + num_tokens);
+      if (samples) entry.speculation.propose = drafts_for(seq);
+    }
     plan.entries.push_back(entry);
     record.entries.push_back(entry);
     record.arrivals.push_back(seq.arrival);
@@ -395,7 +468,6 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
   };
 
   // 1. Decodes, oldest first; in spread mode about D / M of them.
-  int decoding = 0;
   std::vector<uint64_t> ready;
   for (const Key& key : s.running) {
     const State::Sequence& seq = s.sequences.at(key.second);
@@ -442,8 +514,24 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
     auto it = s.sequences.find(id);
     if (it == s.sequences.end() || !it->second.decode_ready()) continue;  // preempted meanwhile
     State::Sequence& seq = it->second;
-    if (reserve(seq, seq.num_scheduled + 1, true) < 0) continue;
-    add_chunk(seq, 1, seq.num_generated() > 0);
+    // With drafts: as many as the budget, max_tokens (so positions stay inside the context)
+    // and the KV cache allow (reserve may give fewer).
+    const int64_t drafts = std::min<int64_t>(
+        {static_cast<int64_t>(seq.drafts.size()), std::max<int64_t>(0, budget - 1),
+         std::max(0, seq.max_tokens - seq.num_generated() - 1)});
+    const int64_t until = reserve(seq, seq.num_scheduled + 1 + drafts, true);
+    if (until < 0) continue;
+    if (speculates(seq) && until - seq.num_scheduled > 1) {
+      add_verification(seq, static_cast<int>(until - seq.num_scheduled - 1));
+    } else {
+      seq.drafts.clear();
+      if (until > seq.num_scheduled + 1) {  // positions reserved for drafts it will not verify
+        const int keep = s.blocks.BlocksFor(seq.num_scheduled + 1);
+        s.blocks.Free(std::vector<int32_t>(seq.blocks.begin() + keep, seq.blocks.end()));
+        seq.blocks.resize(keep);
+      }
+      add_chunk(seq, 1, seq.num_generated() > 0);
+    }
     --decode_quota;
   }
 
@@ -491,6 +579,8 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
     }
     return std::nullopt;
   }
+  plan.released_speculation = std::move(s.released);
+  s.released.clear();
   plan.id = s.next_plan_id++;
   if (follows != 0) {
     s.plans.at(follows).followed = true;
@@ -514,7 +604,8 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
 }
 
 absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
-    uint64_t plan_id, std::span<const int32_t> sampled_tokens) {
+    uint64_t plan_id, std::span<const int32_t> sampled_tokens,
+    std::span<const SpeculativeTokens> speculation) {
   State& s = *state_;
   auto plan_it = s.plans.find(plan_id);
   if (plan_it == s.plans.end()) {
@@ -532,11 +623,30 @@ absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
         fmt::format("micro-batch {}: its tokens came before those of plan {}, which it follows",
                     plan_id, record.follows));
   }
+  if (!speculation.empty() && speculation.size() != sampled_tokens.size()) {
+    return absl::InvalidArgumentError(
+        fmt::format("micro-batch {}: {} speculation results for {} sampled tokens", plan_id,
+                    speculation.size(), sampled_tokens.size()));
+  }
+  {
+    size_t sampled = 0;
+    for (const PlannedChunk& entry : record.entries) {
+      if (!entry.samples) continue;
+      const size_t accepted = speculation.empty() ? 0 : speculation[sampled].accepted.size();
+      if (accepted > entry.speculation.draft_ids.size()) {
+        return absl::InvalidArgumentError(
+            fmt::format("micro-batch {}: seq {} accepted {} of {} drafts", plan_id, entry.seq_id,
+                        accepted, entry.speculation.draft_ids.size()));
+      }
+      ++sampled;
+    }
+  }
   MicroBatchResult result;
   size_t next_token = 0;
   std::vector<uint64_t> finished;
   for (size_t i = 0; i < record.entries.size(); ++i) {
     const PlannedChunk& entry = record.entries[i];
+    const size_t sampled = next_token;
     const int32_t token = entry.samples ? sampled_tokens[next_token++] : 0;
     State::Sequence* seq = s.Find(entry.seq_id, record.arrivals[i]);
     if (seq == nullptr) {  // cancelled or finished while in flight
@@ -547,26 +657,57 @@ absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
     if (!entry.samples) continue;
     // With a decode planned ahead in flight, the sequence now awaits that one's token.
     (seq->ahead ? seq->ahead : seq->awaiting_token) = false;
-    seq->tokens.push_back(token);
-    ++s.counters.tokens_generated;
-    TokenUpdate update{.seq_id = seq->id,
-                       .token = token,
-                       .token_index = entry.token_index,
-                       .finish_reason = FinishReason::kNone};
-    const auto& eos = options_.eos_token_ids;
-    const auto& stops = seq->params.stop_token_ids;
-    if ((!seq->params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
-        std::find(stops.begin(), stops.end(), token) != stops.end()) {
-      update.finish_reason = FinishReason::kStop;
-    } else if (seq->num_generated() >= seq->max_tokens) {
-      update.finish_reason = FinishReason::kLength;
+    // The tokens this chunk emits: accepted drafts, then the sampled token.
+    std::vector<int32_t> emitted;
+    std::vector<int32_t> drafts;
+    if (!speculation.empty()) {
+      emitted = speculation[sampled].accepted;
+      drafts = speculation[sampled].drafts;
     }
-    if (update.finish_reason != FinishReason::kNone) {
+    emitted.push_back(token);
+    if (seq->verifying > 0 || !entry.speculation.draft_ids.empty()) {
+      // Roll back to the verified length: rejected drafts' positions and blocks go back.
+      const int accepted = static_cast<int>(emitted.size()) - 1;
+      seq->num_scheduled -= seq->verifying - accepted;
+      const int keep = s.blocks.BlocksFor(seq->num_scheduled);
+      if (static_cast<int>(seq->blocks.size()) > keep) {
+        s.blocks.Free(std::vector<int32_t>(seq->blocks.begin() + keep, seq->blocks.end()));
+        seq->blocks.resize(keep);
+      }
+      seq->speculation.OnVerified(options_.speculation, seq->verifying, accepted);
+      ++s.counters.verification_chunks;
+      s.counters.drafts_verified += seq->verifying;
+      s.counters.drafts_accepted += accepted;
+      s.counters.tokens_from_verification += static_cast<int64_t>(emitted.size());
+      seq->verifying = 0;
+    } else {
+      seq->speculation.OnPlainToken();
+    }
+    FinishReason finish = FinishReason::kNone;
+    for (size_t j = 0; j < emitted.size() && finish == FinishReason::kNone; ++j) {
+      const int32_t next = emitted[j];
+      seq->tokens.push_back(next);
+      ++s.counters.tokens_generated;
+      const auto& eos = options_.eos_token_ids;
+      const auto& stops = seq->params.stop_token_ids;
+      if ((!seq->params.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) ||
+          std::find(stops.begin(), stops.end(), next) != stops.end()) {
+        finish = FinishReason::kStop;
+      } else if (seq->num_generated() >= seq->max_tokens) {
+        finish = FinishReason::kLength;
+      }
+      result.tokens.push_back(TokenUpdate{.seq_id = seq->id,
+                                          .token = next,
+                                          .token_index = entry.token_index + static_cast<int>(j),
+                                          .finish_reason = finish});
+    }
+    if (finish != FinishReason::kNone) {
       finished.push_back(seq->id);
-    } else if (options_.prefix_caching) {
-      s.RegisterFullBlocks(*seq);  // a block that a decode planned ahead filled
+      continue;
     }
-    result.tokens.push_back(update);
+    // Verified positions whose blocks are now full go to the prefix cache.
+    if (options_.prefix_caching) s.RegisterFullBlocks(*seq);
+    if (entry.speculation.active) seq->drafts = std::move(drafts);
   }
   s.last_done = std::max(s.last_done, plan_id);
   s.plans.erase(plan_it);
@@ -655,7 +796,8 @@ absl::Status Scheduler::CheckInvariants() const {
       return broken(fmt::format("{} holds {} blocks for {} positions", name, seq.blocks.size(),
                                 seq.num_scheduled));
     }
-    if (seq.num_scheduled > static_cast<int>(seq.tokens.size()) + (seq.ahead ? 1 : 0) ||
+    if (seq.num_scheduled >
+            static_cast<int>(seq.tokens.size()) + (seq.ahead ? 1 : 0) + seq.verifying ||
         seq.num_generated() > seq.max_tokens) {
       return broken(name + " planned or generated too much");
     }

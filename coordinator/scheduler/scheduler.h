@@ -55,8 +55,10 @@
 #include "absl/status/statusor.h"
 #include "coordinator/engine.h"
 #include "coordinator/scheduler/kv_block_manager.h"
+#include "coordinator/scheduler/speculation.h"
 #include "ring/defaults.h"
 #include "ring/micro_batch.h"
+#include "ring/speculation_wire.h"
 
 namespace ringserve {
 
@@ -86,6 +88,9 @@ struct SchedulerOptions {
   // over the ring's token back edge. Up to 2 M plans in flight (M chains of two). Off in
   // kPacked mode.
   bool plan_ahead = false;
+  // Speculative decoding (speculation.h): off while speculation.max_drafts is 0. Sequences that
+  // ask for prompt log-probabilities never speculate.
+  SpeculationOptions speculation{};
 };
 
 // Token-level limits of one request (sampling parameters stay with the engine).
@@ -114,6 +119,9 @@ struct PlannedChunk {
   // MicroBatchPlan::tokens_from samples for the sequence, which stage 0 takes from the token
   // back edge. batch.token_ids holds 0 in its place.
   bool ahead = false;
+  // A speculating sequence (ring/speculation_wire.h): what the last stage is told. A
+  // verification chunk (is_decode, 1 + draft_ids.size() tokens) has draft ids.
+  ChunkSpeculationWire speculation{};
 };
 
 struct MicroBatchPlan {
@@ -133,6 +141,9 @@ struct MicroBatchPlan {
   uint64_t tokens_from = 0;
   uint64_t back_edge_through = 0;
   uint64_t back_edge_keep_from = 0;
+  // Sequences the last stage may drop its speculation state of (finished, cancelled,
+  // preempted since the previous plan).
+  std::vector<uint64_t> released_speculation{};
 
   int num_sampled() const;  // chunks that sample = tokens OnMicroBatchDone expects
   int num_decodes() const;  // chunks with is_decode
@@ -168,6 +179,11 @@ struct SchedulerStats {
   int64_t prefix_hit_tokens = 0;     // of those, found in the prefix cache (not computed)
   int64_t ahead_decodes = 0;         // decodes planned ahead, cumulative
   int64_t ahead_discarded = 0;       // of those, tokens discarded (the sequence had finished)
+  // Speculative decoding, cumulative.
+  int64_t verification_chunks = 0;       // verification chunks whose result came back
+  int64_t drafts_verified = 0;           // drafts those chunks carried
+  int64_t drafts_accepted = 0;           // of those, accepted
+  int64_t tokens_from_verification = 0;  // tokens those chunks emitted (accepted + 1)
 };
 
 class Scheduler {
@@ -203,9 +219,13 @@ class Scheduler {
   std::optional<MicroBatchPlan> NextMicroBatch();
 
   // Accepts the sampled tokens of plan `plan_id`: one per chunk with `samples`, in chunk order.
-  // InvalidArgument (nothing changes) for an unknown plan id or a wrong token count.
-  absl::StatusOr<MicroBatchResult> OnMicroBatchDone(uint64_t plan_id,
-                                                    std::span<const int32_t> sampled_tokens);
+  // `speculation`: empty, or parallel to sampled_tokens (accepted drafts before each token and
+  // the drafts proposed after it); a verification chunk's sequence rolls back to its verified
+  // length. InvalidArgument (nothing changes) for an unknown plan id, a wrong token count or
+  // more accepted drafts than the chunk verified.
+  absl::StatusOr<MicroBatchResult> OnMicroBatchDone(
+      uint64_t plan_id, std::span<const int32_t> sampled_tokens,
+      std::span<const SpeculativeTokens> speculation = {});
 
   // The ring failed to run plan `plan_id` (a stage error). Removes the plan and every sequence
   // in it (blocks freed) and returns their ids, so the engine can finish them with kError.

@@ -48,6 +48,9 @@ class CpuModelSlice : public ModelSlice {
   const LatentKvCache& latent_kv_cache() const { return *latent_kv_; }
   // The last slice of a DeepSeek checkpoint with a (dense) MTP layer holds it; else null.
   CpuMtpLayer* mtp() { return mtp_.get(); }
+  // The last slice: model.norm's weight ([hidden]; after Run, activations() hold every row's
+  // hidden state before it).
+  std::span<const float> final_norm() const { return final_norm_; }
 
  private:
   struct LayerWeights {
