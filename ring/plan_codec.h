@@ -49,7 +49,6 @@ struct ChunkSamplingWire {
   std::vector<int32_t> score_token_ids{};     // kAllTokens chunks: see ChunkOutput
   int top_logprobs = 0;                       // see RowSampling
   std::vector<int32_t> suppress_token_ids{};  // see RowSampling
-  std::vector<int32_t> score_token_ids{};     // kAllTokens chunks: see ChunkOutput
   ChunkSpeculationWire speculation{};         // last stage: see ChunkOutput
 };
 

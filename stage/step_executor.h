@@ -67,12 +67,11 @@ class StepExecutor {
   // elsewhere). A plan that uses it fails without one. Call before the first Run.
   void AttachTokenBackEdge(std::unique_ptr<TokenBackEdge> edge) { back_edge_ = std::move(edge); }
 
-  // Closes both channel ends and the back edge (neighbours' pending calls fail).
   // The last stage with speculative decoding: plans that carry speculation are sampled,
   // verified and drafted by `speculator` (stage/speculative/speculator.h).
   void SetSpeculator(std::unique_ptr<Speculator> speculator);
 
-  // Closes both channel ends (neighbours' pending calls fail).
+  // Closes both channel ends and the back edge (neighbours' pending calls fail).
   void CloseChannels();
 
   const ModelSlice& slice() const { return *slice_; }
@@ -90,8 +89,6 @@ class StepExecutor {
   std::unique_ptr<InputPort> input_;          // null on the first stage
   std::unique_ptr<OutputPort> output_;        // null on the last stage
   std::unique_ptr<TokenBackEdge> back_edge_;  // plan-ahead; see AttachTokenBackEdge
-  std::unique_ptr<InputPort> input_;          // null on the first stage
-  std::unique_ptr<OutputPort> output_;        // null on the last stage
   std::unique_ptr<Speculator> speculator_;    // the last stage with speculation only
   // Over a device channel the slice prepares a batch after its input has arrived, otherwise
   // before (step_executor.cc says why).
