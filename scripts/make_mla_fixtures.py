@@ -16,6 +16,10 @@ attention, seeds searched for greedy margins; golden.json + golden.bin), for:
   deepseek_v3_moe_nolora  4 layers (rings of 1-4 stages), plain q_proj, attention_bias, YaRN
                       with a 40-token prompt, layers 1-3 MoE with grouped sigmoid routing and a
                       non-zero e_score_correction_bias
+  deepseek_v3_moe_latent512  3 layers at the real latent sizes, layers 1-2 MoE (grouped sigmoid
+                      routing, non-zero e_score_correction_bias, shared expert), q low-rank, YaRN
+  deepseek_v2_moe_latent512  V2 at the real latent sizes: plain q_proj, YaRN mscale 0.707, layers
+                      1-2 MoE with softmax group_limited_greedy routing and two shared experts
   deepseek_v3_latent512  3 dense layers at DeepSeek's real latent sizes (kv_lora_rank 512,
                       qk_rope_head_dim 64), the only ones the CUDA kernels run
                       (kernels/cuda/mla_decode.h): q low-rank, YaRN, a 40-token prompt
@@ -74,6 +78,10 @@ MOE_V2 = dict(n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1
               moe_intermediate_size=32, n_shared_experts=2, routed_scaling_factor=1.0,
               norm_topk_prob=False, first_k_dense_replace=1, topk_method="greedy")
 
+# DeepSeek's real latent sizes (the CUDA kernels run only these) on a tiny model.
+LATENT512 = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=2, kv_lora_rank=512,
+                 qk_nope_head_dim=32, qk_rope_head_dim=64, v_head_dim=32)
+
 FIXTURES = {
     "deepseek_v3": dict(cls="DeepseekV3ForCausalLM", cfg="DeepseekV3Config",
                         kw=dict(COMMON, num_hidden_layers=4, q_lora_rank=24,
@@ -109,6 +117,16 @@ FIXTURES = {
                                           n_routed_experts=8, moe_intermediate_size=32),
                                   rope=dict(YARN_V3, original_max_position_embeddings=32),
                                   prompts=[5, 12, 40]),
+    "deepseek_v3_moe_latent512": dict(cls="DeepseekV3ForCausalLM", cfg="DeepseekV3Config",
+                                      kw=dict(COMMON, **LATENT512, q_lora_rank=32,
+                                              rope_interleave=True, **MOE_V3),
+                                      rope=YARN_V3, prompts=[5, 12, 40], gap=True),
+    "deepseek_v2_moe_latent512": dict(cls="DeepseekV2ForCausalLM", cfg="DeepseekV2Config",
+                                      kw=dict(COMMON, **LATENT512, q_lora_rank=None,
+                                              **dict(MOE_V2, n_group=4, topk_group=2,
+                                                     topk_method="group_limited_greedy",
+                                                     routed_scaling_factor=1.5)),
+                                      rope=YARN_V2, prompts=[5, 12, 40], gap=True),
     "deepseek_v2_moe_group": dict(cls="DeepseekV2ForCausalLM", cfg="DeepseekV2Config",
                                   kw=dict(COMMON, q_lora_rank=None,
                                           **dict(MOE_V2, n_group=4, topk_group=2,

@@ -33,6 +33,7 @@ struct CudaModelSlice::Plan {
   int num_tiles = 0;
   int splits = 1;
   int partition = kDecodePartition;  // decode keys per split
+  int max_context = 0;               // the longest decode context (graph: the context bucket)
   int logit_rows = 0;                // rows the lm_head computes
   bool gather_identity = true;
   bool graph = false;
@@ -149,12 +150,13 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
   }
   // Quantized linear layers run unfused (cuda_quant_linear.h); so do MoE models, whose decode
   // with fused norms did not match the CPU reference on the H200 (qwen3_moe, 1 stream).
-  if (!quant_.empty() || config_.moe.enabled()) {
+  if (!quant_.empty() || config_.moe.enabled() || config_.mla) {
     p->kernels.fused_norms = p->kernels.qkv_in_gemv = p->kernels.gate_up_gemv = false;
   }
   // Per-token and per-entry vectors.
+  // MLA runs every token as a decode entry over the compressed cache (cuda_mla_attention.h).
   const bool tensor_core_prefill =
-      kernels_.prefill_attention != PrefillAttentionKernel::kDecodeKernel;
+      kernels_.prefill_attention != PrefillAttentionKernel::kDecodeKernel && !config_.mla;
   std::vector<int32_t> ids(p->tokens, 0), positions(p->tokens, 0), slots(p->tokens, -1);
   std::vector<int32_t> dec_rows, dec_ctx, dec_tables;
   std::vector<int32_t> q_starts(chunk_cap, 0), pre_tokens(chunk_cap, 0), pre_starts(chunk_cap, 0);
@@ -196,6 +198,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
       dec_ctx.push_back(0);
       dec_tables.push_back(0);
     }
+    p->max_context = p->graph_key.second;
     p->output_rows.assign(gather.begin(), gather.end());
     gather.resize(p->tokens);
     for (int r = 0; r < p->tokens; ++r) gather[r] = r;
@@ -206,6 +209,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
                                                    config_.num_kv_heads, max_decode_ctx);
     p->partition = split.partition;
     p->splits = split.splits;
+    p->max_context = max_decode_ctx;
     p->gather_identity = static_cast<int>(gather.size()) == total;
     for (size_t r = 0; r < gather.size() && p->gather_identity; ++r) {
       p->gather_identity = gather[r] == static_cast<int>(r);
@@ -309,6 +313,18 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
   const float eps = c.rms_norm_eps;
   float* residual = residual_.as<float>();
   const bool fused = p.kernels.fused_norms;
+  if (config_.mla) {
+    // Every token is a decode entry in row order (BuildPlan), padding included.
+    const int32_t* m = meta_.as<int32_t>();
+    return RunMlaLayer(l, {.positions = m + p.positions,
+                           .slots = m + p.slots,
+                           .context_lens = m + p.dec_ctx,
+                           .table_rows = m + p.dec_tables,
+                           .block_tables = m + p.tables,
+                           .max_blocks = p.table_stride,
+                           .num_tokens = t,
+                           .max_context = p.max_context});
+  }
   const KvCacheLayer cache{.k = kv_buffer_.as<bf16>() + 2 * l * kv_layer_elems_,
                            .v = kv_buffer_.as<bf16>() + (2 * l + 1) * kv_layer_elems_,
                            .num_kv_heads = c.num_kv_heads,
@@ -427,7 +443,8 @@ absl::Status CudaModelSlice::TuneGemms(const Plan& p) {
   const int t = p.tokens;
   const int h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   // Not with quantized layers (their GEMM path runs on a scratch matrix, untuned).
-  if (!layers_.empty() && !p.kernels.fused_norms && quant_.empty()) {
+  if (config_.mla) RS_RETURN_IF_ERROR(TuneMlaGemms(t));
+  if (!layers_.empty() && !p.kernels.fused_norms && quant_.empty() && !config_.mla) {
     // The MLP shapes from a dense layer (MoE layers run their own kernels).
     int dense = 0;
     while (dense + 1 < static_cast<int>(layers_.size()) && layers_[dense].gate_up == nullptr) {

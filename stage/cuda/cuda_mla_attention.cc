@@ -66,9 +66,35 @@ absl::StatusOr<std::unique_ptr<CudaMlaAttention>> CudaMlaAttention::Create(
   };
   for (const auto& b : buffers) {
     RS_RETURN_IF_ERROR(b.buffer->Allocate(b.bytes));
+    // Rows the decode kernel leaves unwritten (padding entries, context 0) stay finite.
+    RS_CUDA_RETURN_IF_ERROR(cudaMemset(b.buffer->get(), 0, b.bytes));
     a->scratch_bytes_ += b.bytes;
   }
   return a;
+}
+
+absl::Status CudaMlaAttention::TuneGemms(const CudaMlaWeights& w, int tokens, const bf16* h,
+                                         bf16* out, GemmRunner& gemm, cudaStream_t stream) {
+  if (tokens < 1 || tokens > max_tokens_) {
+    return absl::InvalidArgumentError(
+        fmt::format("CudaMlaAttention: {} tokens (at most {})", tokens, max_tokens_));
+  }
+  const MlaConfig& m = mla_;
+  const int qk_width = heads_ * m.qk_head_dim();
+  bf16* q = static_cast<bf16*>(q_.get());
+  if (m.q_lora_rank > 0) {
+    bf16* q_a = static_cast<bf16*>(q_a_.get());
+    RS_RETURN_IF_ERROR(
+        gemm.Tune(h, w.q_a, q_a, OutType::kBF16, tokens, m.q_lora_rank, hidden_, stream));
+    RS_RETURN_IF_ERROR(
+        gemm.Tune(q_a, w.q_b, q, OutType::kBF16, tokens, qk_width, m.q_lora_rank, stream));
+  } else {
+    RS_RETURN_IF_ERROR(gemm.Tune(h, w.q, q, OutType::kBF16, tokens, qk_width, hidden_, stream));
+  }
+  RS_RETURN_IF_ERROR(gemm.Tune(h, w.kv_a, static_cast<bf16*>(kv_a_.get()), OutType::kBF16, tokens,
+                               kMlaRowDim, hidden_, stream));
+  return gemm.Tune(static_cast<bf16*>(values_.get()), w.o, out, OutType::kBF16, tokens, hidden_,
+                   heads_ * m.v_head_dim, stream);
 }
 
 absl::Status CudaMlaAttention::Forward(const CudaMlaWeights& w, const MlaCacheLayer& cache,

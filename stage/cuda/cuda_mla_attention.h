@@ -62,6 +62,11 @@ class CudaMlaAttention {
                        const CudaMlaTokens& tokens, const float* inv_freq, const bf16* h, bf16* out,
                        GemmRunner& gemm, cudaStream_t stream);
 
+  // Tunes the projections' GEMM shapes for steps of `tokens` tokens (GemmRunner::Tune; before
+  // a CUDA graph capture): reads h ([tokens, hidden]), writes only scratch and out.
+  absl::Status TuneGemms(const CudaMlaWeights& w, int tokens, const bf16* h, bf16* out,
+                         GemmRunner& gemm, cudaStream_t stream);
+
   int64_t scratch_bytes() const { return scratch_bytes_; }
 
  private:

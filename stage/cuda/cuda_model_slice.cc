@@ -29,11 +29,6 @@ AttentionDims AttentionDimsOf(const ModelConfig& c) {
 }
 
 absl::Status Unsupported(const ModelConfig& c) {
-  if (c.mla) {
-    return absl::InvalidArgumentError(fmt::format(
-        "CUDA backend does not run {} yet (multi-head latent attention); use device: cpu",
-        ArchitectureName(c.architecture)));
-  }
   if (c.attention_sinks) {
     // The CUDA gpt-oss path (sinks, sliding window, clamped SwiGLU with biases) is built but its
     // logits missed the CPU reference by far on the H200 (relative L2 0.74): refused until fixed.
@@ -204,6 +199,13 @@ absl::Status CudaModelSlice::AllocateWeights() {
         return quant_.Get(i, which) ? nullptr : take(elems);
       };
       w.input_norm = take(h);
+      if (c.mla) {  // the attention weights live in mla_
+        w.post_norm = take(h);
+        if (moe) continue;
+        w.gate_up = take(2 * inter * h);
+        w.down = take(h * inter);
+        continue;
+      }
       w.qkv = take_linear(LayerLinear::kQkv, qkv_rows * h);
       if (c.qkv_bias) w.qkv_bias = take(qkv_rows);
       if (c.qk_norm) {
@@ -237,12 +239,13 @@ absl::Status CudaModelSlice::AllocateWeights() {
     if (!c.moe.IsMoeLayer(options_.layers.first + i)) continue;
     RS_ASSIGN_OR_RETURN(moe_[i], CudaMoeLayer::Create(c));
   }
-  return absl::OkStatus();
+  return AllocateMlaWeights();
 }
 
 int64_t CudaModelSlice::WeightBytes() const {
   int64_t bytes = static_cast<int64_t>(weight_buffer_.bytes()) + quant_.bytes();
   for (const auto& moe : moe_) bytes += moe ? moe->weight_bytes() : 0;
+  for (const auto& mla : mla_) bytes += mla ? mla->weight_bytes() : 0;
   return bytes;
 }
 
@@ -270,6 +273,9 @@ absl::Status CudaModelSlice::RandomizeWeights(uint64_t seed) {
   for (const auto& moe : moe_) {
     if (moe) RS_RETURN_IF_ERROR(moe->Randomize(++stream_id, stream_));
   }
+  for (const auto& mla : mla_) {
+    if (mla) RS_RETURN_IF_ERROR(mla->Randomize(++stream_id, stream_));
+  }
   RS_RETURN_IF_ERROR(fill(embedding_, int64_t{c.vocab_size} * h, 0.0f, 1.0f));
   RS_RETURN_IF_ERROR(fill(final_norm_, h, 1.0f, 0.1f));
   if (lm_head_ != embedding_)
@@ -282,7 +288,9 @@ absl::Status CudaModelSlice::AllocateRuntime() {
   const ModelConfig& c = config_;
   const int64_t t = cuda_.max_batch_tokens;
   const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
-  const int64_t qkv_w = (c.num_heads + 2 * c.num_kv_heads) * d;
+  // MLA layers project into CudaMlaAttention's scratch: no q/k/v buffers here.
+  const int64_t qkv_w = c.mla ? 8 : (c.num_heads + 2 * c.num_kv_heads) * d;
+  const int64_t q_w = c.mla ? 8 : int64_t{c.num_heads} * d;
   const int64_t rows = cuda_.max_logit_rows;
   struct Item {
     DeviceBuffer* buf;
@@ -292,8 +300,8 @@ absl::Status CudaModelSlice::AllocateRuntime() {
       {&residual_, t * h * 4},
       {&normed_, t * h * 2},
       {&qkv_, t * qkv_w * 2},
-      {&q_, t * c.num_heads * d * 2},
-      {&attn_, t * c.num_heads * d * 2},
+      {&q_, t * q_w * 2},
+      {&attn_, t * q_w * 2},
       {&proj_, t * h * 2},
       {&gate_up_, t * 2 * inter * 2},
       {&act_, t * inter * 2},
@@ -316,6 +324,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
                                                           options_.layers.size()));
     activation_bytes_ += moe_ws_->bytes();
   }
+  if (mla_attention_) activation_bytes_ += mla_attention_->scratch_bytes();
   activations_ = std::make_unique<DeviceActivationBuffer>(residual_.as<float>(), t, c.hidden_size,
                                                           cuda_.device, stream_);
   const int64_t s = cuda_.max_seqs;
@@ -330,7 +339,10 @@ absl::Status CudaModelSlice::AllocateRuntime() {
   activation_bytes_ += meta_capacity_ * 4;
 
   // KV pool.
-  const int64_t block_elems = int64_t{c.num_kv_heads} * options_.kv_block_size * d;
+  // Per layer and block: K and V, block_elems each; with MLA the latent rows
+  // (kv_values_per_token_layer() per token, even) fill both halves as one region.
+  const int64_t block_elems = c.mla ? options_.kv_block_size * c.kv_values_per_token_layer() / 2
+                                    : int64_t{c.num_kv_heads} * options_.kv_block_size * d;
   const int64_t block_bytes = block_elems * 2 * 2 * options_.layers.size();
   if (cuda_.kv_from_free_memory) {
     size_t free = 0, total = 0;
@@ -356,6 +368,9 @@ absl::Status CudaModelSlice::AllocateRuntime() {
   RS_RETURN_IF_ERROR(kv_buffer_.Allocate(kv_layer_elems_ * 2 * 2 * options_.layers.size()));
   RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   const CudaMemoryReport m = memory();
+  RS_LOG_INFO("CUDA slice [{}, {}): KV bytes per token and layer {}{}", options_.layers.first,
+              options_.layers.last, c.kv_values_per_token_layer() * 2,
+              c.mla ? " (MLA: compressed latent + rope key, bf16)" : "");
   RS_LOG_INFO(
       "CUDA slice [{}, {}): weights {} MiB, KV {} MiB ({} blocks of {}), activations {} "
       "MiB, device free {} / {} MiB",

@@ -35,6 +35,8 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "ring/model_config.h"
+#include "stage/cuda/cuda_mla_attention.h"
+#include "stage/cuda/cuda_mla_weights.h"
 #include "stage/cuda/cuda_moe_layer.h"
 #include "stage/cuda/cuda_quant_linear.h"
 #include "stage/cuda/device_activation_buffer.h"
@@ -197,6 +199,14 @@ class CudaModelSlice : public ModelSlice {
   // the store in the GEMV or left to the attention kernel as the StepKernels say).
   absl::Status RunQkv(int layer, const Plan& plan, const KvCacheLayer& cache);
   absl::Status RunAttention(int layer, const Plan& plan, const KvCacheLayer& cache);
+  // A DeepSeek layer (cuda_mla_forward.cc): input norm, multi-head latent attention over the
+  // compressed cache, post-attention norm and the dense MLP or MoE block; leaves the MLP output
+  // in proj_ as RunLayer does without fused norms.
+  absl::Status RunMlaLayer(int layer, const CudaMlaTokens& tokens);
+  // The MLA weights and the attention with its scratch (AllocateWeights), and the GEMM shapes of
+  // an MLA decode step (TuneGemms).
+  absl::Status AllocateMlaWeights();
+  absl::Status TuneMlaGemms(int tokens);
   // A MoE layer's post-attention norm and MoE block (moe_[layer]), in place of the dense MLP.
   absl::Status RunMoeMlp(int layer, const Plan& plan);
   // Dense weights (bf16 and quantized) plus every MoE layer's.
@@ -227,6 +237,9 @@ class CudaModelSlice : public ModelSlice {
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<CudaMoeLayer>> moe_;  // [layers]: null on dense layers
   std::unique_ptr<CudaMoeWorkspace> moe_ws_;        // when any layer is a MoE layer
+  // DeepSeek (config.mla): every layer's MLA weights, and one attention (its scratch) for all.
+  std::vector<std::unique_ptr<CudaMlaLayerWeights>> mla_;
+  std::unique_ptr<CudaMlaAttention> mla_attention_;
   bf16* embedding_ = nullptr;
   bf16* final_norm_ = nullptr;
   bf16* lm_head_ = nullptr;

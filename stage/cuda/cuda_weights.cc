@@ -139,6 +139,12 @@ absl::Status CudaModelSlice::LoadWeights() {
       }
       RS_RETURN_IF_ERROR(moe_[i]->Load(c, layer, *weights, load, stream_));
     }
+    // DeepSeek: the attention tensors, loaded by mla_[i] (skipped below as the MoE ones are).
+    if (!mla_.empty() && mla_[i] != nullptr) {
+      for (const TensorSpec& spec : MlaAttentionTensorSpecs(c, layer))
+        moe_tensors.insert(spec.name);
+      RS_RETURN_IF_ERROR(mla_[i]->Load(c, layer, load));
+    }
     for (const TensorSpec& spec : LayerTensorSpecs(c, layer)) {
       if (moe_tensors.count(spec.name) > 0) continue;
       if (w.sinks != nullptr && spec.name == prefix + "self_attn.sinks") {
