@@ -115,12 +115,6 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
     return slice;
   }
 #ifdef RINGSERVE_HAVE_CUDA
-  RS_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(options.model_dir));
-  if (model.mla) {
-    return absl::UnimplementedError(fmt::format(
-        "device {}: {} (multi-head latent attention) has no CUDA backend yet; use device cpu",
-        request.device(), ArchitectureName(model.architecture)));
-  }
   cuda::CudaSliceOptions cuda;
   cuda.device = ordinal;
   cuda.max_batch_tokens =
@@ -134,11 +128,11 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
                       cuda::CudaModelSlice::Load(options, cuda));
   const cuda::CudaMemoryReport m = slice->memory();
   *summary = fmt::format(
-      "{}: weights {} MiB, KV {} MiB ({} blocks of {}), activations {} MiB; device {} of {} MiB "
-      "free",
+      "{}: weights {} MiB, KV {} MiB ({} blocks of {}, {} bytes per token and layer), "
+      "activations {} MiB; device {} of {} MiB free",
       request.device(), m.weight_bytes >> 20, m.kv_bytes >> 20, m.kv_num_blocks,
-      options.kv_block_size, m.activation_bytes >> 20, m.device_free_bytes >> 20,
-      m.device_total_bytes >> 20);
+      options.kv_block_size, slice->config().kv_values_per_token_layer() * 2,
+      m.activation_bytes >> 20, m.device_free_bytes >> 20, m.device_total_bytes >> 20);
   return std::unique_ptr<ModelSlice>(std::move(slice));
 #else
   return absl::UnimplementedError("no CUDA backend in this build");
