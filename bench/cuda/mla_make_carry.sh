@@ -12,7 +12,8 @@ rm -rf "$carry"
 mkdir -p "$carry/bin" "$carry/lib" "$carry/scripts"
 for b in kernels/cuda/kernels_cuda_mla_decode_test kernels/cuda/kernels_cuda_mla_prepare_test \
          stage/cuda/stage_cuda_mla_attention_test stage/cuda/stage_cuda_mla_golden_test \
-         stage/cuda/stage_cuda_moe_golden_test bench/cuda/mla_slice_bench bench/cuda/mla_decode_bench; do
+         stage/cuda/stage_cuda_mla_slice_test stage/cuda/stage_cuda_moe_golden_test \
+         bench/cuda/mla_slice_bench bench/cuda/mla_decode_bench; do
   strip -o "$carry/bin/$(basename "$b")" "$build/$b"
 done
 skip='linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libcuda\.so|libnccl|libcudart|libcublas|libpthread|libdl\.so|librt\.so'

@@ -2,9 +2,10 @@
 # On the device machine, from binaries carried by mla_make_carry.sh in $CARRY: writes the
 # latent-512 DeepSeek fixtures with transformers (scripts/make_mla_fixtures.py; returned as
 # $OUT/fixtures.tar.gz, to unpack into tests/fixtures/models/), runs the MLA kernel tests, the
-# MLA layer test and the DeepSeek GPU golden test on them (plus the MoE golden test), a memcheck
-# of the golden test when it fails, then mla_decode_bench and mla_slice_bench (DeepSeek-V3
-# layers 3-6; fewer layers where they do not fit). At most 8 files under $OUT.
+# MLA layer test, the CUDA-vs-CPU DeepSeek slice test, the DeepSeek GPU golden test on the new
+# fixtures and the MoE golden test (a memcheck of the golden test when it fails), then
+# mla_decode_bench and mla_slice_bench (DeepSeek-V3 layers 3-6; fewer layers where they do not
+# fit). At most 8 files under $OUT.
 # Usage: bash .carry/mla/run.sh [mla_slice_bench flags...]
 set -uo pipefail
 carry=${CARRY:-.carry/mla}
@@ -28,7 +29,7 @@ cp -r /tmp/rs_fx/* $src/tests/fixtures/models/ 2>/dev/null
 export RINGSERVE_SOURCE_DIR=$src
 status=0
 for t in kernels_cuda_mla_decode_test kernels_cuda_mla_prepare_test stage_cuda_mla_attention_test \
-         stage_cuda_mla_golden_test stage_cuda_moe_golden_test; do
+         stage_cuda_mla_slice_test stage_cuda_mla_golden_test stage_cuda_moe_golden_test; do
   start=$(date +%s)
   timeout 120 "$carry/bin/$t" --gtest_brief=1 >>"$out/tests.log" 2>&1
   rc=$?
