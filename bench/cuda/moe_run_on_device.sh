@@ -30,9 +30,9 @@ if [[ " $parts " == *" tests "* ]]; then
   run kernels_cuda_ops_test 40
   run stage_cuda_moe_layer_test 40
   run stage_cuda_attention_variants_test 90
+  # The comparisons above the plain 3e-2 (allowed up to 2x the reference's own sensitivity).
   grep -E "^variant-diff" "$out/stage_cuda_attention_variants_test.log" |
-    awk '$NF+0 > 0 {print}' | sed -n '1,400p' >"$out/variant_diffs.txt"
-  awk '{split($NF, a, "="); if (a[2] + 0 > 0.03) print}' "$out/variant_diffs.txt" | head -30
+    awk '{split($NF, a, "="); if (a[2] + 0 > 0.03) print}' | head -30
   run stage_cuda_moe_golden_test 60
   run stage_cuda_model_slice_test 150 --gtest_filter='Moe/*:CudaMoe*:CudaGlm*:Fixtures/*'
 fi
