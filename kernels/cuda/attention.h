@@ -8,12 +8,14 @@
 //    context split) processes all query heads of the kv head's group, so K/V are read once per
 //    group, in one pass (online softmax; K and V loads in flight together). Contexts are split
 //    into `partition`-key pieces (split-K, PlanDecodeSplits) and a second kernel merges the
-//    pieces when num_splits > 1. Any head_dim in {8, 16, 32, 64, 128, 256} with group * head_dim
-//    <= 1024. DecodeBatch::kernel picks the kernel (the KernelPlan's decode_attention,
+//    pieces when num_splits > 1. Any head_dim in {8, 16, 32, 64, 128, 256}; a group of more
+//    than 8 query heads (GLM-4.5: 12) is cut into parts of at most 8 (DecodeHeadParts,
+//    kernel_selector.h), a CTA each, CUDA-core kernel only; a CTA's heads * head_dim <= 1024.
+//    DecodeBatch::kernel picks the kernel (the KernelPlan's decode_attention,
 //    kernel_selector.h): kTensorCore runs head dim 128 on tensor cores (decode_attention_tc.cu:
 //    the group's query heads are the rows of an mma.sync tile, K/V through shared memory, 3
-//    tiles in flight per warp; the device must allow 100 KB of shared memory per CTA), kCudaCore
-//    any head dim on CUDA cores.
+//    tiles in flight per warp; the device must allow 100 KB of shared memory per CTA; groups of
+//    at most 8), kCudaCore any head dim on CUDA cores.
 //  - Prefill (LaunchPrefillAttention): flash-attention style on tensor cores with fp32
 //    accumulation, online softmax, variable-length batch. Two kernels, picked by the batch's
 //    tile_rows (the KernelPlan's prefill_tile_rows): 128-query tiles use Hopper's warpgroup MMA
@@ -126,7 +128,8 @@ void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
                       const std::vector<int32_t>& start_positions, std::vector<int32_t>* tiles,
                       int tile_rows = kPrefillTile);
 
-// Requires cache.head_dim == 128, a group size num_heads / num_kv_heads >= 1, and
+// Requires cache.head_dim == 128, a group size num_heads / num_kv_heads >= 1 (any: one CTA per
+// query head), and
 // batch.tile_rows == kPrefillTile, or kPrefillTileSm90 (with key_tile 64 or 128) in a build with
 // the sm_90a kernel on a compute capability 9.0 device (InvalidArgument for the build, a launch
 // error for another device).

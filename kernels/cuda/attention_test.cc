@@ -172,6 +172,18 @@ TEST(CudaDecodeAttentionTest, SinksAndSlidingWindowMatchCpu) {
   RunDecodeCase(128, 16, 2, {2, 90, 1500}, seed + 4, 512, cuda_core, 64, true);
 }
 
+// More than 8 query heads per kv head (GLM-4.5: 12) run in parts of at most 8 heads on the
+// CUDA-core kernel (the selector's choice for such groups), with splits, windows and sinks.
+TEST(CudaDecodeAttentionTest, LargeGroupsRunInPartsAndMatchCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  RunDecodeCase(128, 24, 2, {1, 90, 700, 1500}, seed);
+  RunDecodeCase(128, 24, 2, {3, 300}, seed + 1, 64);
+  RunDecodeCase(16, 12, 1, {1, 40, 600}, seed + 2, 128, {}, 20, true);
+  RunDecodeCase(64, 36, 3, {5, 513}, seed + 3, kDecodePartition, {}, 0, true);  // parts of 6
+  RunDecodeCase(64, 16, 1, {2, 100}, seed + 4);                                 // 2 parts of 8
+}
+
 TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
   RS_SKIP_WITHOUT_GPU();
   const uint32_t seed = std::random_device{}();
@@ -294,11 +306,11 @@ TEST(CudaDecodeAttentionTest, FromQkvMatchesPrepareThenAttention) {
 // One prefill batch (sequence s: num_tokens[s] queries at positions starts[s]...) in tiles of
 // `tile_rows`, against the CPU reference, in total and per sequence.
 void RunPrefillCase(const std::vector<int32_t>& num_tokens, const std::vector<int32_t>& starts,
-                    int tile_rows, int key_tile, uint32_t seed) {
-  SCOPED_TRACE(::testing::Message()
-               << "tile_rows " << tile_rows << " key_tile " << key_tile << " seed " << seed);
+                    int tile_rows, int key_tile, uint32_t seed, int heads = 8, int kv_heads = 2) {
+  SCOPED_TRACE(::testing::Message() << "tile_rows " << tile_rows << " key_tile " << key_tile
+                                    << " heads " << heads << " seed " << seed);
   std::mt19937 rng(seed);
-  const int d = 128, heads = 8, kv_heads = 2, bs = 16;
+  const int d = 128, bs = 16;
   const int seqs = static_cast<int>(num_tokens.size());
   int max_end = 0;
   for (int s = 0; s < seqs; ++s) max_end = std::max(max_end, starts[s] + num_tokens[s]);
@@ -372,6 +384,8 @@ TEST(CudaPrefillAttentionTest, MatchesCpuOnVariableLengthChunksOverPagedCache) {
       RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, key_tile, seed);
       // Whole query tiles and one past, from position 0 and from an unaligned prefix.
       RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, key_tile, seed + 1);
+      // GLM-4.5's 12 query heads per kv head.
+      RunPrefillCase({100, 7}, {0, 63}, tile_rows, key_tile, seed + 2, 24, 2);
     }
   }
 }

@@ -27,11 +27,13 @@ struct DecodeArgs {
   DecodeBatch batch;
 };
 
-// One CTA per (entry, kv head, split). A key is handled by head_dim / 8 lanes (16 bytes of K
-// and of V each); every lane keeps a running max / sum / unnormalized output per query head of
-// the group over the keys it saw (online softmax), and the states are merged across lanes,
-// then warps, at the end. K and V of kUnroll keys are loaded together before any math. Head dim
-// 128 runs decode_attention_tc.cu instead (tensor cores).
+// One CTA per (entry, kv head, head part, split): a group of more than kDecodeMaxGroup query
+// heads is cut into DecodeHeadParts(group) parts of at most DecodeHeadsPerCta(group) heads
+// (grid.y = kv heads x parts), each part reading the kv head's keys itself. A key is handled by
+// head_dim / 8 lanes (16 bytes of K and of V each); every lane keeps a running max / sum /
+// unnormalized output per query head of the group over the keys it saw (online softmax), and the
+// states are merged across lanes, then warps, at the end. K and V of kUnroll keys are loaded
+// together before any math. Head dim 128 runs decode_attention_tc.cu instead (tensor cores).
 template <int G>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   WaitForPreviousKernel();
@@ -40,7 +42,15 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
 
   const KvCacheLayer& c = a.shape.cache;
   const int e = blockIdx.x;
-  const int kvh = blockIdx.y;
+  const int full_group = a.shape.num_heads / c.num_kv_heads;
+  // DecodeHeadParts / DecodeHeadsPerCta (host functions) of the group.
+  const int parts = (full_group + kMaxGroup - 1) / kMaxGroup;
+  const int kvh = blockIdx.y / parts;
+  const int part = blockIdx.y - kvh * parts;
+  // This CTA's query heads: first_head + g for g < group.
+  const int per_part = (full_group + parts - 1) / parts;
+  const int first_head = kvh * full_group + part * per_part;
+  const int group = min(per_part, full_group - part * per_part);
   const int split = blockIdx.z;
   const int ctx = a.batch.context_lens[e];
   const int k_begin = split * a.batch.partition;
@@ -50,7 +60,6 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   const int k_first =
       a.shape.sliding_window > 0 ? max(k_begin, ctx - a.shape.sliding_window) : k_begin;
   const int d = c.head_dim;
-  const int group = a.shape.num_heads / c.num_kv_heads;
   const int lanes_per_key = d / 8;
   const int keys_per_warp = 32 / lanes_per_key;
   const int lane = threadIdx.x & 31;
@@ -78,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
     }
     if (g < group) {
       const bf16* qp =
-          a.q + (static_cast<int64_t>(q_row) * a.shape.num_heads + kvh * group + g) * d + sl * 8;
+          a.q + (static_cast<int64_t>(q_row) * a.shape.num_heads + first_head + g) * d + sl * 8;
       Unpack8(*reinterpret_cast<const uint4*>(qp), qf[g]);
 #pragma unroll
       for (int j = 0; j < 8; ++j) qf[g][j] *= qscale;
@@ -170,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   }
   __syncthreads();
 
-  FinishDecodeSplit<kWarps>(&partial[0][0], &warp_ml[0][0][0], group, d, kvh, split, a.shape,
+  FinishDecodeSplit<kWarps>(&partial[0][0], &warp_ml[0][0][0], group, d, first_head, split, a.shape,
                             a.batch, a.out);
 }
 
@@ -214,19 +223,19 @@ absl::Status CheckDecodeShape(const AttentionShape& shape, const DecodeBatch& ba
   const KvCacheLayer& c = shape.cache;
   const int d = c.head_dim;
   if (c.num_kv_heads <= 0 || shape.num_heads % c.num_kv_heads != 0 ||
-      shape.num_heads / c.num_kv_heads > kMaxGroup ||
       !(d == 8 || d == 16 || d == 32 || d == 64 || d == 128 || d == 256) ||
-      (shape.num_heads / c.num_kv_heads) * d > kMaxGroupDim || batch.num_splits < 1 ||
-      (batch.num_splits > 1 && batch.workspace == nullptr) || c.block_size <= 0 ||
-      batch.partition < 1) {
+      DecodeHeadsPerCta(shape.num_heads / c.num_kv_heads) * d > kMaxGroupDim ||
+      batch.num_splits < 1 || (batch.num_splits > 1 && batch.workspace == nullptr) ||
+      c.block_size <= 0 || batch.partition < 1) {
     return absl::InvalidArgumentError(
-        "LaunchDecodeAttention: unsupported shape (head_dim in {8,16,32,64,128,256}, group <= 8, "
-        "group * head_dim <= 1024)");
+        "LaunchDecodeAttention: unsupported shape (head_dim in {8,16,32,64,128,256}, "
+        "DecodeHeadsPerCta(group) * head_dim <= 1024)");
   }
   if (batch.kernel == DecodeAttentionKernel::kTensorCore &&
-      (d != 128 || shape.sliding_window > 0)) {
+      (d != 128 || shape.sliding_window > 0 || shape.num_heads / c.num_kv_heads > kMaxGroup)) {
     return absl::InvalidArgumentError(
-        "LaunchDecodeAttention: the tensor-core kernel needs head_dim 128 and no sliding window");
+        "LaunchDecodeAttention: the tensor-core kernel needs head_dim 128, at most 8 query heads "
+        "per kv head and no sliding window");
   }
   return absl::OkStatus();
 }
@@ -248,8 +257,10 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
   if (batch.num_entries == 0) return absl::OkStatus();
   const KvCacheLayer& c = shape.cache;
   const DecodeArgs args{shape, q, out, batch};
-  const dim3 grid(batch.num_entries, c.num_kv_heads, batch.num_splits);
-  const int group = shape.num_heads / c.num_kv_heads;
+  const int full_group = shape.num_heads / c.num_kv_heads;
+  const dim3 grid(batch.num_entries, c.num_kv_heads * DecodeHeadParts(full_group),
+                  batch.num_splits);
+  const int group = DecodeHeadsPerCta(full_group);
   if (batch.kernel == DecodeAttentionKernel::kTensorCore) {
     RS_RETURN_IF_ERROR(LaunchDecodeAttentionTc(shape, q, {}, out, batch, stream));
   } else if (group == 1) {

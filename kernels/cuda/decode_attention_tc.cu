@@ -303,7 +303,8 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
     }
   }
   __syncthreads();
-  FinishDecodeSplit<kWarps>(partial, warp_ml, group, kD, kvh, split, a.shape, a.batch, a.out);
+  FinishDecodeSplit<kWarps>(partial, warp_ml, group, kD, kvh * group, split, a.shape, a.batch,
+                            a.out);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // end of one CTA's work on one (entry, kv head, split). Each warp has left, per query head g of
 // the group, its unnormalized output partial[w * kDecodeMaxGroupDim + g * d + dim] and its
 // (running max, sum of exponentials) in warp_ml[(w * kDecodeMaxGroup + g) * 2 + {0, 1}], in
-// log2 units, in shared memory, followed by a __syncthreads(). FinishDecodeSplit merges the
+// log2 units, in shared memory, followed by a __syncthreads(); g is query head first_head + g
+// (the CTA's heads: a kv head's group, or a part of it). FinishDecodeSplit merges the
 // warps and writes the normalized bf16 output (one split) or the unnormalized output and its
 // (max, sum) into the workspace for the split-merging kernel.
 #pragma once
@@ -18,7 +19,7 @@ namespace ringserve::cuda {
 
 template <int kWarps>
 __device__ __forceinline__ void FinishDecodeSplit(const float* partial, const float* warp_ml,
-                                                  int group, int d, int kvh, int split,
+                                                  int group, int d, int first_head, int split,
                                                   const AttentionShape& shape,
                                                   const DecodeBatch& batch, bf16* out) {
   const int e = blockIdx.x;
@@ -37,7 +38,7 @@ __device__ __forceinline__ void FinishDecodeSplit(const float* partial, const fl
       v += f * partial[w * kDecodeMaxGroupDim + idx];
       sum += f * warp_ml[(w * kDecodeMaxGroup + g) * 2 + 1];
     }
-    const int head = kvh * group + g;
+    const int head = first_head + g;
     if (num_splits == 1) {
       // A sink (a logit without a value) only enlarges the denominator.
       if (shape.sinks != nullptr) sum += exp2f(shape.sinks[head] * 1.4426950408889634f - mx);

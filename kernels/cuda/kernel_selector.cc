@@ -47,11 +47,11 @@ absl::Status CheckAttentionSupported(const AttentionDims& dims) {
   }
   const int group = dims.num_heads / dims.num_kv_heads;
   if (!(d == 8 || d == 16 || d == 32 || d == 64 || d == 128 || d == 256) ||
-      group > kDecodeMaxGroup || group * d > kDecodeMaxGroupDim) {
+      DecodeHeadsPerCta(group) * d > kDecodeMaxGroupDim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "CUDA attention supports head_dim in {8,16,32,64,128,256} with group (heads/kv_heads) <= ",
-        kDecodeMaxGroup, " and group * head_dim <= ", kDecodeMaxGroupDim, "; model has head_dim ",
-        d, " and group ", group));
+        "CUDA attention supports head_dim in {8,16,32,64,128,256} with at most ",
+        kDecodeMaxGroupDim, " values of query heads per decode CTA; model has head_dim ", d,
+        " and group (heads/kv_heads) ", group));
   }
   return absl::OkStatus();
 }
@@ -78,7 +78,9 @@ absl::StatusOr<KernelPlan> SelectKernels(const DeviceInfo& device, const Compile
   plan.dependent_launch = options.dependent_launch && cc >= 90 && plan.code_arch >= 90;
   plan.early_graph_launch = options.early_graph_launch && plan.dependent_launch;
 
+  // The tensor-core decode kernel's MMA tile holds one kv head's whole group (<= 8 heads).
   const bool tc_decode = options.decode_attention_tensor_cores && dims.head_dim == 128 &&
+                         dims.num_heads / dims.num_kv_heads <= kDecodeMaxGroup &&
                          device.max_shared_memory_per_block_optin >= kDecodeAttentionTcSmemBytes;
   plan.decode_attention =
       tc_decode ? DecodeAttentionKernel::kTensorCore : DecodeAttentionKernel::kCudaCore;

@@ -51,9 +51,15 @@ struct AttentionDims {
 
 // Shared memory a tensor-core decode attention CTA needs (decode_attention_tc.cu asserts it).
 inline constexpr int kDecodeAttentionTcSmemBytes = 100 * 1024;
-// Decode attention limits (decode_merge.cuh): query heads per kv head, and group * head_dim.
+// Decode attention limits (decode_merge.cuh): query heads one CTA handles, and those heads *
+// head_dim. A kv head's larger group (GLM-4.5: 12) is cut into DecodeHeadParts parts of at most
+// DecodeHeadsPerCta heads (the CUDA-core kernel; the tensor-core one takes groups <= 8).
 inline constexpr int kDecodeMaxGroup = 8;
 inline constexpr int kDecodeMaxGroupDim = 1024;
+constexpr int DecodeHeadParts(int group) { return (group + kDecodeMaxGroup - 1) / kDecodeMaxGroup; }
+constexpr int DecodeHeadsPerCta(int group) {
+  return (group + DecodeHeadParts(group) - 1) / DecodeHeadParts(group);
+}
 // Prefill query tiles: the mma.sync kernel's (any sm_80+ device) and the wgmma kernel's.
 inline constexpr int kPrefillTile = 64;
 inline constexpr int kPrefillTileSm90 = 128;
@@ -102,8 +108,9 @@ struct KernelPlan {
   std::string Summary() const;
 };
 
-// InvalidArgument when the decode attention kernels cannot run the shape (head_dim in {16, 32,
-// 64, 128, 256}, num_heads a multiple of num_kv_heads, group <= 8, group * head_dim <= 1024).
+// InvalidArgument when the decode attention kernels cannot run the shape (head_dim in {8, 16,
+// 32, 64, 128, 256}, num_heads a multiple of num_kv_heads, DecodeHeadsPerCta(group) * head_dim
+// <= 1024).
 absl::Status CheckAttentionSupported(const AttentionDims& dims);
 
 // The plan for a device, build, model shape and options. FailedPrecondition when the build has

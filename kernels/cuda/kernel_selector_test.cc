@@ -130,13 +130,32 @@ TEST(KernelSelectorTest, RefusesBadOptionsAndUnsupportedShapes) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code({}, {.head_dim = 96, .num_heads = 8, .num_kv_heads = 8}),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code({}, {.head_dim = 128, .num_heads = 32, .num_kv_heads = 2}),  // group 16
+  EXPECT_EQ(code({}, {.head_dim = 256, .num_heads = 32, .num_kv_heads = 2}),  // 2 x 8 x 256
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code({}, {.head_dim = 256, .num_heads = 16, .num_kv_heads = 2}),  // 8 x 256 > 1024
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code({}, {.head_dim = 128, .num_heads = 12, .num_kv_heads = 8}),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code({}, {.head_dim = 256, .num_heads = 8, .num_kv_heads = 2}), absl::StatusCode::kOk);
+}
+
+// Groups above 8 query heads per kv head (GLM-4.5: 96 / 8) run the CUDA-core decode kernel in
+// parts of at most 8 heads; the tensor-core kernel holds a whole group in its MMA tile.
+TEST(KernelSelectorTest, LargeGroupsDecodeOnCudaCoresInParts) {
+  const AttentionDims glm{.head_dim = 128, .num_heads = 96, .num_kv_heads = 8};
+  auto plan = SelectKernels(kH200, kDefaultBuild, glm, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->decode_attention, DecodeAttentionKernel::kCudaCore);
+  EXPECT_EQ(plan->prefill_attention, PrefillAttentionKernel::kWgmmaSm90);
+  EXPECT_EQ(DecodeHeadParts(12), 2);
+  EXPECT_EQ(DecodeHeadsPerCta(12), 6);
+  EXPECT_EQ(DecodeHeadParts(16), 2);
+  EXPECT_EQ(DecodeHeadsPerCta(16), 8);
+  EXPECT_EQ(DecodeHeadParts(8), 1);
+  EXPECT_EQ(DecodeHeadsPerCta(9), 5);
+  EXPECT_TRUE(
+      SelectKernels(kH200, kDefaultBuild, {.head_dim = 128, .num_heads = 32, .num_kv_heads = 2}, {})
+          .ok());
 }
 
 TEST(KernelSelectorTest, StepKernelsFollowTheBatchShape) {

@@ -148,9 +148,9 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     p->kernels.qkv_in_gemv = false;
     p->kernels.qkv_in_attention = false;
   }
-  // Quantized linear layers run unfused (cuda_quant_linear.h); so do MoE models, whose decode
-  // with fused norms did not match the CPU reference on the H200 (qwen3_moe, 1 stream).
-  if (!quant_.empty() || config_.moe.enabled() || config_.mla) {
+  // Quantized linear layers run unfused (cuda_quant_linear.h); so does latent attention (its
+  // layer has no fused-norm kernels).
+  if (!quant_.empty() || config_.mla) {
     p->kernels.fused_norms = p->kernels.qkv_in_gemv = p->kernels.gate_up_gemv = false;
   }
   // Per-token and per-entry vectors.

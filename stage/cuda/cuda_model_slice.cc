@@ -29,22 +29,6 @@ AttentionDims AttentionDimsOf(const ModelConfig& c) {
 }
 
 absl::Status Unsupported(const ModelConfig& c) {
-  if (c.attention_sinks) {
-    // The CUDA gpt-oss path (sinks, sliding window, clamped SwiGLU with biases) is built but its
-    // logits missed the CPU reference by far on the H200 (relative L2 0.74): refused until fixed.
-    return absl::InvalidArgumentError(fmt::format(
-        "CUDA backend does not run {} yet (attention sinks: its CUDA path does not match the CPU "
-        "reference); use device: cpu",
-        ArchitectureName(c.architecture)));
-  }
-  if (c.rotary_dim != 0 && c.rotary_dim != c.head_dim) {
-    // Partial rotary (GLM-4.5) is built in the QKV prepare kernel, but the glm4_moe fixture's
-    // logits missed the CPU reference on the H200 (relative L2 up to 0.26): refused until fixed.
-    return absl::InvalidArgumentError(fmt::format(
-        "CUDA backend does not run {} yet (partial rotary: its CUDA path does not match the CPU "
-        "reference); use device: cpu",
-        ArchitectureName(c.architecture)));
-  }
   bool dense_layer = false;
   for (int l = 0; l < c.num_layers; ++l) dense_layer = dense_layer || !c.moe.IsMoeLayer(l);
   if (c.head_dim % 8 != 0 || c.hidden_size % 8 != 0 ||

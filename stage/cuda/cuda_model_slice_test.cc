@@ -3,6 +3,12 @@
 // Tolerance: relative L2 of the logits <= 3e-2 (bf16 weights and activations against fp32), and
 // the same greedy token for every decode step, except where the CPU's top-2 gap is within the
 // row's bf16 logit error (random prompts, unlike the golden ones, can land on near-ties).
+// Mixture-of-experts models amplify bf16 noise where a router's top-k is a near-tie (a flipped
+// expert moves the whole row): the CPU slice with bf16 noise on its weights alone moves by up to
+// 0.03-0.39 on the tiny MoE fixtures' random prompts against < 0.015 on the dense ones
+// (model_bf16_sensitivity_test; testing/bf16_noise_probe.h). So each comparison is held to
+// max(3e-2, 2 x that sensitivity on the same batch or row): unchanged wherever the reference is
+// well-conditioned, and on every dense model.
 #include "stage/cuda/cuda_model_slice.h"
 
 #include <algorithm>
@@ -15,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/test_util.h"
 #include "stage/model/cpu_model_slice.h"
+#include "stage/model/testing/bf16_noise_probe.h"
 #include "stage/sampling/sampler.h"
 
 namespace ringserve::cuda {
@@ -29,6 +36,18 @@ constexpr int kBlocksPerSeq = 16;
 std::string FixtureDir(const std::string& arch) {
   const char* root = std::getenv("RINGSERVE_SOURCE_DIR");
   return std::string(root ? root : ".") + "/tests/fixtures/models/" + arch;
+}
+
+using ringserve::testing::Bf16NoiseProbe;
+
+// How many times the reference's own bf16 sensitivity a comparison may reach (module comment).
+constexpr double kSensitivityFactor = 2.0;
+
+// The tolerance of a comparison of values [begin, end) of the reference's output `want`, whose
+// batch `probe` ran too.
+double BoundFor(double tol, const Bf16NoiseProbe& probe, const std::vector<float>& want,
+                size_t begin = 0, size_t end = SIZE_MAX) {
+  return std::max(tol, kSensitivityFactor * probe.Sensitivity(want, begin, end));
 }
 
 std::vector<int32_t> Table(int seq) {
@@ -57,6 +76,8 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
   const SliceOptions options = WholeModel(dir, *config);
   auto cpu = CpuModelSlice::Load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto probe = Bf16NoiseProbe::Load(options);
+  ASSERT_TRUE(probe.ok()) << probe.status();
   auto gpu =
       CudaModelSlice::Load(options, {.max_batch_tokens = 64,
                                      .max_seqs = 8,
@@ -81,8 +102,10 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
   auto got = (*gpu)->Forward(prefill, {});
   ASSERT_TRUE(want.ok()) << want.status();
   ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE((*probe)->Forward(prefill).ok());
   ASSERT_EQ(got->size(), want->size());
-  EXPECT_LT(RelL2(*got, *want), logits_tol);
+  EXPECT_LT(RelL2(*got, *want), BoundFor(logits_tol, **probe, *want))
+      << "sensitivity " << (*probe)->Sensitivity(*want);
 
   // Greedy decode, teacher-forced with the CPU's choice so both stay on the same text.
   const int vocab = config->vocab_size;
@@ -106,9 +129,11 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
     }
     auto cpu_logits = (*cpu)->Forward(decode, {});
     ASSERT_TRUE(cpu_logits.ok()) << cpu_logits.status();
+    ASSERT_TRUE((*probe)->Forward(decode).ok());
     auto gpu_logits = (*gpu)->Forward(decode, {});
     ASSERT_TRUE(gpu_logits.ok()) << gpu_logits.status();
-    EXPECT_LT(RelL2(*gpu_logits, *cpu_logits), logits_tol) << "step " << step;
+    EXPECT_LT(RelL2(*gpu_logits, *cpu_logits), BoundFor(logits_tol, **probe, *cpu_logits))
+        << "step " << step << ", sensitivity " << (*probe)->Sensitivity(*cpu_logits);
     // Same positions again (the KV writes are idempotent), the way a stage runs them: greedy
     // rows through the GPU sampler.
     const std::vector<RowSampling> rows(n);
@@ -189,19 +214,24 @@ TEST_P(CudaFixtureTest, AllTokensLogitsBeyondOnePassMatchCpu) {
                             .logits = chunks[s].second});
     for (int i = 0; i < chunks[s].first; ++i) batch.token_ids.push_back(token(rng));
   }
+  auto probe = Bf16NoiseProbe::Load(options);
+  ASSERT_TRUE(probe.ok()) << probe.status();
   auto want = (*cpu)->Forward(batch, {});
   auto got = (*gpu)->Forward(batch, {});
   ASSERT_TRUE(want.ok()) << want.status();
   ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE((*probe)->Forward(batch).ok());
   ASSERT_EQ(want->size(), static_cast<size_t>(34) * config->vocab_size);
   ASSERT_EQ(got->size(), want->size());
-  EXPECT_LT(RelL2(*got, *want), kLogitsTol);
+  EXPECT_LT(RelL2(*got, *want), BoundFor(kLogitsTol, **probe, *want));
   // Row by row too: a pass that wrote the wrong rows would show in one of them.
   const size_t vocab = config->vocab_size;
   for (size_t r = 0; r < 34; ++r) {
     const std::vector<float> g(got->begin() + r * vocab, got->begin() + (r + 1) * vocab);
     const std::vector<float> w(want->begin() + r * vocab, want->begin() + (r + 1) * vocab);
-    EXPECT_LT(RelL2(g, w), kLogitsTol) << "row " << r;
+    EXPECT_LT(RelL2(g, w), BoundFor(kLogitsTol, **probe, *want, r * vocab, (r + 1) * vocab))
+        << "row " << r << ", sensitivity "
+        << (*probe)->Sensitivity(*want, r * vocab, (r + 1) * vocab);
   }
   // A sampling-only batch must still fit one pass.
   MicroBatch wide;
@@ -413,10 +443,39 @@ TEST(CudaMoeHeadDim128Test, DecodeMatchesCpuThroughBothExpertPaths) {
   ExpectDecodeMatchesCpu(dir, {11}, /*fuse_decode_kernels=*/false, 5e-2);
 }
 
+// GLM-4.5's attention shape: 12 query heads per kv head (decode in two parts of 6 heads on the
+// CUDA-core kernel; prefill at head_dim 128 on the tensor-core kernels), partial rotary, q/k
+// norms, attention bias, its router: random tiny GLM models against the CPU slice.
+TEST(CudaGlmLargeGroupTest, TwelveHeadsPerKvHeadMatchCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  for (int head_dim : {16, 128}) {
+    SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim);
+    auto shape = FindShape("tiny-glm4-moe");
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    shape->name = "tiny-glm4-moe-group-12";
+    shape->num_heads = 12;
+    shape->num_kv_heads = 1;
+    shape->head_dim = head_dim;
+    shape->vocab_size = 1000;
+    shape->bos_token_id = 1;
+    shape->eos_token_ids = {2};
+    const std::string dir = ::testing::TempDir() + "/rs_glm_group_12_" + std::to_string(head_dim);
+    const auto written = WriteRandomModel({.output_dir = dir,
+                                           .shape = *shape,
+                                           .seed = 21,
+                                           .init_std = 0.1,
+                                           .num_threads = 2,
+                                           .tokenizers_dir = ""});
+    ASSERT_TRUE(written.ok()) << written.status();
+    ExpectDecodeMatchesCpu(dir, {7, 13, 1}, /*fuse_decode_kernels=*/true, 5e-2);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
 INSTANTIATE_TEST_SUITE_P(Moe, CudaFixtureTest,
-                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral"));
+                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe",
+                                           "gpt_oss"));
 
 // Quantized checkpoints (tests/fixtures/models/quant): their linear layers held quantized
 // (cuda_quant_linear.h: prefill through the dequantized GEMM path, decode through the fused GEMV)
