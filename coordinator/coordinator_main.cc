@@ -7,9 +7,11 @@
 //               [--channel tcp|cuda_ipc] [--listen HOST:PORT]
 //       The embedded default: starts local `stage` processes (the binary next to this one),
 //       all on one device (several CUDA stages may share one GPU over cuda_ipc), and serves;
-//       the stages exit with the coordinator. `--partition auto` splits the layers over
-//       --num_stages stages balancing their weight parameters (MoE layers count every expert)
-//       and prints the split and why.
+//       the stages exit with the coordinator. `--partition auto` first times each layer on the
+//       device (`stage --probe_layers`) and splits the layers over --num_stages stages so that
+//       the slowest stage's measured decode step is shortest while each stage's layers fit
+//       its share of the device's memory, and prints the split and why
+//       (coordinator/measured_partition.h).
 //
 // Other flags (--help lists them all with their defaults): --http_listen HOST:PORT (the OpenAI
 // HTTP API, /metrics and the dashboard; overrides hosts.yaml's api.http), --connect_timeout
@@ -45,11 +47,11 @@
 #include "coordinator/http/http_api.h"
 #include "coordinator/http/starting_engine.h"
 #include "coordinator/local_stages.h"
+#include "coordinator/measured_partition.h"
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
 #include "ring/defaults.h"
 #include "ring/model_config.h"
-#include "ring/partition_by_cost.h"
 
 #ifndef RINGSERVE_DEFAULT_MODEL_DIR
 #define RINGSERVE_DEFAULT_MODEL_DIR "models/ringserve-tiny"
@@ -98,32 +100,6 @@ ABSL_FLAG(int, ready_fd, -1,
 
 namespace ringserve {
 namespace {
-
-// --partition auto: contiguous layer counts over `num_stages` stages that balance the layers'
-// weight parameters (a MoE layer counts every expert), printing why.
-absl::StatusOr<std::vector<int>> AutoPartition(const std::string& model_dir, int num_stages) {
-  RS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
-  num_stages = std::clamp(num_stages, 1, config.num_layers);
-  std::vector<int64_t> costs;
-  for (int layer = 0; layer < config.num_layers; ++layer) {
-    costs.push_back(LayerParameterCount(config, layer));
-  }
-  RS_ASSIGN_OR_RETURN(std::vector<int> counts, PartitionByCost(costs, num_stages));
-  std::string stages;
-  int first = 0;
-  for (int count : counts) {
-    int64_t params = 0;
-    for (int layer = first; layer < first + count; ++layer) params += costs[layer];
-    stages += fmt::format("{}[{}, {}) {:.4g} params", stages.empty() ? "" : "; ", first,
-                          first + count, static_cast<double>(params));
-    first += count;
-  }
-  std::fprintf(stderr,
-               "coordinator: --partition auto: %s, balancing layer weight parameters (every "
-               "expert of a MoE layer counted): %s\n",
-               absl::StrJoin(counts, ",").c_str(), stages.c_str());
-  return counts;
-}
 
 constexpr char kUsage[] =
     "The ring's coordinator: connects and configures the stages, serves the Generate API.\n"
@@ -261,10 +237,22 @@ int Run(int argc, char** argv) {
     options.num_layers = *num_layers;
     options.num_stages = flags->num_stages;
     options.partition = flags->partition;
+    std::string binary = flags->stage_binary;
+    if (binary.empty()) {
+      auto found = FindStageBinary(argv[0]);
+      if (!found.ok()) return fail(found.status());
+      binary = *found;
+    }
     if (flags->partition_auto) {
-      auto partition = AutoPartition(flags->model_dir, flags->num_stages);
-      if (!partition.ok()) return fail(partition.status());
-      options.partition = *partition;
+      std::fprintf(stderr, "coordinator: --partition auto: timing each layer on %s ...\n",
+                   flags->device.ToString().c_str());
+      auto measured = ProposeMeasuredPartition({.stage_binary = binary,
+                                                .model_dir = flags->model_dir,
+                                                .device = flags->device.ToString(),
+                                                .num_stages = flags->num_stages});
+      if (!measured.ok()) return fail(measured.status());
+      std::fprintf(stderr, "coordinator: --partition auto: %s\n", measured->why.c_str());
+      options.partition = measured->counts;
     }
     options.device = flags->device;
     options.channel = flags->channel;
@@ -273,12 +261,6 @@ int Run(int argc, char** argv) {
     if (!flags->listen.empty()) options.grpc_listen = flags->listen;
     ring = DefaultRingConfig(options);
     if (!ring.ok()) return fail(ring.status());
-    std::string binary = flags->stage_binary;
-    if (binary.empty()) {
-      auto found = FindStageBinary(argv[0]);
-      if (!found.ok()) return fail(found.status());
-      binary = *found;
-    }
     std::fprintf(stderr, "coordinator: starting %d local stage(s) of %s on %s\n",
                  ring->num_stages(), binary.c_str(), ring->model_dir.c_str());
     // The stages may load the model and the draft model: the deepest directory holding both.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -56,6 +57,33 @@ bool HaveNccl() {
 }
 
 }  // namespace
+
+absl::StatusOr<int64_t> StageDeviceMemoryBytes(const std::string& device) {
+  RS_ASSIGN_OR_RETURN(int ordinal, CudaOrdinal(device));
+  if (ordinal < 0) {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit) {
+      if (key == "MemAvailable:") return kib * 1024;
+    }
+    return absl::UnavailableError("device cpu: no MemAvailable in /proc/meminfo");
+  }
+#ifdef RINGSERVE_HAVE_CUDA
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaSetDevice(ordinal) != cudaSuccess ||
+      cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    return absl::UnavailableError(fmt::format("device {}: cannot query its memory", device));
+  }
+  return static_cast<int64_t>(total_bytes);
+#else
+  return absl::UnimplementedError(
+      fmt::format("device {}: this stage was built without the CUDA backend", device));
+#endif
+}
+
+int StageValueBytes(const std::string& device) { return device.empty() || device == "cpu" ? 4 : 2; }
 
 absl::Status CheckBackend(const v1::ConfigureRequest& request) {
   RS_ASSIGN_OR_RETURN(int ordinal, CudaOrdinal(request.device()));

@@ -27,6 +27,14 @@ absl::Status CheckBackend(const v1::ConfigureRequest& request);
 absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRequest& request,
                                                            std::string* summary);
 
+// Memory a stage on `device` plans with: the GPU's total memory (cuda:N; every stage on it
+// shares it) or the host's available memory (cpu: MemAvailable). Errors name the device.
+absl::StatusOr<int64_t> StageDeviceMemoryBytes(const std::string& device);
+
+// Bytes one stored weight or K/V value takes on `device`'s backend: 4 on the CPU (fp32), 2 on
+// CUDA (bf16).
+int StageValueBytes(const std::string& device);
+
 // Joins the ring: accepts the previous stage on `listener` (unless first) while connecting to
 // `next_endpoint` (unless last), with the channel kind of `request`. `slice` is the loaded slice
 // (sizes the cuda_ipc slots). Errors name the neighbour.

@@ -8,6 +8,11 @@
 // --model_root DIR: Configure loads models only from under DIR.
 // --insecure: allows listening beyond loopback without a ring secret (trusted networks only).
 // --debug_step_delay_ms N: testing aid, every step takes N ms longer (a slow stage).
+// --probe_layers MODEL_DIR [--probe_device cpu|cuda:N] [--probe_rows R] [--probe_context C]:
+//   instead of serving, times each decoder layer of the model alone on the device
+//   (stage/layer_cost_probe.h), writes the profile to --probe_out PATH (default stdout) and
+//   exits (0, or 2 on an error);
+//   what `coordinator --partition auto` runs.
 // --ready_fd N: once serving, writes the bound control address ("host:port\n") to file
 // descriptor N and closes it; how a parent that asked for port 0 learns the port.
 #include <arpa/inet.h>
@@ -27,6 +32,7 @@
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
 #include "stage/channels/tcp_channel.h"
+#include "stage/layer_cost_probe.h"
 #include "stage/notify/notify.h"
 #include "stage/stage_service.h"
 
@@ -40,13 +46,22 @@ ABSL_FLAG(std::string, ring_secret, "",
 ABSL_FLAG(std::string, model_root, "", "Configure loads models only from under this directory");
 ABSL_FLAG(bool, insecure, false,
           "allow listening beyond loopback without a ring secret (trusted networks only)");
+ABSL_FLAG(std::string, probe_layers, "",
+          "time each decoder layer of this model directory, print the profile and exit");
+ABSL_FLAG(std::string, probe_device, "cpu", "--probe_layers: cpu or cuda:N");
+ABSL_FLAG(int, probe_rows, 32, "--probe_layers: decode sequences per timed step");
+ABSL_FLAG(int, probe_context, 256, "--probe_layers: context tokens of each sequence");
+ABSL_FLAG(std::string, probe_out, "",
+          "--probe_layers: write the profile to this file (default: stdout, among the logs)");
 
 namespace {
 
 constexpr char kUsage[] =
     "A stage process: waits for the coordinator to configure it, then runs its layers.\n"
     "usage: stage --listen=HOST:PORT [--ring_secret=PATH] [--model_root=DIR] [--insecure]\n"
-    "             [--ready_fd=N] [--debug_step_delay_ms=N]";
+    "             [--ready_fd=N] [--debug_step_delay_ms=N]\n"
+    "       stage --probe_layers=MODEL_DIR [--probe_device=cpu|cuda:N] [--probe_rows=R]\n"
+    "             [--probe_context=C] [--probe_out=PATH]";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "stage: %s\n", message.c_str());
@@ -65,6 +80,26 @@ bool IsLoopbackHost(const std::string& host) {
 int main(int argc, char** argv) {
   using namespace ringserve;
   ParseCommandLineFlags(argc, argv, kUsage);
+  if (const std::string probe = absl::GetFlag(FLAGS_probe_layers); !probe.empty()) {
+    InitLogging("stage");
+    absl::StatusOr<LayerCostProfile> profile =
+        ProbeLayerCosts({.model_dir = probe,
+                         .device = absl::GetFlag(FLAGS_probe_device),
+                         .rows = absl::GetFlag(FLAGS_probe_rows),
+                         .context = absl::GetFlag(FLAGS_probe_context)});
+    if (!profile.ok()) return Fail(std::string(profile.status().message()));
+    const std::string text = FormatLayerCostProfile(*profile);
+    const std::string out_path = absl::GetFlag(FLAGS_probe_out);
+    if (out_path.empty()) {
+      std::fputs(text.c_str(), stdout);
+      return 0;
+    }
+    std::FILE* out = std::fopen(out_path.c_str(), "w");
+    if (out == nullptr || std::fputs(text.c_str(), out) < 0 || std::fclose(out) != 0) {
+      return Fail(fmt::format("--probe_out {}: cannot write it", out_path));
+    }
+    return 0;
+  }
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const int ready_fd = absl::GetFlag(FLAGS_ready_fd);
   const int debug_step_delay_ms = absl::GetFlag(FLAGS_debug_step_delay_ms);

@@ -1,9 +1,11 @@
 // The CUDA slice's forward pass: micro-batch validation, the per-batch metadata plan, the layer
 // loop, decode-step CUDA graphs, the ModelSlice entry points and logits sampling.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "absl/status/status.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "kernels/cuda/attention.h"
@@ -523,7 +525,11 @@ absl::Status CudaModelSlice::Launch(const Plan& plan) {
 
   auto it = graphs_.find(p->graph_key);
   if (it == graphs_.end()) {
+    // A new (batch bucket, context bucket) key costs this step the tuning of its batch size's
+    // GEMM shapes (once per size) and a capture: logged, since it stalls the whole ring.
+    const auto started = std::chrono::steady_clock::now();
     RS_RETURN_IF_ERROR(TuneGemms(*p));
+    const auto tuned = std::chrono::steady_clock::now();
     cudaGraph_t graph = nullptr;
     RS_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     const absl::Status status = Enqueue(*p);
@@ -545,6 +551,16 @@ absl::Status CudaModelSlice::Launch(const Plan& plan) {
     cudaGraphDestroy(graph);
     RS_CUDA_RETURN_IF_ERROR(instantiated);
     it = graphs_.emplace(p->graph_key, Graph{exec}).first;
+    const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    const int vocab = config_.vocab_size, hidden = config_.hidden_size;
+    RS_LOG_INFO(
+        "CUDA slice [{}, {}): decode graph for {} rows at context {}: tuning {:.1f} ms, "
+        "capture {:.1f} ms{}",
+        options_.layers.first, options_.layers.last, p->graph_key.first, p->graph_key.second,
+        ms(tuned - started), ms(std::chrono::steady_clock::now() - tuned),
+        is_last() && p->logit_rows > 0
+            ? "; lm_head: " + gemm_->PlanSummary(p->logit_rows, vocab, hidden, OutType::kF32)
+            : std::string());
   }
   RS_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second.exec, stream_));
   return absl::OkStatus();
