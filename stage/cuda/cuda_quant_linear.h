@@ -4,20 +4,26 @@
 // memory. A matrix that cannot be held so (a part not quantized, a permuted activation order,
 // sizes off the kernels' chunk) is not here: the slice keeps it dequantized in bf16 as before.
 //
-// Linear runs y = x · W^T: the fused-dequantization GEMV for m <= kQuantGemvMaxRows (decode), else
-// the matrix dequantized into a bf16 scratch buffer and the slice's GEMM (prefill, large decode
-// batches). Both are plain kernel launches (capturable in CUDA graphs). Not thread-safe.
+// Linear runs y = x · W^T: the tensor-core kernel that dequantizes in registers for m <=
+// kQuantMmaMaxRows (decode and decode batches, quant_mma.h). Above (prefill), FP8 matrices whose
+// scales are one per 128x128 block run cuBLASLt's FP8 block-scaled GEMM on an sm_90 device, the
+// activations quantized per token and 128 columns into the scratch buffer (fp8_block_gemm.h);
+// other matrices, devices and shapes are dequantized into the bf16 scratch buffer for the
+// slice's GEMM. Both are plain kernel launches (capturable in CUDA graphs). Not thread-safe.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/fp8_block_gemm.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/quant_gemv.h"
+#include "kernels/cuda/quant_mma.h"
 #include "ring/model_config.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/quant/packed_matrix.h"
@@ -43,7 +49,9 @@ class QuantLinears {
   bool empty() const { return bytes_ == 0; }
   // Device bytes of codes and scales, and of the dequantization scratch buffer.
   int64_t bytes() const { return bytes_; }
-  int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.bytes()); }
+  int64_t scratch_bytes() const {
+    return static_cast<int64_t>(scratch_.bytes()) + (fp8_ ? kFp8Workspace : 0);
+  }
 
   absl::Status Linear(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w, void* y,
                       OutType out, int m, LaunchStream stream);
@@ -52,13 +60,19 @@ class QuantLinears {
   absl::Status Add(int layer, LayerLinear which, const quant::PackedMatrix& m, cudaStream_t stream);
   absl::Status AllocateScratch();
 
+  absl::Status LinearFp8(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w, bf16* y, int m,
+                         LaunchStream stream);
+
+  static constexpr int64_t kFp8Workspace = int64_t{32} << 20;
   struct Held {
     DeviceBuffer memory;
+    DeviceBuffer block_scales;  // fp8 with one scale per 128x128 block
     QuantMatrixView view;
   };
   std::vector<std::array<std::optional<Held>, kLayerLinears>> layers_;
   DeviceBuffer scratch_;  // bf16, the largest matrix (GEMM path); its bytes in scratch_bytes()
   int64_t bytes_ = 0;
+  std::unique_ptr<Fp8BlockGemm> fp8_;  // when some matrix has block scales
 };
 
 }  // namespace ringserve::cuda
