@@ -42,8 +42,8 @@ Fp8BlockGemm::~Fp8BlockGemm() {
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-Fp8BlockGemm::Plan* Fp8BlockGemm::GetPlan(int m, int n, int k) {
-  const auto key = std::make_tuple(m, n, k);
+Fp8BlockGemm::Plan* Fp8BlockGemm::GetPlan(int m, int n, int k, bool block) {
+  const auto key = std::make_tuple(m, n, k, block);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   std::unique_ptr<Plan>& slot = plans_[key];
   if (!hopper_ || m < 1 || n < 16 || k < kFp8Block || k % kFp8Block != 0 || n % 16 != 0 ||
@@ -52,7 +52,8 @@ Fp8BlockGemm::Plan* Fp8BlockGemm::GetPlan(int m, int n, int k) {
   }
   auto plan = std::make_unique<Plan>();
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-  const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  const int32_t a_mode =
+      block ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, size_t size) {
     return cublasLtMatmulDescSetAttribute(plan->op, attr, value, size) == CUBLAS_STATUS_SUCCESS;
@@ -89,18 +90,22 @@ Fp8BlockGemm::Plan* Fp8BlockGemm::GetPlan(int m, int n, int k) {
   return slot.get();
 }
 
-bool Fp8BlockGemm::Supported(int m, int n, int k) { return GetPlan(m, n, k) != nullptr; }
+bool Fp8BlockGemm::Supported(int m, int n, int k) { return GetPlan(m, n, k, false) != nullptr; }
 
 absl::Status Fp8BlockGemm::Linear(const uint8_t* x_codes, const float* x_scales,
-                                  const uint8_t* w_codes, const float* w_block_scales, bf16* y,
-                                  int m, int n, int k, LaunchStream stream) {
-  Plan* plan = GetPlan(m, n, k);
+                                  const uint8_t* w_codes, const float* w_row_scales,
+                                  const float* w_block_scales, bf16* y, int m, int n, int k,
+                                  LaunchStream stream) {
+  Plan* plan = w_block_scales != nullptr ? GetPlan(m, n, k, true) : nullptr;
+  last_block_ = plan != nullptr;
+  const float* w_scales = plan != nullptr ? w_block_scales : w_row_scales;
+  if (plan == nullptr) plan = GetPlan(m, n, k, false);
   if (plan == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("no FP8 block-scaled GEMM for m=", m, " n=", n, " k=", k));
   }
   RS_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-      plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_block_scales, sizeof(w_block_scales)));
+      plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
   RS_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
   const float alpha = 1.0f, beta = 0.0f;

@@ -6,9 +6,11 @@
 //     scale = amax / 448 (1 for an all-zero group) and codes e4m3(x / scale), rounded to nearest
 //     even and saturated. k a multiple of 128.
 //   Fp8BlockGemm::Linear: y [m, n] bf16 = sum over k of (code_x * scale_x) * (code_w * scale_w)
-//     with W's e4m3 codes [n, k] row-major (the packed layout of quant_gemv.h) and its block
-//     scales [ceil(n / 128), ld] row-major, ld = Fp8BlockScaleStride(k) (cuBLASLt's
-//     BLK128x128_32F layout), fp32 accumulation in cuBLASLt (CUBLASLT_MATMUL_MATRIX_SCALE_*).
+//     with W's e4m3 codes [n, k] row-major (the packed layout of quant_gemv.h) and its scales in
+//     one of cuBLASLt's layouts: per row and 128 columns, [k / 128, n] with the row fastest
+//     (VEC128_32F, always given), and optionally once per 128x128 block, [ceil(n / 128), ld]
+//     row-major with ld = Fp8BlockScaleStride(k) (BLK128x128_32F). fp32 accumulation in cuBLASLt.
+//     The block form is used where cuBLASLt runs it, else the per-row form.
 //
 // cuBLASLt runs these only on Hopper: Supported() is false elsewhere (and for shapes it has no
 // algorithm for), and the caller keeps its dequantize + bf16 GEMM path. Plans are cached per
@@ -44,22 +46,26 @@ class Fp8BlockGemm {
   Fp8BlockGemm& operator=(const Fp8BlockGemm&) = delete;
 
   // Whether cuBLASLt has an algorithm for this shape on this device (an sm_90 device, k a
-  // multiple of 128, n and m multiples of 16 and 4). Caches the plan.
+  // multiple of 128, n and m multiples of 16 and 4) with the weights' per-row scales. Caches the
+  // plans.
   bool Supported(int m, int n, int k);
-  // Supported(m, n, k) must hold; FailedPrecondition otherwise.
+  // Supported(m, n, k) must hold; FailedPrecondition otherwise. w_block_scales may be null.
   absl::Status Linear(const uint8_t* x_codes, const float* x_scales, const uint8_t* w_codes,
-                      const float* w_block_scales, bf16* y, int m, int n, int k,
-                      LaunchStream stream);
+                      const float* w_row_scales, const float* w_block_scales, bf16* y, int m, int n,
+                      int k, LaunchStream stream);
+  // The weight scale layout the last Linear used: "block" or "row" (benchmarks, tests).
+  const char* last_mode() const { return last_block_ ? "block" : "row"; }
 
  private:
   struct Plan;
   Fp8BlockGemm() = default;
-  Plan* GetPlan(int m, int n, int k);
+  Plan* GetPlan(int m, int n, int k, bool block);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
   bool hopper_ = false;
-  std::map<std::tuple<int, int, int>, std::unique_ptr<Plan>> plans_;  // null: unsupported
+  bool last_block_ = false;
+  std::map<std::tuple<int, int, int, bool>, std::unique_ptr<Plan>> plans_;  // null: unsupported
 };
 
 }  // namespace ringserve::cuda

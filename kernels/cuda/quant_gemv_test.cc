@@ -119,42 +119,63 @@ TEST(QuantGemvTest, GemvMatchesCpuReference) {
 // The tensor-core kernel against the fp64 product of the host values: every format, both block
 // widths (groups of 128/64 columns take 16-byte lanes; 32 for 4-bit and 16 for 8-bit codes take
 // 4-byte lanes), row counts off the 16-row tiles, and token counts across both tile shapes.
+// The kernel shapes LaunchQuantMma can take (quant_mma.h: QuantMmaShape), set through its
+// benchmark override.
+struct MmaVariant {
+  const char* warps;
+  const char* large;
+};
+const MmaVariant kMmaVariants[] = {{"8", "groups"}, {"4", "groups"}, {"8", "tiles"}};
+void UseMmaVariant(const MmaVariant& v) {
+  setenv("RS_QUANT_MMA_WARPS", v.warps, 1);
+  setenv("RS_QUANT_MMA_LARGE", v.large, 1);
+}
+void UseDefaultMma() {
+  unsetenv("RS_QUANT_MMA_WARPS");
+  unsetenv("RS_QUANT_MMA_LARGE");
+}
+
 TEST(QuantMmaTest, MatchesCpuReference) {
   RS_SKIP_WITHOUT_GPU();
   struct Shape {
     int rows, cols, group;
   };
-  for (PackedFormat f : kFormats) {
-    const int narrow = quant::PackedChunk(f);
-    for (const Shape s : {Shape{100, 256, 128}, Shape{45, 512, 512}, Shape{300, 1024, 128},
-                          Shape{40, 384, narrow}, Shape{24, 768, 64}}) {
-      for (int m : {1, 3, 8, 9, 32, 45}) {
-        SCOPED_TRACE(::testing::Message() << quant::PackedFormatName(f) << " " << s.rows << "x"
-                                          << s.cols << " group " << s.group << " m " << m);
-        const quant::PackedMatrix w = RandomPacked(f, s.rows, s.cols, s.group, s.rows + m);
-        DeviceMatrix d = ToDevice(w);
-        std::mt19937 rng(m);
-        const std::vector<float> x = testing::RandomBf16Values(rng, size_t{1} * m * s.cols);
-        DeviceBuffer dx = UploadBf16(x), dy;
-        RS_ASSERT_OK(dy.Allocate(size_t{1} * m * s.rows * 2));
-        testing::Poison(dy);
-        RS_ASSERT_OK(LaunchQuantMma(dx.as<bf16>(), d.view, dy.as<bf16>(), m, nullptr));
-        const std::vector<float> got = DownloadBf16(dy, size_t{1} * m * s.rows);
-        const std::vector<float> values = quant::UnpackMatrix(w);
-        for (int r = 0; r < m; ++r) {
-          for (int o = 0; o < s.rows; ++o) {
-            double want = 0, mag = 0;
-            for (int c = 0; c < s.cols; ++c) {
-              want += double{values[o * s.cols + c]} * x[r * s.cols + c];
-              mag += std::fabs(double{values[o * s.cols + c]} * x[r * s.cols + c]);
+  for (const MmaVariant& variant : kMmaVariants) {
+    UseMmaVariant(variant);
+    for (PackedFormat f : kFormats) {
+      const int narrow = quant::PackedChunk(f);
+      for (const Shape s : {Shape{100, 256, 128}, Shape{45, 512, 512}, Shape{300, 1024, 128},
+                            Shape{40, 384, narrow}, Shape{24, 768, 64}}) {
+        for (int m : {1, 3, 8, 9, 32, 45}) {
+          SCOPED_TRACE(::testing::Message() << quant::PackedFormatName(f) << " " << s.rows << "x"
+                                            << s.cols << " group " << s.group << " m " << m
+                                            << " warps " << variant.warps << " " << variant.large);
+          const quant::PackedMatrix w = RandomPacked(f, s.rows, s.cols, s.group, s.rows + m);
+          DeviceMatrix d = ToDevice(w);
+          std::mt19937 rng(m);
+          const std::vector<float> x = testing::RandomBf16Values(rng, size_t{1} * m * s.cols);
+          DeviceBuffer dx = UploadBf16(x), dy;
+          RS_ASSERT_OK(dy.Allocate(size_t{1} * m * s.rows * 2));
+          testing::Poison(dy);
+          RS_ASSERT_OK(LaunchQuantMma(dx.as<bf16>(), d.view, dy.as<bf16>(), m, nullptr));
+          const std::vector<float> got = DownloadBf16(dy, size_t{1} * m * s.rows);
+          const std::vector<float> values = quant::UnpackMatrix(w);
+          for (int r = 0; r < m; ++r) {
+            for (int o = 0; o < s.rows; ++o) {
+              double want = 0, mag = 0;
+              for (int c = 0; c < s.cols; ++c) {
+                want += double{values[o * s.cols + c]} * x[r * s.cols + c];
+                mag += std::fabs(double{values[o * s.cols + c]} * x[r * s.cols + c]);
+              }
+              ASSERT_NEAR(got[r * s.rows + o], want, 1e-5 * mag + 4e-3 * std::fabs(want))
+                  << "row " << r << " out " << o;
             }
-            ASSERT_NEAR(got[r * s.rows + o], want, 1e-5 * mag + 4e-3 * std::fabs(want))
-                << "row " << r << " out " << o;
           }
         }
       }
     }
   }
+  UseDefaultMma();
 }
 
 TEST(QuantMmaTest, RefusesBadArguments) {
@@ -255,16 +276,21 @@ TEST(Fp8BlockGemmTest, MatchesHostReference) {
     if ((c & 0x7f) == 0x7f) c = 0x10;  // no NaN
   }
   const int64_t stride = Fp8BlockScaleStride(k);
-  std::vector<float> block_scales((n / 128) * stride, 0.0f);
+  std::vector<float> block_scales((n / 128) * stride, 0.0f), row_scales(size_t{1} * n * (k / 128));
   std::uniform_real_distribution<float> unit(0.5f, 2.0f);
   for (int rb = 0; rb < n / 128; ++rb) {
     for (int kb = 0; kb < k / 128; ++kb) block_scales[rb * stride + kb] = 1e-3f * unit(rng);
+  }
+  for (int o = 0; o < n; ++o) {
+    for (int kb = 0; kb < k / 128; ++kb)
+      row_scales[kb * n + o] = block_scales[(o / 128) * stride + kb];
   }
   const std::vector<float> x = testing::RandomBf16Values(rng, size_t{1} * m * k);
   std::vector<uint8_t> x_codes;
   std::vector<float> x_scales;
   QuantizeGroupsOnHost(x, m, k, &x_codes, &x_scales);
-  DeviceBuffer dw = Upload(w_codes), dbs = Upload(block_scales), dx = UploadBf16(x);
+  DeviceBuffer dw = Upload(w_codes), dbs = Upload(block_scales), drs = Upload(row_scales);
+  DeviceBuffer dx = UploadBf16(x);
   DeviceBuffer dxc, dxs, dy;
   RS_ASSERT_OK(dxc.Allocate(m * k));
   RS_ASSERT_OK(dxs.Allocate(m * (k / 128) * 4));
@@ -272,23 +298,30 @@ TEST(Fp8BlockGemmTest, MatchesHostReference) {
   testing::Poison(dy);
   RS_ASSERT_OK(
       LaunchQuantizeFp8Groups(dx.as<bf16>(), dxc.as<uint8_t>(), dxs.as<float>(), m, k, nullptr));
-  RS_ASSERT_OK((*gemm)->Linear(dxc.as<uint8_t>(), dxs.as<float>(), dw.as<uint8_t>(),
-                               dbs.as<float>(), dy.as<bf16>(), m, n, k, nullptr));
-  const std::vector<float> got = DownloadBf16(dy, size_t{1} * m * n);
-  for (int t = 0; t < m; ++t) {
-    for (int o = 0; o < n; ++o) {
-      double want = 0, unquantized = 0, mag = 0;
-      for (int c = 0; c < k; ++c) {
-        const double wv =
-            double{Fp8E4M3ToFloat(w_codes[o * k + c])} * block_scales[(o / 128) * stride + c / 128];
-        const double xq = double{Fp8E4M3ToFloat(x_codes[t * k + c])} * x_scales[(c / 128) * m + t];
-        want += wv * xq;
-        unquantized += wv * x[t * k + c];
-        mag += std::fabs(wv * x[t * k + c]);
+  // The per-row scales alone, then with the block scales (cuBLASLt's block mode where it has it).
+  for (const bool block : {false, true}) {
+    testing::Poison(dy);
+    RS_ASSERT_OK((*gemm)->Linear(dxc.as<uint8_t>(), dxs.as<float>(), dw.as<uint8_t>(),
+                                 drs.as<float>(), block ? dbs.as<float>() : nullptr, dy.as<bf16>(),
+                                 m, n, k, nullptr));
+    std::printf("FP8 GEMM with %s scales\n", (*gemm)->last_mode());
+    const std::vector<float> got = DownloadBf16(dy, size_t{1} * m * n);
+    for (int t = 0; t < m; ++t) {
+      for (int o = 0; o < n; ++o) {
+        double want = 0, unquantized = 0, mag = 0;
+        for (int c = 0; c < k; ++c) {
+          const double wv = double{Fp8E4M3ToFloat(w_codes[o * k + c])} *
+                            block_scales[(o / 128) * stride + c / 128];
+          const double xq =
+              double{Fp8E4M3ToFloat(x_codes[t * k + c])} * x_scales[(c / 128) * m + t];
+          want += wv * xq;
+          unquantized += wv * x[t * k + c];
+          mag += std::fabs(wv * x[t * k + c]);
+        }
+        ASSERT_NEAR(got[t * n + o], want, 1e-4 * mag + 4e-3 * std::fabs(want))
+            << "token " << t << " out " << o;
+        ASSERT_NEAR(got[t * n + o], unquantized, 0.0625 * mag + 4e-3 * std::fabs(unquantized));
       }
-      ASSERT_NEAR(got[t * n + o], want, 1e-4 * mag + 4e-3 * std::fabs(want))
-          << "token " << t << " out " << o;
-      ASSERT_NEAR(got[t * n + o], unquantized, 0.0625 * mag + 4e-3 * std::fabs(unquantized));
     }
   }
 }
@@ -336,7 +369,7 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
     for (PackedFormat f : kFormats) {
       const int64_t group = f == PackedFormat::kInt8 ? 4096 : (f == PackedFormat::kFp4 ? 32 : 128);
       // The CUDA-core GEMV (m <= 8) or dequantize + GEMM (above), and the tensor-core kernel.
-      double us = 0, mma_us = 0, bytes = 0;
+      double us = 0, mma_us[3] = {0, 0, 0}, bytes = 0;
       for (const Shape s : shapes) {
         const int64_t g = std::min<int64_t>(group, s.cols);
         quant::PackedMatrix w{.format = f, .rows = s.rows, .cols = s.cols, .group_cols = g};
@@ -356,15 +389,21 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
                                   s.rows, s.cols, nullptr);
           }
         });
-        mma_us +=
-            time_us([&] { (void)LaunchQuantMma(x.as<bf16>(), d.view, y.as<bf16>(), m, nullptr); });
+        for (int v = 0; v < 3; ++v) {
+          UseMmaVariant(kMmaVariants[v]);
+          mma_us[v] += time_us(
+              [&] { (void)LaunchQuantMma(x.as<bf16>(), d.view, y.as<bf16>(), m, nullptr); });
+        }
+        UseDefaultMma();
       }
-      std::printf(
-          "m %2d %s: %s %.1f us (%.2fx bf16); tensor-core %.1f us (%.2fx bf16, %.0f GB/s of its "
-          "%.0f MB)\n",
-          m, std::string(quant::PackedFormatName(f)).c_str(),
-          m <= kQuantGemvMaxRows ? "gemv" : "dequant+gemm", us, bf16_us / us, mma_us,
-          bf16_us / mma_us, bytes / mma_us / 1e3, bytes / 1e6);
+      std::printf("m %2d %s: %s %.1f us (%.2fx bf16); tensor-core", m,
+                  std::string(quant::PackedFormatName(f)).c_str(),
+                  m <= kQuantGemvMaxRows ? "gemv" : "dequant+gemm", us, bf16_us / us);
+      for (int v = 0; v < 3; ++v) {
+        std::printf(" %sw-%s %.1f us (%.2fx, %.0f GB/s)", kMmaVariants[v].warps,
+                    kMmaVariants[v].large, mma_us[v], bf16_us / mma_us[v], bytes / mma_us[v] / 1e3);
+      }
+      std::printf(" of %.0f MB\n", bytes / 1e6);
     }
   }
   // Prefill at 8k tokens: bf16 GEMMs against the FP8 block-scaled GEMM with the activations'
@@ -397,7 +436,8 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
       (void)LaunchQuantizeFp8Groups(xp.as<bf16>(), codes.as<uint8_t>(), scales.as<float>(), m,
                                     s.cols, nullptr);
       (void)(*fp8)->Linear(codes.as<uint8_t>(), scales.as<float>(), wq.as<uint8_t>(),
-                           wscales.as<float>(), yp.as<bf16>(), m, s.rows, s.cols, nullptr);
+                           wscales.as<float>(), wscales.as<float>(), yp.as<bf16>(), m, s.rows,
+                           s.cols, nullptr);
     });
     const QuantMatrixView view{.format = QuantFormat::kFp8,
                                .rows = s.rows,
@@ -412,9 +452,9 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
     });
   }
   std::printf(
-      "prefill m %d: bf16 layer %.1f us; fp8 block-scaled (with activation quantization) %.1f us "
-      "(%.2fx bf16); fp8 dequantize + bf16 GEMM %.1f us\n",
-      m, bf16_us, fp8_us, bf16_us / fp8_us, dequant_us);
+      "prefill m %d: bf16 layer %.1f us; fp8 block-scaled (%s scales, with activation "
+      "quantization) %.1f us (%.2fx bf16); fp8 dequantize + bf16 GEMM %.1f us\n",
+      m, bf16_us, (*fp8)->last_mode(), fp8_us, bf16_us / fp8_us, dequant_us);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

@@ -12,7 +12,9 @@
 // from the same columns and paired alike with byte permutes.
 #include <cuda_bf16.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/mma_sync.cuh"
@@ -20,8 +22,6 @@
 
 namespace ringserve::cuda {
 namespace {
-
-constexpr int kWarps = 8;
 
 template <QuantFormat F>
 constexpr bool kFourBit = F == QuantFormat::kInt4 || F == QuantFormat::kFp4;
@@ -176,16 +176,17 @@ __device__ __forceinline__ void LoadX(uint32_t (&xs)[NT][4], const bf16* const (
   }
 }
 
-// R tiles of 16 rows x NT tiles of 8 tokens per block of 8 warps, the warps splitting the
-// column blocks; D blocks of codes in flight per lane.
-template <QuantFormat F, int W, int R, int NT, int D>
-__global__ void __launch_bounds__(kWarps * 32, R == 1 ? 2 : 1)
+// R tiles of 16 rows x NT tiles of 8 tokens per block of kWarps warps, the warps splitting the
+// column blocks; D blocks of codes in flight per lane. blockIdx.x is the token group (the blocks
+// of one row tile run side by side and share its codes in L2), blockIdx.y the row tile.
+template <QuantFormat F, int W, int R, int NT, int D, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, R == 1 ? 16 / kWarps : 1)
     QuantMmaKernel(const bf16* __restrict__ x, QuantMatrixView w, bf16* __restrict__ y, int m) {
   constexpr int kB = kBlockCols<F, W>;
   constexpr int kV = kValuesPerWord<F>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int row0 = blockIdx.x * 16 * R, tok0 = blockIdx.y * 8 * NT;
+  const int row0 = blockIdx.y * 16 * R, tok0 = blockIdx.x * 8 * NT;
   const int groups = (w.cols + w.group_cols - 1) / w.group_cols;
   const int64_t row_bytes = static_cast<int64_t>(w.cols) * (kFourBit<F> ? 1 : 2) / 2;
   const int lane_col = t * W * kV;  // the lane's first column in a block
@@ -307,30 +308,47 @@ __global__ void __launch_bounds__(kWarps * 32, R == 1 ? 2 : 1)
   }
 }
 
+// The kernel shapes (quant_mma.h: QuantMmaShape).
 template <QuantFormat F, int W>
-void LaunchOf(const bf16* x, const QuantMatrixView& w, bf16* y, int m, LaunchStream s) {
-  const dim3 block(kWarps * 32);
-  if (m <= 8) {
-    LaunchDependent(QuantMmaKernel<F, W, 1, 1, 4>, dim3((w.rows + 15) / 16, 1), block, 0, s, x, w,
+void LaunchOf(const bf16* x, const QuantMatrixView& w, bf16* y, int m, const QuantMmaShape& shape,
+              LaunchStream s) {
+  const int tiles16 = (w.rows + 15) / 16, groups8 = (m + 7) / 8;
+  if (m > 8 && shape.large_tiles) {
+    LaunchDependent(QuantMmaKernel<F, W, 2, 4, 2, 8>, dim3((m + 31) / 32, (w.rows + 31) / 32),
+                    dim3(256), 0, s, x, w, y, m);
+  } else if (shape.warps == 4) {
+    LaunchDependent(QuantMmaKernel<F, W, 1, 1, 4, 4>, dim3(groups8, tiles16), dim3(128), 0, s, x, w,
                     y, m);
   } else {
-    LaunchDependent(QuantMmaKernel<F, W, 2, 4, 2>, dim3((w.rows + 31) / 32, (m + 31) / 32), block,
-                    0, s, x, w, y, m);
+    LaunchDependent(QuantMmaKernel<F, W, 1, 1, 4, 8>, dim3(groups8, tiles16), dim3(256), 0, s, x, w,
+                    y, m);
   }
 }
 
 template <QuantFormat F>
-void LaunchFormat(const bf16* x, const QuantMatrixView& w, bf16* y, int m, LaunchStream s) {
+void LaunchFormat(const bf16* x, const QuantMatrixView& w, bf16* y, int m,
+                  const QuantMmaShape& shape, LaunchStream s) {
   // 16-byte blocks where the groups and columns allow, else 4-byte ones.
   constexpr int kWide = kBlockCols<F, 4>;
   if (w.group_cols % kWide == 0 && w.cols % kWide == 0) {
-    LaunchOf<F, 4>(x, w, y, m, s);
+    LaunchOf<F, 4>(x, w, y, m, shape, s);
   } else {
-    LaunchOf<F, 1>(x, w, y, m, s);
+    LaunchOf<F, 1>(x, w, y, m, shape, s);
   }
 }
 
 }  // namespace
+
+QuantMmaShape QuantMmaShapeFromEnv() {
+  QuantMmaShape shape;
+  if (const char* v = std::getenv("RS_QUANT_MMA_WARPS"); v != nullptr && std::atoi(v) == 4) {
+    shape.warps = 4;
+  }
+  if (const char* v = std::getenv("RS_QUANT_MMA_LARGE"); v != nullptr) {
+    shape.large_tiles = std::string_view(v) == "tiles";
+  }
+  return shape;
+}
 
 absl::Status LaunchQuantMma(const bf16* x, const QuantMatrixView& w, bf16* y, int m,
                             LaunchStream stream) {
@@ -344,18 +362,19 @@ absl::Status LaunchQuantMma(const bf16* x, const QuantMatrixView& w, bf16* y, in
   if (m < 1 || m > kQuantMmaMaxRows) {
     return absl::InvalidArgumentError("LaunchQuantMma: m must be in [1, 64]");
   }
+  const QuantMmaShape shape = QuantMmaShapeFromEnv();
   switch (w.format) {
     case QuantFormat::kInt4:
-      LaunchFormat<QuantFormat::kInt4>(x, w, y, m, stream);
+      LaunchFormat<QuantFormat::kInt4>(x, w, y, m, shape, stream);
       break;
     case QuantFormat::kInt8:
-      LaunchFormat<QuantFormat::kInt8>(x, w, y, m, stream);
+      LaunchFormat<QuantFormat::kInt8>(x, w, y, m, shape, stream);
       break;
     case QuantFormat::kFp8:
-      LaunchFormat<QuantFormat::kFp8>(x, w, y, m, stream);
+      LaunchFormat<QuantFormat::kFp8>(x, w, y, m, shape, stream);
       break;
     case QuantFormat::kFp4:
-      LaunchFormat<QuantFormat::kFp4>(x, w, y, m, stream);
+      LaunchFormat<QuantFormat::kFp4>(x, w, y, m, shape, stream);
       break;
   }
   return LaunchStatus("QuantMma");

@@ -40,6 +40,21 @@ std::vector<std::pair<int64_t, int64_t>> PartShapes(const ModelConfig& c, int wh
   }
 }
 
+// An fp8 matrix's scales per row and 128 columns as [cols / 128, rows] (the row fastest), when its
+// groups are 128 columns; else empty.
+std::vector<float> RowScalesTransposed(const quant::PackedMatrix& m) {
+  if (m.format != quant::PackedFormat::kFp8 || m.group_cols != kFp8Block ||
+      m.cols % kFp8Block != 0) {
+    return {};
+  }
+  const int64_t groups = m.groups();
+  std::vector<float> out(groups * m.rows);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) out[g * m.rows + r] = m.scales[r * groups + g];
+  }
+  return out;
+}
+
 // An fp8 matrix's scales once per 128x128 block in Fp8BlockScaleStride rows, when its groups are
 // 128 columns and every block's rows share their scales; else empty.
 std::vector<float> BlockScales(const quant::PackedMatrix& m) {
@@ -188,21 +203,27 @@ absl::Status QuantLinears::Add(int layer, LayerLinear which, const quant::Packed
                                           cudaMemcpyHostToDevice, stream));
   RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(held.memory.as<char>() + scale_at, scales.data(),
                                           scale_bytes, cudaMemcpyHostToDevice, stream));
-  const std::vector<float> blocks = BlockScales(m);
-  if (!blocks.empty()) {
-    RS_RETURN_IF_ERROR(held.block_scales.Allocate(blocks.size() * sizeof(float)));
-    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(held.block_scales.get(), blocks.data(),
-                                            blocks.size() * sizeof(float), cudaMemcpyHostToDevice,
-                                            stream));
+  // FP8 GEMM scales: per row transposed, then per block when uniform.
+  std::vector<float> fp8_scales = RowScalesTransposed(m);
+  const size_t row_floats = fp8_scales.size();
+  const std::vector<float> blocks = row_floats > 0 ? BlockScales(m) : std::vector<float>();
+  fp8_scales.insert(fp8_scales.end(), blocks.begin(), blocks.end());
+  if (!fp8_scales.empty()) {
+    RS_RETURN_IF_ERROR(held.block_scales.Allocate(fp8_scales.size() * sizeof(float)));
+    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(held.block_scales.get(), fp8_scales.data(),
+                                            fp8_scales.size() * sizeof(float),
+                                            cudaMemcpyHostToDevice, stream));
   }
   RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // the host vectors go away
-  held.view = {.format = format,
-               .rows = static_cast<int>(m.rows),
-               .cols = static_cast<int>(m.cols),
-               .group_cols = static_cast<int>(m.group_cols),
-               .codes = held.memory.as<uint8_t>(),
-               .scales = reinterpret_cast<const float*>(held.memory.as<char>() + scale_at),
-               .block_scales = blocks.empty() ? nullptr : held.block_scales.as<float>()};
+  held.view = {
+      .format = format,
+      .rows = static_cast<int>(m.rows),
+      .cols = static_cast<int>(m.cols),
+      .group_cols = static_cast<int>(m.group_cols),
+      .codes = held.memory.as<uint8_t>(),
+      .scales = reinterpret_cast<const float*>(held.memory.as<char>() + scale_at),
+      .row_scales_t = row_floats == 0 ? nullptr : held.block_scales.as<float>(),
+      .block_scales = blocks.empty() ? nullptr : held.block_scales.as<float>() + row_floats};
   bytes_ += static_cast<int64_t>(held.memory.bytes() + held.block_scales.bytes());
   layers_[layer][static_cast<int>(which)] = std::move(held);
   return absl::OkStatus();
@@ -217,7 +238,7 @@ absl::Status QuantLinears::AllocateScratch() {
   }
   bool block_scaled = false;
   for (const auto& layer : layers_) {
-    for (const auto& held : layer) block_scaled |= held && held->view.block_scales != nullptr;
+    for (const auto& held : layer) block_scaled |= held && held->view.row_scales_t != nullptr;
   }
   if (block_scaled) {
     absl::StatusOr<std::unique_ptr<Fp8BlockGemm>> fp8 = Fp8BlockGemm::Create(kFp8Workspace);
@@ -242,7 +263,7 @@ absl::Status QuantLinears::Linear(GemmRunner& gemm, const bf16* x, const QuantMa
   if (m <= kQuantMmaMaxRows && out == OutType::kBF16) {
     return LaunchQuantMma(x, w, static_cast<bf16*>(y), m, stream);
   }
-  if (out == OutType::kBF16 && w.block_scales != nullptr && fp8_ != nullptr) {
+  if (out == OutType::kBF16 && w.row_scales_t != nullptr && fp8_ != nullptr) {
     return LinearFp8(gemm, x, w, static_cast<bf16*>(y), m, stream);
   }
   RS_RETURN_IF_ERROR(LaunchQuantDequantize(w, scratch_.as<bf16>(), stream));
@@ -278,8 +299,8 @@ absl::Status QuantLinears::LinearFp8(GemmRunner& gemm, const bf16* x, const Quan
     float* scales = reinterpret_cast<float*>(scratch_.as<char>() + rows * code_bytes_per_row);
     RS_RETURN_IF_ERROR(
         LaunchQuantizeFp8Groups(xs, codes, scales, rows, static_cast<int>(k), stream));
-    RS_RETURN_IF_ERROR(fp8_->Linear(codes, scales, w.codes, w.block_scales, ys, rows,
-                                    static_cast<int>(n), static_cast<int>(k), stream));
+    RS_RETURN_IF_ERROR(fp8_->Linear(codes, scales, w.codes, w.row_scales_t, w.block_scales, ys,
+                                    rows, static_cast<int>(n), static_cast<int>(k), stream));
     m0 += rows;
   }
   if (m0 < m) RS_RETURN_IF_ERROR(LaunchQuantMma(x + m0 * k, w, y + m0 * n, m - m0, stream));

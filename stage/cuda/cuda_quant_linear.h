@@ -5,11 +5,12 @@
 // sizes off the kernels' chunk) is not here: the slice keeps it dequantized in bf16 as before.
 //
 // Linear runs y = x · W^T: the tensor-core kernel that dequantizes in registers for m <=
-// kQuantMmaMaxRows (decode and decode batches, quant_mma.h). Above (prefill), FP8 matrices whose
-// scales are one per 128x128 block run cuBLASLt's FP8 block-scaled GEMM on an sm_90 device, the
-// activations quantized per token and 128 columns into the scratch buffer (fp8_block_gemm.h);
-// other matrices, devices and shapes are dequantized into the bf16 scratch buffer for the
-// slice's GEMM. Both are plain kernel launches (capturable in CUDA graphs). Not thread-safe.
+// kQuantMmaMaxRows (decode and decode batches, quant_mma.h). Above (prefill), FP8 matrices with
+// scales per row and 128 columns (block-scaled checkpoints among them) run cuBLASLt's FP8
+// block-scaled GEMM on an sm_90 device, the activations quantized per token and 128 columns into
+// the scratch buffer (fp8_block_gemm.h); other matrices, devices and shapes are dequantized into
+// the bf16 scratch buffer for the slice's GEMM. All are plain launches (capturable in CUDA
+// graphs). Not thread-safe.
 #pragma once
 
 #include <array>
@@ -66,7 +67,7 @@ class QuantLinears {
   static constexpr int64_t kFp8Workspace = int64_t{32} << 20;
   struct Held {
     DeviceBuffer memory;
-    DeviceBuffer block_scales;  // fp8 with one scale per 128x128 block
+    DeviceBuffer block_scales;  // fp8 with groups of 128: the FP8 GEMM's scale layouts
     QuantMatrixView view;
   };
   std::vector<std::array<std::optional<Held>, kLayerLinears>> layers_;
