@@ -123,15 +123,23 @@ TEST(QuantGemvTest, GemvMatchesCpuReference) {
 // benchmark override.
 struct MmaVariant {
   const char* warps;
+  const char* split;
   const char* large;
 };
-const MmaVariant kMmaVariants[] = {{"8", "groups"}, {"4", "groups"}, {"8", "tiles"}};
+const MmaVariant kMmaVariants[] = {{"8", "contiguous", "groups"},
+                                   {"8", "interleaved", "groups"},
+                                   {"4", "contiguous", "groups"},
+                                   {"4", "interleaved", "groups"},
+                                   {"8", "interleaved", "tiles"}};
+constexpr int kNumMmaVariants = 5;
 void UseMmaVariant(const MmaVariant& v) {
   setenv("RS_QUANT_MMA_WARPS", v.warps, 1);
+  setenv("RS_QUANT_MMA_SPLIT", v.split, 1);
   setenv("RS_QUANT_MMA_LARGE", v.large, 1);
 }
 void UseDefaultMma() {
   unsetenv("RS_QUANT_MMA_WARPS");
+  unsetenv("RS_QUANT_MMA_SPLIT");
   unsetenv("RS_QUANT_MMA_LARGE");
 }
 
@@ -147,9 +155,10 @@ TEST(QuantMmaTest, MatchesCpuReference) {
       for (const Shape s : {Shape{100, 256, 128}, Shape{45, 512, 512}, Shape{300, 1024, 128},
                             Shape{40, 384, narrow}, Shape{24, 768, 64}}) {
         for (int m : {1, 3, 8, 9, 32, 45}) {
-          SCOPED_TRACE(::testing::Message() << quant::PackedFormatName(f) << " " << s.rows << "x"
-                                            << s.cols << " group " << s.group << " m " << m
-                                            << " warps " << variant.warps << " " << variant.large);
+          SCOPED_TRACE(::testing::Message()
+                       << quant::PackedFormatName(f) << " " << s.rows << "x" << s.cols << " group "
+                       << s.group << " m " << m << " warps " << variant.warps << " "
+                       << variant.split << " " << variant.large);
           const quant::PackedMatrix w = RandomPacked(f, s.rows, s.cols, s.group, s.rows + m);
           DeviceMatrix d = ToDevice(w);
           std::mt19937 rng(m);
@@ -369,7 +378,7 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
     for (PackedFormat f : kFormats) {
       const int64_t group = f == PackedFormat::kInt8 ? 4096 : (f == PackedFormat::kFp4 ? 32 : 128);
       // The CUDA-core GEMV (m <= 8) or dequantize + GEMM (above), and the tensor-core kernel.
-      double us = 0, mma_us[3] = {0, 0, 0}, bytes = 0;
+      double us = 0, mma_us[kNumMmaVariants] = {}, bytes = 0;
       for (const Shape s : shapes) {
         const int64_t g = std::min<int64_t>(group, s.cols);
         quant::PackedMatrix w{.format = f, .rows = s.rows, .cols = s.cols, .group_cols = g};
@@ -389,7 +398,7 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
                                   s.rows, s.cols, nullptr);
           }
         });
-        for (int v = 0; v < 3; ++v) {
+        for (int v = 0; v < kNumMmaVariants; ++v) {
           UseMmaVariant(kMmaVariants[v]);
           mma_us[v] += time_us(
               [&] { (void)LaunchQuantMma(x.as<bf16>(), d.view, y.as<bf16>(), m, nullptr); });
@@ -399,9 +408,10 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
       std::printf("m %2d %s: %s %.1f us (%.2fx bf16); tensor-core", m,
                   std::string(quant::PackedFormatName(f)).c_str(),
                   m <= kQuantGemvMaxRows ? "gemv" : "dequant+gemm", us, bf16_us / us);
-      for (int v = 0; v < 3; ++v) {
-        std::printf(" %sw-%s %.1f us (%.2fx, %.0f GB/s)", kMmaVariants[v].warps,
-                    kMmaVariants[v].large, mma_us[v], bf16_us / mma_us[v], bytes / mma_us[v] / 1e3);
+      for (int v = 0; v < kNumMmaVariants; ++v) {
+        std::printf(" | %s %.3s %.1s %.1f us %.2fx %.0f GB/s", kMmaVariants[v].warps,
+                    kMmaVariants[v].split, kMmaVariants[v].large, mma_us[v], bf16_us / mma_us[v],
+                    bytes / mma_us[v] / 1e3);
       }
       std::printf(" of %.0f MB\n", bytes / 1e6);
     }

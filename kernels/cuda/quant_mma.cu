@@ -181,7 +181,8 @@ __device__ __forceinline__ void LoadX(uint32_t (&xs)[NT][4], const bf16* const (
 // of one row tile run side by side and share its codes in L2), blockIdx.y the row tile.
 template <QuantFormat F, int W, int R, int NT, int D, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32, R == 1 ? 16 / kWarps : 1)
-    QuantMmaKernel(const bf16* __restrict__ x, QuantMatrixView w, bf16* __restrict__ y, int m) {
+    QuantMmaKernel(const bf16* __restrict__ x, QuantMatrixView w, bf16* __restrict__ y, int m,
+                   bool interleaved) {
   constexpr int kB = kBlockCols<F, W>;
   constexpr int kV = kValuesPerWord<F>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -218,21 +219,25 @@ __global__ void __launch_bounds__(kWarps * 32, R == 1 ? 16 / kWarps : 1)
   }
 
   const int blocks = w.cols / kB;
-  const int begin = blocks * warp / kWarps, end = blocks * (warp + 1) / kWarps;
+  // The warp's blocks: begin, begin + step, ... below end. Interleaved, the warps of the block
+  // read neighbouring blocks at a time (longer contiguous runs of each row).
+  const int begin = interleaved ? warp : blocks * warp / kWarps;
+  const int end = interleaved ? blocks : blocks * (warp + 1) / kWarps;
+  const int step = interleaved ? kWarps : 1;
   Block<W, R> ring[D];
 #pragma unroll
   for (int i = 0; i < D; ++i) {
-    if (begin + i < end) rows.Load(ring[i], begin + i, w.group_cols);
+    if (begin + i * step < end) rows.Load(ring[i], begin + i * step, w.group_cols);
   }
   // The weights are never written by a kernel: their first loads overlap the kernel before.
   WaitForPreviousKernel();
-  for (int b0 = begin; b0 < end; b0 += D) {
+  for (int b0 = begin; b0 < end; b0 += D * step) {
 #pragma unroll
     for (int i = 0; i < D; ++i) {
-      const int b = b0 + i;
+      const int b = b0 + i * step;
       if (b >= end) break;
       const Block<W, R> cur = ring[i];
-      if (b + D < end) rows.Load(ring[i], b + D, w.group_cols);
+      if (b + D * step < end) rows.Load(ring[i], b + D * step, w.group_cols);
       Zero zero[R][2];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -315,13 +320,13 @@ void LaunchOf(const bf16* x, const QuantMatrixView& w, bf16* y, int m, const Qua
   const int tiles16 = (w.rows + 15) / 16, groups8 = (m + 7) / 8;
   if (m > 8 && shape.large_tiles) {
     LaunchDependent(QuantMmaKernel<F, W, 2, 4, 2, 8>, dim3((m + 31) / 32, (w.rows + 31) / 32),
-                    dim3(256), 0, s, x, w, y, m);
+                    dim3(256), 0, s, x, w, y, m, shape.interleaved);
   } else if (shape.warps == 4) {
     LaunchDependent(QuantMmaKernel<F, W, 1, 1, 4, 4>, dim3(groups8, tiles16), dim3(128), 0, s, x, w,
-                    y, m);
+                    y, m, shape.interleaved);
   } else {
     LaunchDependent(QuantMmaKernel<F, W, 1, 1, 4, 8>, dim3(groups8, tiles16), dim3(256), 0, s, x, w,
-                    y, m);
+                    y, m, shape.interleaved);
   }
 }
 
@@ -346,6 +351,9 @@ QuantMmaShape QuantMmaShapeFromEnv() {
   }
   if (const char* v = std::getenv("RS_QUANT_MMA_LARGE"); v != nullptr) {
     shape.large_tiles = std::string_view(v) == "tiles";
+  }
+  if (const char* v = std::getenv("RS_QUANT_MMA_SPLIT"); v != nullptr) {
+    shape.interleaved = std::string_view(v) == "interleaved";
   }
   return shape;
 }

@@ -26,13 +26,15 @@ namespace ringserve::cuda {
 // The most activation rows LaunchQuantMma takes; above, the caller dequantizes and runs a GEMM.
 inline constexpr int kQuantMmaMaxRows = 64;
 
-// The kernel's shape: `warps` (4 or 8) split the columns of one 16-row tile for each 8 tokens;
-// with large_tiles, more than 8 tokens run as 32-row x 32-token tiles on 8 warps instead (codes
-// read once per 32 tokens, more registers). The defaults are the fastest measured on an H100
-// (bench/cuda/NOTES.md); RS_QUANT_MMA_WARPS=4|8 and RS_QUANT_MMA_LARGE=tiles|groups override
-// them for benchmarks.
+// The kernel's shape: `warps` (4 or 8) split the columns of one 16-row tile for each 8 tokens,
+// each a contiguous range of column blocks or (interleaved) every warps-th block; with
+// large_tiles, more than 8 tokens run as 32-row x 32-token tiles on 8 warps instead (codes read
+// once per 32 tokens, more registers). The defaults are the fastest measured on an H100
+// (bench/cuda/NOTES.md); RS_QUANT_MMA_WARPS=4|8, RS_QUANT_MMA_SPLIT=interleaved|contiguous and
+// RS_QUANT_MMA_LARGE=tiles|groups override them for benchmarks.
 struct QuantMmaShape {
   int warps = 8;
+  bool interleaved = false;
   bool large_tiles = false;
 };
 QuantMmaShape QuantMmaShapeFromEnv();
