@@ -13,7 +13,9 @@
 //     The block form is used where cuBLASLt runs it, else the per-row form.
 //
 // cuBLASLt runs these only on Hopper: Supported() is false elsewhere (and for shapes it has no
-// algorithm for), and the caller keeps its dequantize + bf16 GEMM path. Plans are cached per
+// algorithm for), and the caller keeps its dequantize + bf16 GEMM path. Create runs each weight
+// scale mode once on a problem with a known answer and never uses a mode that misses it (a
+// cuBLASLt that reads a scale layout otherwise than documented above). Plans are cached per
 // shape. Not thread-safe; asynchronous on the stream, no allocation after Create (capturable).
 #pragma once
 
@@ -60,11 +62,13 @@ class Fp8BlockGemm {
   struct Plan;
   Fp8BlockGemm() = default;
   Plan* GetPlan(int m, int n, int k, bool block);
+  absl::Status SelfCheck();
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
   bool hopper_ = false;
   bool last_block_ = false;
+  bool row_ok_ = false, block_ok_ = false;  // the scale modes that passed SelfCheck
   std::map<std::tuple<int, int, int, bool>, std::unique_ptr<Plan>> plans_;  // null: unsupported
 };
 

@@ -35,7 +35,7 @@ inline constexpr int kQuantMmaMaxRows = 64;
 struct QuantMmaShape {
   int warps = 8;
   bool interleaved = false;
-  bool large_tiles = false;
+  bool large_tiles = true;
 };
 QuantMmaShape QuantMmaShapeFromEnv();
 

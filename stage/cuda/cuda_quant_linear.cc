@@ -261,6 +261,12 @@ const QuantMatrixView* QuantLinears::Get(int layer, LayerLinear which) const {
 absl::Status QuantLinears::Linear(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w,
                                   void* y, OutType out, int m, LaunchStream stream) {
   if (m <= kQuantMmaMaxRows && out == OutType::kBF16) {
+    // One row of 8-bit or fp4 codes: the CUDA-core GEMV streamed them faster on an H100 (one
+    // layer 96.6 against 122.3 us for fp8; bench/cuda/NOTES.md); int4 and every batch take the
+    // tensor-core kernel.
+    if (m == 1 && w.format != QuantFormat::kInt4) {
+      return LaunchQuantGemv(x, w, static_cast<bf16*>(y), m, stream);
+    }
     return LaunchQuantMma(x, w, static_cast<bf16*>(y), m, stream);
   }
   if (out == OutType::kBF16 && w.row_scales_t != nullptr && fp8_ != nullptr) {

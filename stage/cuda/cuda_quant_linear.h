@@ -5,7 +5,8 @@
 // sizes off the kernels' chunk) is not here: the slice keeps it dequantized in bf16 as before.
 //
 // Linear runs y = x · W^T: the tensor-core kernel that dequantizes in registers for m <=
-// kQuantMmaMaxRows (decode and decode batches, quant_mma.h). Above (prefill), FP8 matrices with
+// kQuantMmaMaxRows (decode and decode batches, quant_mma.h; a single row of 8-bit or fp4 codes
+// takes the CUDA-core GEMV of quant_gemv.h, faster there). Above (prefill), FP8 matrices with
 // scales per row and 128 columns (block-scaled checkpoints among them) run cuBLASLt's FP8
 // block-scaled GEMM on an sm_90 device, the activations quantized per token and 128 columns into
 // the scratch buffer (fp8_block_gemm.h); other matrices, devices and shapes are dequantized into
