@@ -30,6 +30,12 @@ struct QuantMatrixView {
   int group_cols = 0;
   const uint8_t* codes = nullptr;
   const float* scales = nullptr;  // float2 pairs for integer formats
+  // fp8 with groups of 128 columns only, optional: the same scales in the layouts of cuBLASLt's
+  // FP8 GEMM (fp8_block_gemm.h): [cols / 128, rows] with the row fastest, and once per 128x128
+  // block [ceil(rows / 128), Fp8BlockScaleStride(cols)] when every block has one scale (FP8
+  // checkpoints with weight_block_size [128, 128]); null otherwise.
+  const float* row_scales_t = nullptr;
+  const float* block_scales = nullptr;
 };
 
 int QuantBits(QuantFormat format);

@@ -6,13 +6,17 @@
 // bf16 GEMV / cuBLASLt (printed; no assertion).
 #include "kernels/cuda/quant_gemv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
 
+#include "common/dtype.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/fp8_block_gemm.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/quant_mma.h"
 #include "kernels/cuda/test_util.h"
 #include "stage/model/quant/packed_matrix.h"
 
@@ -112,6 +116,97 @@ TEST(QuantGemvTest, GemvMatchesCpuReference) {
   }
 }
 
+// The tensor-core kernel against the fp64 product of the host values: every format, both block
+// widths (groups of 128/64 columns take 16-byte lanes; 32 for 4-bit and 16 for 8-bit codes take
+// 4-byte lanes), row counts off the 16-row tiles, and token counts across both tile shapes.
+// The kernel shapes LaunchQuantMma can take (quant_mma.h: QuantMmaShape), set through its
+// benchmark override.
+struct MmaVariant {
+  const char* warps;
+  const char* split;
+  const char* large;
+};
+const MmaVariant kMmaVariants[] = {{"8", "contiguous", "groups"},
+                                   {"8", "interleaved", "groups"},
+                                   {"4", "contiguous", "groups"},
+                                   {"4", "interleaved", "groups"},
+                                   {"8", "interleaved", "tiles"}};
+constexpr int kNumMmaVariants = 5;
+void UseMmaVariant(const MmaVariant& v) {
+  setenv("RS_QUANT_MMA_WARPS", v.warps, 1);
+  setenv("RS_QUANT_MMA_SPLIT", v.split, 1);
+  setenv("RS_QUANT_MMA_LARGE", v.large, 1);
+}
+void UseDefaultMma() {
+  unsetenv("RS_QUANT_MMA_WARPS");
+  unsetenv("RS_QUANT_MMA_SPLIT");
+  unsetenv("RS_QUANT_MMA_LARGE");
+}
+
+TEST(QuantMmaTest, MatchesCpuReference) {
+  RS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int rows, cols, group;
+  };
+  for (const MmaVariant& variant : kMmaVariants) {
+    UseMmaVariant(variant);
+    for (PackedFormat f : kFormats) {
+      const int narrow = quant::PackedChunk(f);
+      for (const Shape s : {Shape{100, 256, 128}, Shape{45, 512, 512}, Shape{300, 1024, 128},
+                            Shape{40, 384, narrow}, Shape{24, 768, 64}}) {
+        for (int m : {1, 3, 8, 9, 32, 45}) {
+          SCOPED_TRACE(::testing::Message()
+                       << quant::PackedFormatName(f) << " " << s.rows << "x" << s.cols << " group "
+                       << s.group << " m " << m << " warps " << variant.warps << " "
+                       << variant.split << " " << variant.large);
+          const quant::PackedMatrix w = RandomPacked(f, s.rows, s.cols, s.group, s.rows + m);
+          DeviceMatrix d = ToDevice(w);
+          std::mt19937 rng(m);
+          const std::vector<float> x = testing::RandomBf16Values(rng, size_t{1} * m * s.cols);
+          DeviceBuffer dx = UploadBf16(x), dy;
+          RS_ASSERT_OK(dy.Allocate(size_t{1} * m * s.rows * 2));
+          testing::Poison(dy);
+          RS_ASSERT_OK(LaunchQuantMma(dx.as<bf16>(), d.view, dy.as<bf16>(), m, nullptr));
+          const std::vector<float> got = DownloadBf16(dy, size_t{1} * m * s.rows);
+          const std::vector<float> values = quant::UnpackMatrix(w);
+          for (int r = 0; r < m; ++r) {
+            for (int o = 0; o < s.rows; ++o) {
+              double want = 0, mag = 0;
+              for (int c = 0; c < s.cols; ++c) {
+                want += double{values[o * s.cols + c]} * x[r * s.cols + c];
+                mag += std::fabs(double{values[o * s.cols + c]} * x[r * s.cols + c]);
+              }
+              ASSERT_NEAR(got[r * s.rows + o], want, 1e-5 * mag + 4e-3 * std::fabs(want))
+                  << "row " << r << " out " << o;
+            }
+          }
+        }
+      }
+    }
+  }
+  UseDefaultMma();
+}
+
+TEST(QuantMmaTest, RefusesBadArguments) {
+  RS_SKIP_WITHOUT_GPU();
+  const quant::PackedMatrix w = RandomPacked(PackedFormat::kInt8, 8, 64, 64, 3);
+  DeviceMatrix d = ToDevice(w);
+  DeviceBuffer x, y;
+  RS_ASSERT_OK(x.Allocate(65 * 64 * 2));
+  RS_ASSERT_OK(y.Allocate(65 * 8 * 2));
+  EXPECT_EQ(LaunchQuantMma(x.as<bf16>(), d.view, y.as<bf16>(), 0, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      LaunchQuantMma(x.as<bf16>(), d.view, y.as<bf16>(), kQuantMmaMaxRows + 1, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
+  QuantMatrixView bad = d.view;
+  bad.cols = 72;  // not a multiple of 16
+  EXPECT_EQ(LaunchQuantMma(x.as<bf16>(), bad, y.as<bf16>(), 1, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchQuantMma(x.as<bf16>() + 1, d.view, y.as<bf16>(), 1, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(QuantGemvTest, RefusesUnsupportedShapes) {
   RS_SKIP_WITHOUT_GPU();
   const quant::PackedMatrix w = RandomPacked(PackedFormat::kInt4, 8, 64, 32, 2);
@@ -122,6 +217,122 @@ TEST(QuantGemvTest, RefusesUnsupportedShapes) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LaunchQuantGemv(nullptr, d.view, nullptr, 9, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Host form of LaunchQuantizeFp8Groups: codes [m, k], scales [k / 128, m].
+void QuantizeGroupsOnHost(const std::vector<float>& x, int m, int k, std::vector<uint8_t>* codes,
+                          std::vector<float>* scales) {
+  codes->assign(size_t{1} * m * k, 0);
+  scales->assign(size_t{1} * m * (k / 128), 0.0f);
+  for (int t = 0; t < m; ++t) {
+    for (int g = 0; g < k / 128; ++g) {
+      float amax = 0;
+      for (int c = g * 128; c < (g + 1) * 128; ++c) amax = std::max(amax, std::fabs(x[t * k + c]));
+      const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+      (*scales)[g * m + t] = scale;
+      for (int c = g * 128; c < (g + 1) * 128; ++c) {
+        (*codes)[t * k + c] = quant::NearestE4m3(x[t * k + c] / scale);
+      }
+    }
+  }
+}
+
+TEST(Fp8BlockGemmTest, QuantizeGroupsMatchesHost) {
+  RS_SKIP_WITHOUT_GPU();
+  const int m = 37, k = 384;
+  std::mt19937 rng(5);
+  std::vector<float> x = testing::RandomBf16Values(rng, size_t{1} * m * k, 3.0f);
+  for (int c = 128; c < 256; ++c) x[2 * k + c] = 0;  // an all-zero group
+  DeviceBuffer dx = UploadBf16(x), codes, scales;
+  RS_ASSERT_OK(codes.Allocate(m * k));
+  RS_ASSERT_OK(scales.Allocate(m * (k / 128) * 4));
+  RS_ASSERT_OK(LaunchQuantizeFp8Groups(dx.as<bf16>(), codes.as<uint8_t>(), scales.as<float>(), m, k,
+                                       nullptr));
+  std::vector<uint8_t> got_codes(m * k), want_codes;
+  std::vector<float> got_scales(m * (k / 128)), want_scales;
+  ASSERT_EQ(cudaMemcpy(got_codes.data(), codes.get(), got_codes.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(got_scales.data(), scales.get(), got_scales.size() * 4, cudaMemcpyDeviceToHost),
+      cudaSuccess);
+  QuantizeGroupsOnHost(x, m, k, &want_codes, &want_scales);
+  EXPECT_EQ(got_scales, want_scales);
+  for (size_t i = 0; i < got_codes.size(); ++i) {
+    // +0 and -0 are both exact zeros.
+    if ((got_codes[i] & 0x7f) == 0 && (want_codes[i] & 0x7f) == 0) continue;
+    ASSERT_EQ(got_codes[i], want_codes[i]) << "element " << i << " value " << x[i];
+  }
+  EXPECT_EQ(LaunchQuantizeFp8Groups(dx.as<bf16>(), codes.as<uint8_t>(), scales.as<float>(), m, 100,
+                                    nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// cuBLASLt's block-scaled FP8 GEMM (Hopper only) against the fp64 product of the quantized
+// activations and the block-scaled weights, and within the quantization's bound (2^-4 of each
+// product) of the product with the unquantized activations.
+TEST(Fp8BlockGemmTest, MatchesHostReference) {
+  RS_SKIP_WITHOUT_GPU();
+  const int m = 200, n = 384, k = 512;
+  auto gemm = Fp8BlockGemm::Create();
+  RS_ASSERT_OK(gemm.status());
+  if (!(*gemm)->Supported(m, n, k)) GTEST_SKIP() << "no FP8 block-scaled GEMM on this device";
+  std::mt19937 rng(7);
+  std::vector<uint8_t> w_codes(size_t{1} * n * k);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& c : w_codes) {
+    c = static_cast<uint8_t>(byte(rng));
+    if ((c & 0x7f) == 0x7f) c = 0x10;  // no NaN
+  }
+  const int64_t stride = Fp8BlockScaleStride(k);
+  std::vector<float> block_scales((n / 128) * stride, 0.0f), row_scales(size_t{1} * n * (k / 128));
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  for (int rb = 0; rb < n / 128; ++rb) {
+    for (int kb = 0; kb < k / 128; ++kb) block_scales[rb * stride + kb] = 1e-3f * unit(rng);
+  }
+  for (int o = 0; o < n; ++o) {
+    for (int kb = 0; kb < k / 128; ++kb)
+      row_scales[kb * n + o] = block_scales[(o / 128) * stride + kb];
+  }
+  const std::vector<float> x = testing::RandomBf16Values(rng, size_t{1} * m * k);
+  std::vector<uint8_t> x_codes;
+  std::vector<float> x_scales;
+  QuantizeGroupsOnHost(x, m, k, &x_codes, &x_scales);
+  DeviceBuffer dw = Upload(w_codes), dbs = Upload(block_scales), drs = Upload(row_scales);
+  DeviceBuffer dx = UploadBf16(x);
+  DeviceBuffer dxc, dxs, dy;
+  RS_ASSERT_OK(dxc.Allocate(m * k));
+  RS_ASSERT_OK(dxs.Allocate(m * (k / 128) * 4));
+  RS_ASSERT_OK(dy.Allocate(m * n * 2));
+  testing::Poison(dy);
+  RS_ASSERT_OK(
+      LaunchQuantizeFp8Groups(dx.as<bf16>(), dxc.as<uint8_t>(), dxs.as<float>(), m, k, nullptr));
+  // The per-row scales alone, then with the block scales (cuBLASLt's block mode where it has it).
+  for (const bool block : {false, true}) {
+    testing::Poison(dy);
+    RS_ASSERT_OK((*gemm)->Linear(dxc.as<uint8_t>(), dxs.as<float>(), dw.as<uint8_t>(),
+                                 drs.as<float>(), block ? dbs.as<float>() : nullptr, dy.as<bf16>(),
+                                 m, n, k, nullptr));
+    std::printf("FP8 GEMM with %s scales\n", (*gemm)->last_mode());
+    const std::vector<float> got = DownloadBf16(dy, size_t{1} * m * n);
+    for (int t = 0; t < m; ++t) {
+      for (int o = 0; o < n; ++o) {
+        double want = 0, unquantized = 0, mag = 0;
+        for (int c = 0; c < k; ++c) {
+          const double wv = double{Fp8E4M3ToFloat(w_codes[o * k + c])} *
+                            block_scales[(o / 128) * stride + c / 128];
+          const double xq =
+              double{Fp8E4M3ToFloat(x_codes[t * k + c])} * x_scales[(c / 128) * m + t];
+          want += wv * xq;
+          unquantized += wv * x[t * k + c];
+          mag += std::fabs(wv * x[t * k + c]);
+        }
+        ASSERT_NEAR(got[t * n + o], want, 1e-4 * mag + 4e-3 * std::fabs(want))
+            << "token " << t << " out " << o;
+        ASSERT_NEAR(got[t * n + o], unquantized, 0.0625 * mag + 4e-3 * std::fabs(unquantized));
+      }
+    }
+  }
 }
 
 // Llama-3.1-8B layer: qkv, o, gate/up, down.
@@ -154,7 +365,7 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
     cudaEventElapsedTime(&ms, t0, t1);
     return ms * 1000 / kReps;
   };
-  for (int m : {1, 8, 32}) {
+  for (int m : {1, 4, 8, 16, 32, 64}) {
     double bf16_us = 0;
     for (const Shape s : shapes) {
       bf16_us += time_us([&] {
@@ -166,7 +377,8 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
                 2.0 * 218103808 / bf16_us / 1e3);
     for (PackedFormat f : kFormats) {
       const int64_t group = f == PackedFormat::kInt8 ? 4096 : (f == PackedFormat::kFp4 ? 32 : 128);
-      double us = 0, bytes = 0;
+      // The CUDA-core GEMV (m <= 8) or dequantize + GEMM (above), and the tensor-core kernel.
+      double us = 0, mma_us[kNumMmaVariants] = {}, bytes = 0;
       for (const Shape s : shapes) {
         const int64_t g = std::min<int64_t>(group, s.cols);
         quant::PackedMatrix w{.format = f, .rows = s.rows, .cols = s.cols, .group_cols = g};
@@ -186,12 +398,73 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
                                   s.rows, s.cols, nullptr);
           }
         });
+        for (int v = 0; v < kNumMmaVariants; ++v) {
+          UseMmaVariant(kMmaVariants[v]);
+          mma_us[v] += time_us(
+              [&] { (void)LaunchQuantMma(x.as<bf16>(), d.view, y.as<bf16>(), m, nullptr); });
+        }
+        UseDefaultMma();
       }
-      std::printf("m %2d %s: layer %.1f us (%.2fx bf16), %.0f GB/s of its %.0f MB\n", m,
-                  std::string(quant::PackedFormatName(f)).c_str(), us, bf16_us / us,
-                  bytes / us / 1e3, bytes / 1e6);
+      std::printf("m %2d %s: %s %.1f us (%.2fx bf16); tensor-core", m,
+                  std::string(quant::PackedFormatName(f)).c_str(),
+                  m <= kQuantGemvMaxRows ? "gemv" : "dequant+gemm", us, bf16_us / us);
+      for (int v = 0; v < kNumMmaVariants; ++v) {
+        std::printf(" | %s %.3s %.1s %.1f us %.2fx %.0f GB/s", kMmaVariants[v].warps,
+                    kMmaVariants[v].split, kMmaVariants[v].large, mma_us[v], bf16_us / mma_us[v],
+                    bytes / mma_us[v] / 1e3);
+      }
+      std::printf(" of %.0f MB\n", bytes / 1e6);
     }
   }
+  // Prefill at 8k tokens: bf16 GEMMs against the FP8 block-scaled GEMM with the activations'
+  // quantization, and against dequantize + bf16 GEMM.
+  auto fp8 = Fp8BlockGemm::Create();
+  ASSERT_TRUE(fp8.ok());
+  const int m = 8192;
+  DeviceBuffer xp, yp, codes, scales, wq, wscales, scratch;
+  RS_ASSERT_OK(xp.Allocate(int64_t{m} * 14336 * 2));
+  RS_ASSERT_OK(yp.Allocate(int64_t{m} * 28672 * 2));
+  RS_ASSERT_OK(codes.Allocate(int64_t{m} * 14336));
+  RS_ASSERT_OK(scales.Allocate(int64_t{m} * 112 * 4));
+  RS_ASSERT_OK(wq.Allocate(int64_t{28672} * 4096));
+  RS_ASSERT_OK(wscales.Allocate(int64_t{28672} * 32 * 4));  // per row or per block
+  RS_ASSERT_OK(scratch.Allocate(int64_t{28672} * 4096 * 2));
+  ASSERT_EQ(cudaMemset(xp.get(), 0, xp.bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(wq.get(), 0x11, wq.bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(wscales.get(), 0, wscales.bytes()), cudaSuccess);
+  double bf16_us = 0, fp8_us = 0, dequant_us = 0;
+  for (const Shape s : shapes) {
+    bf16_us += time_us([&] {
+      (void)(*gemm)->Linear(xp.as<bf16>(), wb.as<bf16>(), yp.get(), OutType::kBF16, m, s.rows,
+                            s.cols, nullptr);
+    });
+    if (!(*fp8)->Supported(m, s.rows, s.cols)) {
+      std::printf("prefill %d: no FP8 block-scaled GEMM for %dx%d\n", m, s.rows, s.cols);
+      continue;
+    }
+    fp8_us += time_us([&] {
+      (void)LaunchQuantizeFp8Groups(xp.as<bf16>(), codes.as<uint8_t>(), scales.as<float>(), m,
+                                    s.cols, nullptr);
+      (void)(*fp8)->Linear(codes.as<uint8_t>(), scales.as<float>(), wq.as<uint8_t>(),
+                           wscales.as<float>(), wscales.as<float>(), yp.as<bf16>(), m, s.rows,
+                           s.cols, nullptr);
+    });
+    const QuantMatrixView view{.format = QuantFormat::kFp8,
+                               .rows = s.rows,
+                               .cols = s.cols,
+                               .group_cols = 128,
+                               .codes = wq.as<uint8_t>(),
+                               .scales = wscales.as<float>()};
+    dequant_us += time_us([&] {
+      (void)LaunchQuantDequantize(view, scratch.as<bf16>(), nullptr);
+      (void)(*gemm)->Linear(xp.as<bf16>(), scratch.as<bf16>(), yp.get(), OutType::kBF16, m, s.rows,
+                            s.cols, nullptr);
+    });
+  }
+  std::printf(
+      "prefill m %d: bf16 layer %.1f us; fp8 block-scaled (%s scales, with activation "
+      "quantization) %.1f us (%.2fx bf16); fp8 dequantize + bf16 GEMM %.1f us\n",
+      m, bf16_us, (*fp8)->last_mode(), fp8_us, bf16_us / fp8_us, dequant_us);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

@@ -478,7 +478,8 @@ INSTANTIATE_TEST_SUITE_P(Moe, CudaFixtureTest,
                                            "gpt_oss"));
 
 // Quantized checkpoints (tests/fixtures/models/quant): their linear layers held quantized
-// (cuda_quant_linear.h: prefill through the dequantized GEMM path, decode through the fused GEMV)
+// (cuda_quant_linear.h: up to 64 rows through the tensor-core kernel that dequantizes in
+// registers, more through the dequantized GEMM path)
 // where the format allows, else dequantized at load into bf16, against the CPU slice.
 INSTANTIATE_TEST_SUITE_P(Quantized, CudaFixtureTest,
                          ::testing::Values("quant/fp8_hf", "quant/fp8_block", "quant/ct_int4",

@@ -40,6 +40,43 @@ std::vector<std::pair<int64_t, int64_t>> PartShapes(const ModelConfig& c, int wh
   }
 }
 
+// An fp8 matrix's scales per row and 128 columns as [cols / 128, rows] (the row fastest), when its
+// groups are 128 columns; else empty.
+std::vector<float> RowScalesTransposed(const quant::PackedMatrix& m) {
+  if (m.format != quant::PackedFormat::kFp8 || m.group_cols != kFp8Block ||
+      m.cols % kFp8Block != 0) {
+    return {};
+  }
+  const int64_t groups = m.groups();
+  std::vector<float> out(groups * m.rows);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) out[g * m.rows + r] = m.scales[r * groups + g];
+  }
+  return out;
+}
+
+// An fp8 matrix's scales once per 128x128 block in Fp8BlockScaleStride rows, when its groups are
+// 128 columns and every block's rows share their scales; else empty.
+std::vector<float> BlockScales(const quant::PackedMatrix& m) {
+  if (m.format != quant::PackedFormat::kFp8 || m.group_cols != kFp8Block ||
+      m.cols % kFp8Block != 0) {
+    return {};
+  }
+  const int64_t groups = m.groups(), stride = Fp8BlockScaleStride(m.cols);
+  const int64_t row_blocks = (m.rows + kFp8Block - 1) / kFp8Block;
+  std::vector<float> out(row_blocks * stride, 0.0f);
+  for (int64_t rb = 0; rb < row_blocks; ++rb) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float s = m.scales[rb * kFp8Block * groups + g];
+      for (int64_t r = rb * kFp8Block; r < std::min(m.rows, (rb + 1) * kFp8Block); ++r) {
+        if (m.scales[r * groups + g] != s) return {};
+      }
+      out[rb * stride + g] = s;
+    }
+  }
+  return out;
+}
+
 uint64_t SplitMix(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -166,14 +203,28 @@ absl::Status QuantLinears::Add(int layer, LayerLinear which, const quant::Packed
                                           cudaMemcpyHostToDevice, stream));
   RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(held.memory.as<char>() + scale_at, scales.data(),
                                           scale_bytes, cudaMemcpyHostToDevice, stream));
+  // FP8 GEMM scales: per row transposed, then per block when uniform.
+  std::vector<float> fp8_scales = RowScalesTransposed(m);
+  const size_t row_floats = fp8_scales.size();
+  const std::vector<float> blocks = row_floats > 0 ? BlockScales(m) : std::vector<float>();
+  fp8_scales.insert(fp8_scales.end(), blocks.begin(), blocks.end());
+  if (!fp8_scales.empty()) {
+    RS_RETURN_IF_ERROR(held.block_scales.Allocate(fp8_scales.size() * sizeof(float)));
+    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(held.block_scales.get(), fp8_scales.data(),
+                                            fp8_scales.size() * sizeof(float),
+                                            cudaMemcpyHostToDevice, stream));
+  }
   RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // the host vectors go away
-  held.view = {.format = format,
-               .rows = static_cast<int>(m.rows),
-               .cols = static_cast<int>(m.cols),
-               .group_cols = static_cast<int>(m.group_cols),
-               .codes = held.memory.as<uint8_t>(),
-               .scales = reinterpret_cast<const float*>(held.memory.as<char>() + scale_at)};
-  bytes_ += static_cast<int64_t>(held.memory.bytes());
+  held.view = {
+      .format = format,
+      .rows = static_cast<int>(m.rows),
+      .cols = static_cast<int>(m.cols),
+      .group_cols = static_cast<int>(m.group_cols),
+      .codes = held.memory.as<uint8_t>(),
+      .scales = reinterpret_cast<const float*>(held.memory.as<char>() + scale_at),
+      .row_scales_t = row_floats == 0 ? nullptr : held.block_scales.as<float>(),
+      .block_scales = blocks.empty() ? nullptr : held.block_scales.as<float>() + row_floats};
+  bytes_ += static_cast<int64_t>(held.memory.bytes() + held.block_scales.bytes());
   layers_[layer][static_cast<int>(which)] = std::move(held);
   return absl::OkStatus();
 }
@@ -183,6 +234,19 @@ absl::Status QuantLinears::AllocateScratch() {
   for (const auto& layer : layers_) {
     for (const auto& held : layer) {
       if (held) elems = std::max(elems, int64_t{held->view.rows} * held->view.cols);
+    }
+  }
+  bool block_scaled = false;
+  for (const auto& layer : layers_) {
+    for (const auto& held : layer) block_scaled |= held && held->view.row_scales_t != nullptr;
+  }
+  if (block_scaled) {
+    absl::StatusOr<std::unique_ptr<Fp8BlockGemm>> fp8 = Fp8BlockGemm::Create(kFp8Workspace);
+    if (fp8.ok()) {
+      fp8_ = *std::move(fp8);
+    } else {
+      RS_LOG_WARN("FP8 block-scaled GEMM unavailable ({}): prefill dequantizes",
+                  std::string(fp8.status().message()));
     }
   }
   return scratch_.Allocate(elems * 2);
@@ -196,11 +260,57 @@ const QuantMatrixView* QuantLinears::Get(int layer, LayerLinear which) const {
 
 absl::Status QuantLinears::Linear(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w,
                                   void* y, OutType out, int m, LaunchStream stream) {
-  if (m <= kQuantGemvMaxRows && out == OutType::kBF16) {
-    return LaunchQuantGemv(x, w, static_cast<bf16*>(y), m, stream);
+  if (m <= kQuantMmaMaxRows && out == OutType::kBF16) {
+    // One row of 8-bit or fp4 codes: the CUDA-core GEMV streamed them faster on an H100 (one
+    // layer 96.6 against 122.3 us for fp8; bench/cuda/NOTES.md); int4 and every batch take the
+    // tensor-core kernel.
+    if (m == 1 && w.format != QuantFormat::kInt4) {
+      return LaunchQuantGemv(x, w, static_cast<bf16*>(y), m, stream);
+    }
+    return LaunchQuantMma(x, w, static_cast<bf16*>(y), m, stream);
+  }
+  if (out == OutType::kBF16 && w.row_scales_t != nullptr && fp8_ != nullptr) {
+    return LinearFp8(gemm, x, w, static_cast<bf16*>(y), m, stream);
   }
   RS_RETURN_IF_ERROR(LaunchQuantDequantize(w, scratch_.as<bf16>(), stream));
   return gemm.Linear(x, scratch_.as<bf16>(), y, out, m, w.rows, w.cols, stream);
+}
+
+absl::Status QuantLinears::LinearFp8(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w,
+                                     bf16* y, int m, LaunchStream stream) {
+  const int64_t k = w.cols, n = w.rows;
+  // Pieces of rows whose codes and scales fit the scratch buffer, multiples of 4 (cuBLASLt's
+  // scale vectors); the last 1-3 rows take the tensor-core kernel.
+  const int64_t code_bytes_per_row = (k + kAlign - 1) / kAlign * kAlign;
+  const int64_t per_row = k + (k / kFp8Block) * 4 + 8;
+  const int piece = static_cast<int>(
+      std::min<int64_t>(m, (static_cast<int64_t>(scratch_.bytes()) - kAlign) / per_row) / 4 * 4);
+  if (piece < 4) {
+    RS_RETURN_IF_ERROR(LaunchQuantDequantize(w, scratch_.as<bf16>(), stream));
+    return gemm.Linear(x, scratch_.as<bf16>(), y, OutType::kBF16, m, static_cast<int>(n),
+                       static_cast<int>(k), stream);
+  }
+  int m0 = 0;
+  while (m - m0 >= 4) {
+    const int rows = std::min(piece, (m - m0) / 4 * 4);
+    const bf16* xs = x + m0 * k;
+    bf16* ys = y + m0 * n;
+    if (!fp8_->Supported(rows, static_cast<int>(n), static_cast<int>(k))) {
+      RS_RETURN_IF_ERROR(LaunchQuantDequantize(w, scratch_.as<bf16>(), stream));
+      RS_RETURN_IF_ERROR(gemm.Linear(xs, scratch_.as<bf16>(), ys, OutType::kBF16, m - m0,
+                                     static_cast<int>(n), static_cast<int>(k), stream));
+      return absl::OkStatus();
+    }
+    uint8_t* codes = scratch_.as<uint8_t>();
+    float* scales = reinterpret_cast<float*>(scratch_.as<char>() + rows * code_bytes_per_row);
+    RS_RETURN_IF_ERROR(
+        LaunchQuantizeFp8Groups(xs, codes, scales, rows, static_cast<int>(k), stream));
+    RS_RETURN_IF_ERROR(fp8_->Linear(codes, scales, w.codes, w.row_scales_t, w.block_scales, ys,
+                                    rows, static_cast<int>(n), static_cast<int>(k), stream));
+    m0 += rows;
+  }
+  if (m0 < m) RS_RETURN_IF_ERROR(LaunchQuantMma(x + m0 * k, w, y + m0 * n, m - m0, stream));
+  return absl::OkStatus();
 }
 
 }  // namespace ringserve::cuda

@@ -4,20 +4,28 @@
 // memory. A matrix that cannot be held so (a part not quantized, a permuted activation order,
 // sizes off the kernels' chunk) is not here: the slice keeps it dequantized in bf16 as before.
 //
-// Linear runs y = x · W^T: the fused-dequantization GEMV for m <= kQuantGemvMaxRows (decode), else
-// the matrix dequantized into a bf16 scratch buffer and the slice's GEMM (prefill, large decode
-// batches). Both are plain kernel launches (capturable in CUDA graphs). Not thread-safe.
+// Linear runs y = x · W^T: the tensor-core kernel that dequantizes in registers for m <=
+// kQuantMmaMaxRows (decode and decode batches, quant_mma.h; a single row of 8-bit or fp4 codes
+// takes the CUDA-core GEMV of quant_gemv.h, faster there). Above (prefill), FP8 matrices with
+// scales per row and 128 columns (block-scaled checkpoints among them) run cuBLASLt's FP8
+// block-scaled GEMM on an sm_90 device, the activations quantized per token and 128 columns into
+// the scratch buffer (fp8_block_gemm.h); other matrices, devices and shapes are dequantized into
+// the bf16 scratch buffer for the slice's GEMM. All are plain launches (capturable in CUDA
+// graphs). Not thread-safe.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/fp8_block_gemm.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/quant_gemv.h"
+#include "kernels/cuda/quant_mma.h"
 #include "ring/model_config.h"
 #include "stage/model/model_slice.h"
 #include "stage/model/quant/packed_matrix.h"
@@ -43,7 +51,9 @@ class QuantLinears {
   bool empty() const { return bytes_ == 0; }
   // Device bytes of codes and scales, and of the dequantization scratch buffer.
   int64_t bytes() const { return bytes_; }
-  int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.bytes()); }
+  int64_t scratch_bytes() const {
+    return static_cast<int64_t>(scratch_.bytes()) + (fp8_ ? kFp8Workspace : 0);
+  }
 
   absl::Status Linear(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w, void* y,
                       OutType out, int m, LaunchStream stream);
@@ -52,13 +62,19 @@ class QuantLinears {
   absl::Status Add(int layer, LayerLinear which, const quant::PackedMatrix& m, cudaStream_t stream);
   absl::Status AllocateScratch();
 
+  absl::Status LinearFp8(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w, bf16* y, int m,
+                         LaunchStream stream);
+
+  static constexpr int64_t kFp8Workspace = int64_t{32} << 20;
   struct Held {
     DeviceBuffer memory;
+    DeviceBuffer block_scales;  // fp8 with groups of 128: the FP8 GEMM's scale layouts
     QuantMatrixView view;
   };
   std::vector<std::array<std::optional<Held>, kLayerLinears>> layers_;
   DeviceBuffer scratch_;  // bf16, the largest matrix (GEMM path); its bytes in scratch_bytes()
   int64_t bytes_ = 0;
+  std::unique_ptr<Fp8BlockGemm> fp8_;  // when some matrix has block scales
 };
 
 }  // namespace ringserve::cuda
