@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<RingEngine>> StartGrpcRingEngine(GrpcRingEngineOp
   if (options.bring_up.speculation.enabled()) {
     engine.scheduler.speculation.max_drafts = options.bring_up.speculation.num_tokens;
     engine.scheduler.speculation.max_decoding_sequences = options.speculation_max_sequences;
+    engine.scheduler.speculation.payoff.enabled = options.speculation_payoff;
   }
   for (const StageConfig& stage : ring.stages) {
     engine.stages.push_back({stage.endpoint(), stage.first_layer, stage.last_layer});
