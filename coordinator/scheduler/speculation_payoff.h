@@ -23,10 +23,10 @@
 namespace ringserve {
 
 struct SpeculationPayoffOptions {
-  bool enabled = true;      // false: always speculate (the per-sequence policy still backs off)
-  int samples = 16;         // measured micro-batches per mode before deciding
-  int reprobe_after = 400;  // micro-batches of a bucket before the slower mode is measured again
-  double decay = 0.97;      // weight of the past in each mode's token and time sums
+  bool enabled = true;       // false: always speculate (the per-sequence policy still backs off)
+  int samples = 16;          // measured micro-batches per mode before deciding
+  int reprobe_after = 1000;  // micro-batches of a bucket before the slower mode is measured again
+  double decay = 0.97;       // weight of the past in each mode's token and time sums
 };
 
 class SpeculationPayoff {
