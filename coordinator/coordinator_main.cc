@@ -95,6 +95,9 @@ ABSL_FLAG(bool, speculative_mtp, false,
 ABSL_FLAG(int, num_speculative_tokens, 4, "speculative decoding: drafts per step at most (1-16)");
 ABSL_FLAG(int, speculative_max_sequences, 16,
           "speculative decoding backs off while more sequences than this decode at once");
+ABSL_FLAG(bool, speculative_payoff, true,
+          "speculative decoding only where it measures faster than plain decoding "
+          "(coordinator/scheduler/speculation_payoff.h); false: whenever drafts are asked for");
 ABSL_FLAG(int, ready_fd, -1,
           "file descriptor to write the bound API address and a newline to once serving");
 
@@ -131,6 +134,7 @@ struct Flags {
   bool plan_ahead = true;
   SpeculationBringUp speculation;
   int speculative_max_sequences = 16;
+  bool speculative_payoff = true;
   int ready_fd = -1;
 };
 
@@ -178,6 +182,7 @@ absl::StatusOr<Flags> ReadFlags() {
   flags.speculation.mtp = absl::GetFlag(FLAGS_speculative_mtp);
   flags.speculation.num_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
   flags.speculative_max_sequences = absl::GetFlag(FLAGS_speculative_max_sequences);
+  flags.speculative_payoff = absl::GetFlag(FLAGS_speculative_payoff);
   if (flags.speculation.enabled() &&
       (flags.speculation.num_tokens < 1 || flags.speculation.num_tokens > 16)) {
     return absl::InvalidArgumentError(fmt::format("--num_speculative_tokens: {} is not in [1, 16]",
@@ -344,6 +349,7 @@ int Run(int argc, char** argv) {
        .packing = flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread,
        .plan_ahead = flags->plan_ahead,
        .speculation_max_sequences = flags->speculative_max_sequences,
+       .speculation_payoff = flags->speculative_payoff,
        .local_stages = local ? &*local : nullptr,
        .ring_down_timeout = absl::Seconds(flags->ring_down_timeout_s)});
   if (!engine.ok()) {

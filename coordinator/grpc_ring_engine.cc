@@ -17,14 +17,15 @@ absl::StatusOr<std::unique_ptr<RingEngine>> StartGrpcRingEngine(GrpcRingEngineOp
                            .scheduler = SchedulerOptionsFor(ring, served, options.packing),
                            .recover = options.recover,
                            .ring_down_timeout = options.ring_down_timeout};
-  // Speculation keeps the coordinator in the loop (drafts come back with the result and make the
-  // next plan), so a ring with speculative decoding plans step by step.
-  const bool plan_ahead = options.plan_ahead && !options.bring_up.speculation.enabled();
-  engine.scheduler.plan_ahead = plan_ahead;
-  options.bring_up.token_back_edge = plan_ahead;
+  // Speculating sequences go step by step (drafts come back with the result and make the next
+  // plan); the scheduler plans the others ahead, so a ring whose speculation backs off
+  // (speculation_payoff.h) decodes as fast as one without.
+  engine.scheduler.plan_ahead = options.plan_ahead;
+  options.bring_up.token_back_edge = options.plan_ahead;
   if (options.bring_up.speculation.enabled()) {
     engine.scheduler.speculation.max_drafts = options.bring_up.speculation.num_tokens;
     engine.scheduler.speculation.max_decoding_sequences = options.speculation_max_sequences;
+    engine.scheduler.speculation.payoff.enabled = options.speculation_payoff;
   }
   for (const StageConfig& stage : ring.stages) {
     engine.stages.push_back({stage.endpoint(), stage.first_layer, stage.last_layer});

@@ -20,6 +20,8 @@ struct GrpcRingEngineOptions {
   // Speculative decoding: back off while more sequences than this decode at once
   // (SpeculationOptions::max_decoding_sequences); k at most is bring_up.speculation.num_tokens.
   int speculation_max_sequences = SpeculationOptions{}.max_decoding_sequences;
+  // Speculate only where it measures faster (SpeculationPayoffOptions::enabled).
+  bool speculation_payoff = true;
   // Local stage processes of an embedded ring, started again when they exited; not owned,
   // must outlive the engine. Null for stages under a supervisor (hosts.yaml).
   LocalStages* local_stages = nullptr;

@@ -1,6 +1,7 @@
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -60,6 +61,12 @@ struct Scheduler::State {
     std::vector<uint64_t> arrivals;  // per entry: the incarnation it was planned for
     uint64_t follows = 0;            // plan-ahead: the plan it follows (0: a new chain)
     bool followed = false;           // plan-ahead: a follow-up of it has been planned
+    // Speculation's payoff (speculation_payoff.h): decode-only plans are timed.
+    bool measured = false;
+    SpeculationPayoff::Mode mode = SpeculationPayoff::Mode::kSpeculate;
+    bool warm = false;  // the plan before it was planned in the same mode
+    int decoding = 0;
+    double issued_s = 0;
   };
 
   explicit State(const SchedulerOptions& options)
@@ -75,6 +82,9 @@ struct Scheduler::State {
   uint64_t last_done = 0;  // the newest plan whose tokens came back
   SchedulerStats counters;
   std::vector<uint64_t> released;  // speculation state to drop, sent with the next plan
+  SpeculationPayoff payoff;
+  SpeculationPayoff::Mode last_mode = SpeculationPayoff::Mode::kSpeculate;
+  double last_done_s = 0;  // when the last plan came back (payoff timing)
 
   // Forgets what the last stage was told about `seq` (its draft state goes too).
   void ResetSpeculation(Sequence& seq) {
@@ -328,11 +338,15 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
            static_cast<int>(plan.batch.chunks.size()) < options_.max_sequences_per_micro_batch;
   };
 
-  // Speculative decoding (speculation.h).
+  // Speculative decoding (speculation.h): only while it pays (speculation_payoff.h).
+  int decoding = 0;  // sequences decoding (runnable or in flight)
+  for (const Key& key : s.running) decoding += s.sequences.at(key.second).decoding() ? 1 : 0;
+  const SpeculationPayoff::Mode mode = s.payoff.ModeFor(options_.speculation.payoff, decoding);
+  const bool speculating =
+      options_.speculation.max_drafts > 0 && mode == SpeculationPayoff::Mode::kSpeculate;
   auto speculates = [&](const State::Sequence& seq) {
-    return options_.speculation.max_drafts > 0 && !seq.params.prompt_logprobs;
+    return speculating && !seq.params.prompt_logprobs;
   };
-  int decoding = 0;  // sequences decoding (runnable or in flight), counted below
   // Drafts to ask for after the sequence's next token: the policy's k, within max_tokens.
   auto drafts_for = [&](const State::Sequence& seq) {
     const int left = seq.max_tokens - seq.num_generated() - 1;
@@ -428,9 +442,13 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
                        .samples = samples,
                        .token_index = samples ? seq.num_generated() : 0,
                        .score_token_ids = std::move(score_ids)};
-    if (speculates(seq)) {
-      entry.speculation = tell_context(seq, seq.num_scheduled + num_tokens);
-      if (samples) entry.speculation.propose = drafts_for(seq);
+    // The last stage hears of a sequence only when it is to draft (then all the context it
+    // lacks): other chunks take its plain sampling path.
+    if (speculates(seq) && samples) {
+      if (const int propose = drafts_for(seq); propose > 0) {
+        entry.speculation = tell_context(seq, seq.num_scheduled + num_tokens);
+        entry.speculation.propose = propose;
+      }
     }
     plan.entries.push_back(entry);
     record.entries.push_back(entry);
@@ -471,7 +489,6 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
   std::vector<uint64_t> ready;
   for (const Key& key : s.running) {
     const State::Sequence& seq = s.sequences.at(key.second);
-    decoding += seq.decoding() ? 1 : 0;
     if (seq.decode_ready()) ready.push_back(seq.id);
   }
   int64_t decode_quota = static_cast<int64_t>(ready.size());
@@ -503,6 +520,13 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
           seq->pending() != 0 || seq->num_generated() + 1 >= seq->max_tokens) {
         continue;
       }
+      // Not after a chunk that verifies or drafts (how many tokens it emits is not known), nor
+      // for a sequence that is to draft next (it goes by the synchronous path).
+      const ChunkSpeculationWire& base_spec = base.entries[i].speculation;
+      if (!base_spec.draft_ids.empty() || base_spec.propose > 0 ||
+          (speculates(*seq) && drafts_for(*seq) > 0)) {
+        continue;
+      }
       if (reserve(*seq, seq->num_scheduled + 1, false) < 0) continue;
       add_ahead(*seq);
       ++ahead_added;
@@ -517,8 +541,8 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
     // With drafts: as many as the budget, max_tokens (so positions stay inside the context)
     // and the KV cache allow (reserve may give fewer).
     const int64_t drafts = std::min<int64_t>(
-        {static_cast<int64_t>(seq.drafts.size()), std::max<int64_t>(0, budget - 1),
-         std::max(0, seq.max_tokens - seq.num_generated() - 1)});
+        {speculates(seq) ? static_cast<int64_t>(seq.drafts.size()) : 0,
+         std::max<int64_t>(0, budget - 1), std::max(0, seq.max_tokens - seq.num_generated() - 1)});
     const int64_t until = reserve(seq, seq.num_scheduled + 1 + drafts, true);
     if (until < 0) continue;
     if (speculates(seq) && until - seq.num_scheduled > 1) {
@@ -582,6 +606,15 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
   plan.released_speculation = std::move(s.released);
   s.released.clear();
   plan.id = s.next_plan_id++;
+  if (options_.speculation.max_drafts > 0) {
+    record.measured = std::all_of(plan.entries.begin(), plan.entries.end(),
+                                  [](const PlannedChunk& entry) { return entry.is_decode; });
+    record.mode = mode;
+    record.warm = s.last_mode == mode;
+    record.decoding = decoding;
+    record.issued_s = SpeculationNow();
+    s.last_mode = mode;
+  }
   if (follows != 0) {
     s.plans.at(follows).followed = true;
     record.follows = follows;
@@ -642,6 +675,22 @@ absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
     }
   }
   MicroBatchResult result;
+  if (options_.speculation.max_drafts > 0) {
+    const double now = SpeculationNow();
+    if (record.measured) {
+      int emitted = 0;
+      size_t sampled = 0;
+      for (const PlannedChunk& entry : record.entries) {
+        if (!entry.samples) continue;
+        emitted +=
+            1 + (speculation.empty() ? 0 : static_cast<int>(speculation[sampled].accepted.size()));
+        ++sampled;
+      }
+      s.payoff.OnMeasured(options_.speculation.payoff, record.decoding, record.mode, record.warm,
+                          now - std::max(record.issued_s, s.last_done_s), emitted);
+    }
+    s.last_done_s = now;
+  }
   size_t next_token = 0;
   std::vector<uint64_t> finished;
   for (size_t i = 0; i < record.entries.size(); ++i) {
@@ -729,6 +778,11 @@ std::vector<uint64_t> Scheduler::OnMicroBatchFailed(uint64_t plan_id) {
     s.Remove(seq->id);
   }
   return failed;
+}
+
+double Scheduler::SpeculationNow() const {
+  if (options_.speculation.clock) return options_.speculation.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 bool Scheduler::HasWork() const { return !state_->sequences.empty() || !state_->plans.empty(); }

@@ -256,6 +256,7 @@ class Scheduler {
   // One plan; `follows`: the in-flight plan it follows (plan-ahead), 0 for a new chain.
   // `open_slots`: the plans that could be built now (>= 1), over which ready decodes spread.
   std::optional<MicroBatchPlan> BuildMicroBatch(uint64_t follows, int64_t open_slots);
+  double SpeculationNow() const;  // SpeculationOptions::clock, seconds
   SchedulerOptions options_;
   int max_in_flight_;
   std::unique_ptr<State> state_;

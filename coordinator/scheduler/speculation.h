@@ -12,7 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
+
+#include "coordinator/scheduler/speculation_payoff.h"
 
 namespace ringserve {
 
@@ -31,6 +34,12 @@ struct SpeculationOptions {
   double draft_cost = 0.15;     // a draft token's cost relative to a target step
   double off_below = 0.25;      // acceptance under which a sequence stops drafting ...
   int probe_after_tokens = 32;  // ... and tries again (k = 1) after this many plain tokens
+  // Whether speculation pays at all, measured (speculation_payoff.h): while plain decoding is
+  // faster, chunks carry no speculation (the last stage samples as without a draft model) and
+  // decodes are planned ahead again.
+  SpeculationPayoffOptions payoff{};
+  // Seconds on a monotonic clock, for the payoff's timing; empty: std::chrono::steady_clock.
+  std::function<double()> clock{};
 };
 
 // Per sequence. k maximizes the expected tokens per unit of cost,

@@ -56,6 +56,9 @@ int NextPow2(int x) {
   return p;
 }
 
+// The most tokens of a chunk that runs in a CUDA graph (as decode rows): 1 + 16 drafts.
+constexpr int kMaxGraphChunkTokens = 17;
+
 bool DistinctSequences(const MicroBatch& batch) {
   std::vector<uint64_t> ids;
   ids.reserve(batch.chunks.size());
@@ -114,17 +117,25 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
   const int total = static_cast<int>(batch.TotalTokens());
   const int bs = options_.kv_block_size;
   bool all_decode = true;
+  // Speculative verification chunks (a few tokens, every row's logits) run in the graphs too,
+  // their tokens as decode rows (K/V stored before attention reads it: not all_decode).
+  bool graphable = true;
   int max_end = 0;
   for (const SequenceChunk& c : batch.chunks) {
     all_decode = all_decode && c.num_tokens == 1;
+    graphable = graphable && (c.num_tokens == 1 || (c.logits == LogitsMode::kAllTokens &&
+                                                    c.num_tokens <= kMaxGraphChunkTokens));
     max_end = std::max(max_end, c.start_position + c.num_tokens);
   }
   p->real_tokens = total;
   p->all_decode = all_decode && DistinctSequences(batch);
-  p->graph = cuda_.use_cuda_graphs && all_decode && n <= cuda_.max_graph_batch;
+  p->graph = cuda_.use_cuda_graphs &&
+             (all_decode ? n <= cuda_.max_graph_batch
+                         : graphable && NextPow2(total) <= std::min(cuda_.max_graph_batch,
+                                                                    cuda_.max_batch_tokens));
   int chunk_cap = n;
   if (p->graph) {
-    const int bucket = NextPow2(n);
+    const int bucket = NextPow2(total);
     const int padded_len =
         (cuda_.max_model_len + kDecodePartition - 1) / kDecodePartition * kDecodePartition;
     const int ctx = std::min(std::max(kDecodePartition, NextPow2(max_end)), padded_len);
@@ -134,7 +145,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     const DecodeSplitPlan split = PlanDecodeSplits(kernels_, bucket, config_.num_kv_heads, ctx);
     p->partition = split.partition;
     p->splits = split.splits;
-    p->graph_key = {bucket, ctx};
+    p->graph_key = {p->all_decode ? bucket : -bucket, ctx};  // the kernels differ
   } else {
     p->tokens = total;
     p->table_stride = (max_end + bs - 1) / bs;
@@ -176,7 +187,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
     }
     q_starts[c] = row;
     pre_starts[c] = chunk.start_position;
-    if (chunk.num_tokens > 1 && tensor_core_prefill) {
+    if (chunk.num_tokens > 1 && tensor_core_prefill && !p->graph) {
       pre_tokens[c] = chunk.num_tokens;
     } else {
       for (int i = 0; i < chunk.num_tokens; ++i) {
@@ -195,7 +206,7 @@ absl::Status CudaModelSlice::BuildPlan(const MicroBatch& batch, Plan* p) {
   }
   if (p->graph) {
     // Padding entries: no KV store (slot -1), no attention (context 0).
-    for (int e = n; e < p->tokens; ++e) {
+    for (int e = total; e < p->tokens; ++e) {
       dec_rows.push_back(e);
       dec_ctx.push_back(0);
       dec_tables.push_back(0);

@@ -292,6 +292,65 @@ TEST_P(CudaFixtureTest, SplitSlicesAndEagerMatchOneGraphedSlice) {
   }
 }
 
+// Speculative verification chunks (a few tokens, every row's logits) run in a CUDA graph as
+// decode rows, next to a plain decode: the logits match the CPU slice, and Sample over every
+// logits row gives each row's argmax (what greedy verification takes).
+TEST_P(CudaFixtureTest, VerificationChunksRunInGraphsAndMatchCpu) {
+  RS_SKIP_WITHOUT_GPU();
+  const std::string dir = FixtureDir(GetParam());
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const SliceOptions options = WholeModel(dir, *config);
+  auto cpu = CpuModelSlice::Load(options);
+  auto gpu = CudaModelSlice::Load(options, {.max_batch_tokens = 64, .max_seqs = 8});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const int vocab = config->vocab_size;
+  MicroBatch prefill;
+  for (int s = 0; s < 2; ++s) {
+    prefill.chunks.push_back({.seq_id = static_cast<uint64_t>(s),
+                              .start_position = 0,
+                              .num_tokens = 6,
+                              .block_table = Table(s),
+                              .logits = LogitsMode::kLastToken});
+    for (int i = 0; i < 6; ++i) prefill.token_ids.push_back((i * 53 + 11 * s + 3) % vocab);
+  }
+  ASSERT_TRUE((*cpu)->Forward(prefill, {}).ok());
+  ASSERT_TRUE((*gpu)->Forward(prefill, {}).ok());
+  const int graphs = (*gpu)->num_graphs();
+  MicroBatch verify;
+  verify.chunks.push_back({.seq_id = 0,
+                           .start_position = 6,
+                           .num_tokens = 5,
+                           .block_table = Table(0),
+                           .logits = LogitsMode::kAllTokens});
+  verify.chunks.push_back({.seq_id = 1,
+                           .start_position = 6,
+                           .num_tokens = 1,
+                           .block_table = Table(1),
+                           .logits = LogitsMode::kLastToken});
+  for (int i = 0; i < 6; ++i) verify.token_ids.push_back((i * 97 + 7) % vocab);
+  auto want = (*cpu)->Forward(verify, {});
+  auto got = (*gpu)->Forward(verify, {});
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want->size());
+  EXPECT_LT(RelL2(*got, *want), kLogitsTol);
+  EXPECT_GT((*gpu)->num_graphs(), graphs);  // it ran as a graph
+  std::vector<RowSampling> rows(6);
+  for (RowSampling& row : rows) row.config.temperature = 0.0f;
+  ASSERT_TRUE((*gpu)->Prepare(verify).ok());
+  ASSERT_TRUE((*gpu)->Run(verify).ok());
+  auto sampled = (*gpu)->Sample(verify, rows);
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  ASSERT_EQ(sampled->tokens.size(), 6u);
+  for (int r = 0; r < 6; ++r) {
+    EXPECT_EQ(sampled->tokens[r],
+              GreedyToken(std::span<const float>(got->data() + int64_t{r} * vocab, vocab)))
+        << "row " << r;
+  }
+}
+
 TEST_P(CudaFixtureTest, RejectsMalformedBatches) {
   RS_SKIP_WITHOUT_GPU();
   const std::string dir = FixtureDir(GetParam());

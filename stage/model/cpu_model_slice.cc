@@ -303,15 +303,16 @@ absl::StatusOr<SampledRows> CpuModelSlice::Sample(const MicroBatch& batch,
     return absl::FailedPreconditionError("Sample: needs the last slice after Run(batch)");
   }
   const int vocab = config_.vocab_size;
-  size_t last_token_chunks = 0;
+  size_t logits_rows = 0;  // LAST_TOKEN chunks 1, ALL_TOKENS chunks num_tokens
   for (const SequenceChunk& chunk : batch.chunks) {
-    if (chunk.logits == LogitsMode::kLastToken) ++last_token_chunks;
+    logits_rows += chunk.logits == LogitsMode::kLastToken   ? 1
+                   : chunk.logits == LogitsMode::kAllTokens ? chunk.num_tokens
+                                                            : 0;
   }
-  if (rows.size() != last_token_chunks ||
-      logits_.size() != rows.size() * static_cast<size_t>(vocab)) {
+  if (rows.size() != logits_rows || logits_.size() != rows.size() * static_cast<size_t>(vocab)) {
     return absl::InvalidArgumentError(
-        fmt::format("{} sampling rows for {} LAST_TOKEN chunks and {} logits rows", rows.size(),
-                    last_token_chunks, logits_.size() / vocab));
+        fmt::format("{} sampling rows for {} logits rows (the slice holds {})", rows.size(),
+                    logits_rows, logits_.size() / vocab));
   }
   SampledRows sampled;
   RS_ASSIGN_OR_RETURN(sampled.tokens, SampleTokens(logits_, vocab, rows));

@@ -76,11 +76,13 @@ class ModelSlice {
   // LogitsToHost. A device slice only enqueues the work on activations().stream().
   // InvalidArgument for a malformed batch; the KV cache is then unchanged.
   virtual absl::Status Run(const MicroBatch& batch) = 0;
-  // The last slice, after Run(batch): samples one token per row (`rows`, one per LAST_TOKEN
-  // chunk in chunk order; stage/sampling/sampler.h's contract, on the device for the CUDA
-  // slice) and returns when the tokens are on the host. InvalidArgument when rows.size()
-  // differs from the batch's LAST_TOKEN chunks or a row's parameters are invalid;
-  // FailedPrecondition on a slice that is not last or without a preceding Run(batch).
+  // The last slice, after Run(batch): samples one token per logits row (`rows`, one per
+  // LAST_TOKEN chunk and num_tokens per ALL_TOKENS chunk, in chunk order: speculative
+  // verification takes the argmax of every row; stage/sampling/sampler.h's contract, on the
+  // device for the CUDA slice, whose rows must fit one lm_head pass: max_logit_rows) and returns
+  // when the tokens are on the host. InvalidArgument when rows.size() differs from the batch's
+  // logits rows or a row's parameters are invalid; FailedPrecondition on a slice that is not last
+  // or without a preceding Run(batch).
   virtual absl::StatusOr<SampledRows> Sample(const MicroBatch& batch,
                                              std::span<const RowSampling> rows) = 0;
   // The last slice, after Run: the logits rows [rows, vocab] fp32, copied to the host.

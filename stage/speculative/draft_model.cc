@@ -8,6 +8,15 @@
 #include "stage/speculative/speculative_sampling.h"
 
 namespace ringserve {
+namespace {
+
+// Greedy pieces of up to this many tokens take every row's logits (CUDA graphs run them).
+constexpr int32_t kGraphedPiece = 17;
+// ... while the batch's logits rows stay within this (a CUDA slice samples only the rows of one
+// lm_head pass: max_logit_rows, 256 by default).
+constexpr size_t kMaxAllRows = 64;
+
+}  // namespace
 
 int32_t DrawDraft(std::span<const float> logits, const RowSampling& sampling, uint64_t token_index,
                   std::vector<double>* probs) {
@@ -76,24 +85,48 @@ std::span<const int32_t> DraftModel::LastDrafts(uint64_t seq_id) const {
   return it->second.drafts;
 }
 
-absl::StatusOr<std::vector<float>> DraftModel::RunPieces(const std::vector<Piece>& pieces) {
+absl::StatusOr<DraftModel::PieceRows> DraftModel::RunPieces(const std::vector<Piece>& pieces,
+                                                            bool greedy) {
   MicroBatch batch;
-  bool any_logits = false;
+  size_t logits_rows = 0;
+  std::vector<int64_t> last_rows;  // per piece: its last logits row, -1 for none
   for (const Piece& piece : pieces) {
     SequenceChunk chunk;
     chunk.seq_id = piece.seq_id;
     chunk.start_position = piece.start;
     chunk.num_tokens = static_cast<int32_t>(piece.tokens.size());
     chunk.block_table = piece.seq->blocks;
-    chunk.logits = piece.want_logits ? LogitsMode::kLastToken : LogitsMode::kNone;
-    any_logits |= piece.want_logits;
+    // Greedy: a short piece asks for every row's logits (and its last row's argmax is taken),
+    // which lets a CUDA slice run the batch in a CUDA graph, as a verification chunk.
+    const bool all_rows = greedy && piece.want_logits && chunk.num_tokens > 1 &&
+                          chunk.num_tokens <= kGraphedPiece &&
+                          logits_rows + chunk.num_tokens <= kMaxAllRows;
+    chunk.logits = all_rows            ? LogitsMode::kAllTokens
+                   : piece.want_logits ? LogitsMode::kLastToken
+                                       : LogitsMode::kNone;
+    logits_rows += all_rows ? chunk.num_tokens : piece.want_logits ? 1 : 0;
+    last_rows.push_back(piece.want_logits ? static_cast<int64_t>(logits_rows) - 1 : -1);
     batch.chunks.push_back(std::move(chunk));
     batch.token_ids.insert(batch.token_ids.end(), piece.tokens.begin(), piece.tokens.end());
   }
   RS_RETURN_IF_ERROR(slice_->Prepare(batch));
   RS_RETURN_IF_ERROR(slice_->Run(batch));
-  if (!any_logits) return std::vector<float>{};
-  return slice_->LogitsToHost();
+  PieceRows out;
+  if (logits_rows == 0) return out;
+  if (greedy) {
+    std::vector<RowSampling> rows(logits_rows);
+    for (RowSampling& row : rows) row.config.temperature = 0.0f;
+    RS_ASSIGN_OR_RETURN(SampledRows sampled, slice_->Sample(batch, rows));
+    if (sampled.tokens.size() != logits_rows) {
+      return absl::InternalError("the draft model sampled too few logits rows");
+    }
+    for (int64_t row : last_rows) {
+      if (row >= 0) out.argmax.push_back(sampled.tokens[row]);
+    }
+    return out;
+  }
+  RS_ASSIGN_OR_RETURN(out.logits, slice_->LogitsToHost());
+  return out;
 }
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(
@@ -102,6 +135,9 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(
   std::vector<std::vector<int32_t>> drafts(requests.size());
   std::vector<Sequence*> seqs(requests.size(), nullptr);
   std::vector<int64_t> context_len(requests.size(), 0);
+  const bool greedy = std::all_of(requests.begin(), requests.end(), [](const Request& request) {
+    return request.sampling.config.temperature == 0.0f;
+  });
 
   // Draws draft j of request r from its logits row.
   auto draw = [&](size_t r, std::span<const float> row) {
@@ -124,14 +160,18 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(
         ++end;
       }
       std::vector<Piece> batch(pieces.begin() + begin, pieces.begin() + end);
-      RS_ASSIGN_OR_RETURN(std::vector<float> logits, RunPieces(batch));
+      RS_ASSIGN_OR_RETURN(PieceRows rows, RunPieces(batch, greedy));
       size_t row = 0;
       for (size_t i = begin; i < end; ++i) {
         if (!pieces[i].want_logits) continue;
-        if ((row + 1) * vocab > logits.size()) {
+        if (greedy ? row >= rows.argmax.size() : (row + 1) * vocab > rows.logits.size()) {
           return absl::InternalError("the draft model returned too few logits rows");
         }
-        draw(owner[i], std::span<const float>(logits).subspan(row * vocab, vocab));
+        if (greedy) {
+          drafts[owner[i]].push_back(rows.argmax[row]);  // what DrawDraft picks when greedy
+        } else {
+          draw(owner[i], std::span<const float>(rows.logits).subspan(row * vocab, vocab));
+        }
         ++row;
       }
       begin = end;

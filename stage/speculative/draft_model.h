@@ -61,7 +61,8 @@ class DraftModel : public Drafter {
   bool Reserve(Sequence& seq, int64_t positions);
   void FreeBlocks(Sequence& seq);
   // Runs chunks (one per entry, kLastToken when want_logits) and returns the logits rows of the
-  // entries that asked, in entry order.
+  // entries that asked, in entry order; `greedy`: their argmax instead (the slice's sampler: on
+  // the GPU for a CUDA slice, so only ids come back).
   struct Piece {
     Sequence* seq = nullptr;
     uint64_t seq_id = 0;
@@ -69,7 +70,11 @@ class DraftModel : public Drafter {
     std::vector<int32_t> tokens;
     bool want_logits = false;
   };
-  absl::StatusOr<std::vector<float>> RunPieces(const std::vector<Piece>& pieces);
+  struct PieceRows {
+    std::vector<float> logits;    // [rows, vocab], unless greedy
+    std::vector<int32_t> argmax;  // [rows], when greedy
+  };
+  absl::StatusOr<PieceRows> RunPieces(const std::vector<Piece>& pieces, bool greedy);
 
   std::unique_ptr<ModelSlice> slice_;
   int max_batch_tokens_;

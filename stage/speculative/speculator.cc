@@ -16,6 +16,30 @@ int64_t RowsOf(const SequenceChunk& chunk) {
                                                   : 0;
 }
 
+// At most this many logits rows are verified on the device: a CUDA slice computes up to
+// max_logit_rows (its max_seqs, 256 by default) in one lm_head pass, and Sample needs them all.
+constexpr int64_t kMaxDeviceVerifiedRows = 64;
+
+// Whether every row of `plan` is greedy and asks for nothing but its token, every ALL_TOKENS
+// chunk is a verification chunk, and the rows fit kMaxDeviceVerifiedRows: then the target's
+// argmax of each row decides, and the slice computes it (on the GPU for a CUDA slice).
+bool GreedyOnly(const DecodedPlan& plan) {
+  for (const RowSampling& row : plan.sampling) {
+    if (row.config.temperature != 0.0f || row.top_logprobs > 0 || !row.suppress_token_ids.empty()) {
+      return false;
+    }
+  }
+  int64_t rows = 0;
+  for (size_t c = 0; c < plan.batch.chunks.size(); ++c) {
+    const SequenceChunk& chunk = plan.batch.chunks[c];
+    if (chunk.logits == LogitsMode::kAllTokens && plan.outputs[c].speculation.draft_ids.empty()) {
+      return false;
+    }
+    rows += RowsOf(chunk);
+  }
+  return rows <= kMaxDeviceVerifiedRows;
+}
+
 }  // namespace
 
 Speculator::Speculator(std::unique_ptr<Drafter> draft, int max_drafts)
@@ -56,12 +80,40 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
 
   RS_RETURN_IF_ERROR(draft_->ObserveTarget(target, plan));
 
-  // The ordinary outputs first (verification chunks sample their last row here too; that token
-  // is replaced below).
-  RS_ASSIGN_OR_RETURN(std::vector<float> logits, target.LogitsToHost());
-  RS_ASSIGN_OR_RETURN(LastStageOutputs outputs, SampleAndScore(logits, vocab_size, plan));
-  for (v1::PromptLogprobs& scores : outputs.prompt_logprobs) {
-    if (scores.logprobs_size() > 0) prompt_logprobs->push_back(std::move(scores));
+  // Greedy plans: the target's argmax and its log-probability of every logits row, from the
+  // slice's sampler (on the GPU of a CUDA slice: ids come back, not logits rows).
+  const bool greedy = GreedyOnly(plan);
+  SampledRows best;
+  std::vector<float> logits;
+  LastStageOutputs outputs;
+  if (greedy) {
+    int64_t rows = 0;
+    for (const SequenceChunk& chunk : chunks) rows += RowsOf(chunk);
+    std::vector<RowSampling> argmax(static_cast<size_t>(rows));
+    for (RowSampling& row : argmax) row.config.temperature = 0.0f;
+    RS_ASSIGN_OR_RETURN(best, target.Sample(plan.batch, argmax));
+    if (static_cast<int64_t>(best.tokens.size()) != rows ||
+        best.logprobs.size() != best.tokens.size()) {
+      return absl::InternalError(
+          fmt::format("the slice chose {} tokens for {} logits rows", best.tokens.size(), rows));
+    }
+    int64_t end = 0;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      end += RowsOf(chunks[c]);
+      if (!plan.outputs[c].samples) continue;
+      v1::SampledToken& token = outputs.tokens.emplace_back();
+      token.set_seq_id(chunks[c].seq_id);
+      token.set_token_id(best.tokens[end - 1]);
+      token.set_logprob(best.logprobs[end - 1]);
+    }
+  } else {
+    // The ordinary outputs first (verification chunks sample their last row here too; that
+    // token is replaced below).
+    RS_ASSIGN_OR_RETURN(logits, target.LogitsToHost());
+    RS_ASSIGN_OR_RETURN(outputs, SampleAndScore(logits, vocab_size, plan));
+    for (v1::PromptLogprobs& scores : outputs.prompt_logprobs) {
+      if (scores.logprobs_size() > 0) prompt_logprobs->push_back(std::move(scores));
+    }
   }
 
   std::vector<Drafter::Request> requests;
@@ -78,7 +130,25 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
     v1::SampledToken& token = outputs.tokens[next_token++];
     const ChunkSpeculationWire& spec = output.speculation;
     std::vector<int32_t> emitted;
-    if (!spec.draft_ids.empty()) {
+    if (!spec.draft_ids.empty() && greedy) {
+      // Greedy: accepted while the draft is the target's argmax; then the argmax of that row.
+      const int64_t first_row = row - chunk.num_tokens;
+      size_t accepted = 0;
+      while (accepted < spec.draft_ids.size() &&
+             spec.draft_ids[accepted] == best.tokens[first_row + accepted]) {
+        ++accepted;
+      }
+      token.set_token_id(best.tokens[first_row + accepted]);
+      token.set_logprob(best.logprobs[first_row + accepted]);
+      token.mutable_accepted_ids()->Add(spec.draft_ids.begin(), spec.draft_ids.begin() + accepted);
+      for (size_t i = 0; i < accepted; ++i) {
+        token.add_accepted_logprobs(best.logprobs[first_row + i]);
+      }
+      ++stats_.verifications;
+      stats_.drafts_verified += static_cast<int64_t>(spec.draft_ids.size());
+      stats_.drafts_accepted += static_cast<int64_t>(accepted);
+      emitted.assign(spec.draft_ids.begin(), spec.draft_ids.begin() + accepted);
+    } else if (!spec.draft_ids.empty()) {
       const int64_t first_row = row - chunk.num_tokens;
       std::span<const float> rows =
           std::span<const float>(logits).subspan(first_row * vocab, chunk.num_tokens * vocab);

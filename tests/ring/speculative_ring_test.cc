@@ -53,9 +53,12 @@ std::vector<Generation> RunConcurrently(Ring& ring, const std::vector<v1::Genera
   return out;
 }
 
-std::vector<std::string> SpeculationArgs(int k) {
+// Speculation pays less than plain decoding on the CPU: with the payoff measured (`payoff`) it
+// backs off after measuring both modes; the tests that check the speculating path turn it off.
+std::vector<std::string> SpeculationArgs(int k, bool payoff = false) {
   return {"--speculative_model", SourceDir() + "/models/ringserve-tiny-draft",
-          "--num_speculative_tokens", std::to_string(k)};
+          "--num_speculative_tokens", std::to_string(k),
+          payoff ? "--speculative_payoff=true" : "--speculative_payoff=false"};
 }
 
 class SpeculativeRingTest : public ::testing::Test {
@@ -126,9 +129,11 @@ TEST_F(SpeculativeRingTest, TwoStagesGreedyEqualsPlainDecoding) {
 }
 
 TEST_F(SpeculativeRingTest, OneStageGreedyEqualsPlainDecoding) {
+  // With the payoff measured: sequences switch between speculating and plain decoding planned
+  // ahead mid-request.
   auto ring = Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
                            .partition = {8},
-                           .coordinator_args = SpeculationArgs(3)});
+                           .coordinator_args = SpeculationArgs(3, /*payoff=*/true)});
   ASSERT_TRUE(ring.ok()) << ring.status();
   ExpectPlainGreedy(**ring);
 }
@@ -185,10 +190,10 @@ TEST(SpeculativeRingMtpTest, MtpGreedyEqualsPlainDecoding) {
   ASSERT_TRUE(plain.ok()) << plain.status();
   std::vector<Generation> expected = RunConcurrently(**plain, requests);
   for (const std::vector<int>& partition : {std::vector<int>{2, 2}, std::vector<int>{4}}) {
-    auto ring =
-        Ring::Start({.model_dir = model,
-                     .partition = partition,
-                     .coordinator_args = {"--speculative_mtp", "--num_speculative_tokens", "1"}});
+    auto ring = Ring::Start({.model_dir = model,
+                             .partition = partition,
+                             .coordinator_args = {"--speculative_mtp", "--num_speculative_tokens",
+                                                  "1", "--speculative_payoff=false"}});
     ASSERT_TRUE(ring.ok()) << ring.status();
     std::vector<Generation> got = RunConcurrently(**ring, requests);
     for (size_t i = 0; i < got.size(); ++i) {
