@@ -331,7 +331,8 @@ absl::Status CudaModelSlice::AllocateRuntime() {
 
   // KV pool.
   const int64_t block_elems = int64_t{c.num_kv_heads} * options_.kv_block_size * d;
-  const int64_t block_bytes = block_elems * 2 * 2 * options_.layers.size();
+  const int64_t element_bytes = KvCacheElementBytes(options_.kv_cache_dtype, sizeof(bf16));
+  const int64_t block_bytes = block_elems * 2 * element_bytes * options_.layers.size();
   if (cuda_.kv_from_free_memory) {
     size_t free = 0, total = 0;
     RS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
@@ -353,15 +354,21 @@ absl::Status CudaModelSlice::AllocateRuntime() {
         std::min<int64_t>(blocks, (int64_t{1} << 31) / options_.kv_block_size - 1));
   }
   kv_layer_elems_ = block_elems * options_.kv_num_blocks;
-  RS_RETURN_IF_ERROR(kv_buffer_.Allocate(kv_layer_elems_ * 2 * 2 * options_.layers.size()));
+  RS_RETURN_IF_ERROR(
+      kv_buffer_.Allocate(kv_layer_elems_ * 2 * element_bytes * options_.layers.size()));
+  // Zeroed as the CPU slice's pool is (a block not written yet holds zeros, not NaN codes).
+  RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_buffer_.get(), 0, kv_buffer_.bytes(), stream_));
+  kv_k_scales_.resize(options_.layers.size(), 1.0f);
+  kv_v_scales_.resize(options_.layers.size(), 1.0f);
   RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   const CudaMemoryReport m = memory();
   RS_LOG_INFO(
-      "CUDA slice [{}, {}): weights {} MiB, KV {} MiB ({} blocks of {}), activations {} "
-      "MiB, device free {} / {} MiB",
-      options_.layers.first, options_.layers.last, m.weight_bytes >> 20, m.kv_bytes >> 20,
-      m.kv_num_blocks, options_.kv_block_size, m.activation_bytes >> 20, m.device_free_bytes >> 20,
-      m.device_total_bytes >> 20);
+      "CUDA slice [{}, {}): weights {} MiB, KV {} {} MiB ({} blocks of {}, {} bytes per token), "
+      "activations {} MiB, device free {} / {} MiB",
+      options_.layers.first, options_.layers.last, m.weight_bytes >> 20,
+      KvCacheDtypeName(options_.kv_cache_dtype), m.kv_bytes >> 20, m.kv_num_blocks,
+      options_.kv_block_size, block_bytes / options_.kv_block_size, m.activation_bytes >> 20,
+      m.device_free_bytes >> 20, m.device_total_bytes >> 20);
   return absl::OkStatus();
 }
 
