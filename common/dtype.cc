@@ -1,5 +1,6 @@
 #include "common/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -112,6 +113,27 @@ float Fp8E4M3ToFloat(uint8_t bits) {
                               ? std::ldexp(static_cast<float>(mantissa), -9)
                               : std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
   return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+uint8_t FloatToFp8E4M3(float value) {
+  if (std::isnan(value)) return 0x7f;
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  const float magnitude = std::fabs(value);
+  if (magnitude >= 448.0f) return sign | 0x7e;
+  // The spacing of e4m3 values at this magnitude: 2^(e - 3) for normals (e >= -6), 2^-9 below.
+  int exponent = 0;
+  std::frexp(magnitude, &exponent);  // magnitude in [2^(exponent-1), 2^exponent)
+  const int step_log2 = std::max(exponent - 1, -6) - 3;
+  const float steps = std::nearbyint(std::ldexp(magnitude, -step_log2));  // ties to even
+  const float rounded = std::ldexp(steps, step_log2);
+  if (rounded >= 448.0f) return sign | 0x7e;
+  // Encode the rounded value exactly.
+  if (rounded < std::ldexp(1.0f, -6)) return sign | static_cast<uint8_t>(std::ldexp(rounded, 9));
+  int e = 0;
+  const float m = std::frexp(rounded, &e);  // rounded = m 2^e, m in [0.5, 1)
+  const int biased = e - 1 + 7;
+  const int mantissa = static_cast<int>(std::ldexp(m, 4)) - 8;
+  return sign | static_cast<uint8_t>((biased << 3) | mantissa);
 }
 
 float E8M0ToFloat(uint8_t bits) {

@@ -54,6 +54,9 @@ float HalfToFloat(uint16_t bits);
 // float8_e4m3fn (sign, 4 exponent bits with bias 7, 3 mantissa bits; subnormals; S.1111.111 is
 // NaN) to fp32, exactly.
 float Fp8E4M3ToFloat(uint8_t bits);
+// fp32 to float8_e4m3fn, rounded to nearest even and saturated to +-448 (as the CUDA
+// __NV_SATFINITE conversion); NaN becomes 0x7f.
+uint8_t FloatToFp8E4M3(float value);
 // E8M0 (an unsigned biased exponent) to fp32: 2^(bits - 127) exactly; 0xff is NaN.
 float E8M0ToFloat(uint8_t bits);
 uint16_t FloatToHalf(float value);

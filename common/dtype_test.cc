@@ -31,6 +31,26 @@ TEST(DTypeTest, ParsesQuantizedStorageTypes) {
 }
 
 // float8_e4m3fn as torch defines it: bias 7, subnormals, no infinities, S.1111.111 is NaN.
+// Every finite code encodes back to itself; halfway values round to the even code; beyond 448
+// saturates (as __NV_SATFINITE); NaN becomes the NaN code.
+TEST(DTypeTest, FloatToFp8E4M3RoundsToNearestEvenAndSaturates) {
+  for (int bits = 0; bits < 256; ++bits) {
+    if ((bits & 0x7f) == 0x7f) continue;  // NaN
+    const float value = Fp8E4M3ToFloat(static_cast<uint8_t>(bits));
+    if (value == 0.0f) continue;  // -0 and +0 both decode to zero
+    EXPECT_EQ(FloatToFp8E4M3(value), bits) << value;
+  }
+  EXPECT_EQ(FloatToFp8E4M3(1.0625f), 0x38);                // between 1 (even) and 1.125: ties to 1
+  EXPECT_EQ(FloatToFp8E4M3(1.1875f), 0x3a);                // between 1.125 and 1.25 (even)
+  EXPECT_EQ(FloatToFp8E4M3(1.07f), 0x39);                  // above the midpoint
+  EXPECT_EQ(FloatToFp8E4M3(std::ldexp(1.0f, -10)), 0x00);  // half the smallest subnormal
+  EXPECT_EQ(FloatToFp8E4M3(std::ldexp(3.0f, -10)), 0x02);  // 1.5 subnormal steps: even
+  EXPECT_EQ(FloatToFp8E4M3(0.0f), 0x00);
+  EXPECT_EQ(FloatToFp8E4M3(500.0f), 0x7e);
+  EXPECT_EQ(FloatToFp8E4M3(-1e9f), 0xfe);
+  EXPECT_EQ(FloatToFp8E4M3(NAN), 0x7f);
+}
+
 TEST(DTypeTest, Fp8E4M3DecodesEveryClassOfValue) {
   EXPECT_EQ(Fp8E4M3ToFloat(0x00), 0.0f);
   EXPECT_TRUE(std::signbit(Fp8E4M3ToFloat(0x80)));

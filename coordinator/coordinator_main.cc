@@ -14,7 +14,8 @@
 //       (coordinator/measured_partition.h).
 //
 // Other flags (--help lists them all with their defaults): --http_listen HOST:PORT (the OpenAI
-// HTTP API, /metrics and the dashboard; overrides hosts.yaml's api.http), --connect_timeout
+// HTTP API, /metrics and the dashboard; overrides hosts.yaml's api.http), --kv_cache_dtype
+// auto|fp8_e4m3 (every stage's KV cache; overrides hosts.yaml's), --connect_timeout
 // SECONDS (default 10), --stage_binary PATH, --packing spread|packed, --plan_ahead=false (plan
 // each step only once the previous one's tokens are back), --ready_fd N (writes the
 // bound API address and a newline once serving). The HTTP front starts before the ring and shows
@@ -76,6 +77,9 @@ ABSL_FLAG(std::string, partition, "",
 ABSL_FLAG(std::string, device, "cpu", "device of the local stages: cpu or cuda:N");
 ABSL_FLAG(std::string, channel, "tcp",
           "activation channel between local stages: tcp, cuda_ipc, nccl");
+ABSL_FLAG(std::string, kv_cache_dtype, "",
+          "every stage's KV cache: auto (the model's type) or fp8_e4m3 (empty: hosts.yaml's, "
+          "else auto)");
 ABSL_FLAG(int, max_batch_tokens, 0, "scheduler tokens per micro-batch (0: the default)");
 ABSL_FLAG(int, micro_batches, 0, "scheduler micro-batches in flight (0: the default)");
 ABSL_FLAG(double, connect_timeout, ringserve::kDefaultConnectTimeoutSeconds,
@@ -125,6 +129,7 @@ struct Flags {
   bool partition_auto = false;  // --partition auto: balance layer parameters over --num_stages
   Device device;
   ChannelKind channel = ChannelKind::kTcp;
+  std::optional<KvCacheDtype> kv_cache_dtype;  // --kv_cache_dtype; unset = hosts.yaml's / auto
   int max_batch_tokens = 0;  // --max_batch_tokens: scheduler max_tokens_per_micro_batch
   int micro_batches = 0;     // --micro_batches: scheduler micro_batches_in_flight
   double connect_timeout_s = kDefaultConnectTimeoutSeconds;
@@ -173,6 +178,9 @@ absl::StatusOr<Flags> ReadFlags() {
         fmt::format("--channel: '{}' is not one of tcp, cuda_ipc, nccl", channel_name));
   }
   flags.channel = *channel;
+  if (const std::string dtype = absl::GetFlag(FLAGS_kv_cache_dtype); !dtype.empty()) {
+    RS_ASSIGN_OR_RETURN(flags.kv_cache_dtype, ParseKvCacheDtype(dtype, "--kv_cache_dtype"));
+  }
   flags.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   flags.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   flags.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
@@ -234,6 +242,9 @@ int Run(int argc, char** argv) {
     ring = LoadRingConfig(flags->stages_file, layer_count);
     if (!ring.ok()) return fail(ring.status());
     if (!flags->listen.empty()) ring->grpc_listen = flags->listen;
+    if (flags->kv_cache_dtype) {
+      for (StageConfig& stage : ring->stages) stage.kv_cache_dtype = *flags->kv_cache_dtype;
+    }
   } else {
     auto num_layers = layer_count(flags->model_dir);
     if (!num_layers.ok()) return fail(num_layers.status());
@@ -261,6 +272,7 @@ int Run(int argc, char** argv) {
     }
     options.device = flags->device;
     options.channel = flags->channel;
+    options.kv_cache_dtype = flags->kv_cache_dtype.value_or(KvCacheDtype::kAuto);
     options.max_tokens_per_micro_batch = flags->max_batch_tokens;
     options.micro_batches_in_flight = flags->micro_batches;
     if (!flags->listen.empty()) options.grpc_listen = flags->listen;

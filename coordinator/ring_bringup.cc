@@ -36,7 +36,8 @@ absl::StatusOr<std::vector<int>> RequestedKvBlocks(const RingConfig& ring, const
     int n = stage.device.is_cuda() ? 0 : default_kv_blocks;
     if (ring.scheduler.kv_blocks > 0) n = ring.scheduler.kv_blocks;
     if (ring.scheduler.kv_budget_bytes > 0) {
-      const int64_t element_bytes = stage.device.is_cuda() ? 2 : 4;
+      const int64_t element_bytes =
+          KvCacheElementBytes(stage.kv_cache_dtype, stage.device.is_cuda() ? 2 : 4);
       const int64_t block_bytes = static_cast<int64_t>(block_size) *
                                   model.kv_values_per_token_layer() * element_bytes *
                                   stage.num_layers();
@@ -94,6 +95,7 @@ absl::StatusOr<FormedRing> FormGrpcRing(const BringUpOptions& options, const Mod
     request.set_device(stage.device.ToString());
     request.set_kv_block_size(block_size);
     request.set_kv_num_blocks(kv_blocks[i]);
+    request.set_kv_cache_dtype(std::string(KvCacheDtypeName(stage.kv_cache_dtype)));
     request.set_max_batch_tokens(ring.scheduler.max_tokens_per_micro_batch);
     if (i == num_stages - 1 && options.speculation.enabled()) {
       request.set_speculative_model_dir(options.speculation.draft_model_dir);

@@ -122,6 +122,8 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
   options.layers = LayerRange{request.first_layer(), request.last_layer()};
   options.kv_block_size = request.kv_block_size();
   options.kv_num_blocks = request.kv_num_blocks();
+  RS_ASSIGN_OR_RETURN(options.kv_cache_dtype,
+                      ParseKvCacheDtype(request.kv_cache_dtype(), "kv_cache_dtype"));
   RS_ASSIGN_OR_RETURN(int ordinal, CudaOrdinal(request.device()));
   if (ordinal < 0) {
     if (options.kv_num_blocks < 1) {
@@ -135,11 +137,14 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
     for (int layer = options.layers.first; layer < options.layers.last; ++layer) {
       layer_bytes += LayerWeightBytes(slice->config(), layer, sizeof(float));
     }
+    const int64_t kv_token_bytes = slice->config().kv_values_per_token_layer() *
+                                   KvCacheElementBytes(options.kv_cache_dtype, sizeof(float));
     *summary = fmt::format(
-        "cpu, layer weights {} MiB, {} KV blocks, {} KV bytes per token and "
-        "layer",
-        layer_bytes >> 20, options.kv_num_blocks,
-        slice->config().kv_values_per_token_layer() * sizeof(float));
+        "cpu, layer weights {} MiB, KV cache {}: {} blocks of {} = {} tokens, {} bytes per token "
+        "and layer ({} per token over {} layers)",
+        layer_bytes >> 20, KvCacheDtypeName(options.kv_cache_dtype), options.kv_num_blocks,
+        options.kv_block_size, static_cast<int64_t>(options.kv_num_blocks) * options.kv_block_size,
+        kv_token_bytes, kv_token_bytes * options.layers.size(), options.layers.size());
     return slice;
   }
 #ifdef RINGSERVE_HAVE_CUDA
@@ -156,11 +161,15 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
                       cuda::CudaModelSlice::Load(options, cuda));
   const cuda::CudaMemoryReport m = slice->memory();
   *summary = fmt::format(
-      "{}: weights {} MiB, KV {} MiB ({} blocks of {}, {} bytes per token and layer), "
-      "activations {} MiB; device {} of {} MiB free",
-      request.device(), m.weight_bytes >> 20, m.kv_bytes >> 20, m.kv_num_blocks,
-      options.kv_block_size, slice->config().kv_values_per_token_layer() * 2,
-      m.activation_bytes >> 20, m.device_free_bytes >> 20, m.device_total_bytes >> 20);
+      "{}: weights {} MiB, KV cache {}: {} MiB, {} blocks of {} = {} tokens, {} bytes per token "
+      "over {} layers; activations {} MiB; device {} of {} MiB free",
+      request.device(), m.weight_bytes >> 20, KvCacheDtypeName(options.kv_cache_dtype),
+      m.kv_bytes >> 20, m.kv_num_blocks, options.kv_block_size,
+      static_cast<int64_t>(m.kv_num_blocks) * options.kv_block_size,
+      m.kv_bytes /
+          std::max<int64_t>(1, static_cast<int64_t>(m.kv_num_blocks) * options.kv_block_size),
+      options.layers.size(), m.activation_bytes >> 20, m.device_free_bytes >> 20,
+      m.device_total_bytes >> 20);
   return std::unique_ptr<ModelSlice>(std::move(slice));
 #else
   return absl::UnimplementedError("no CUDA backend in this build");

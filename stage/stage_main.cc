@@ -6,6 +6,8 @@
 //   Every control call and activation connection must then prove knowledge of it. Without
 //   one the stage listens on loopback addresses only, unless --insecure says otherwise.
 // --model_root DIR: Configure loads models only from under DIR.
+// --kv_cache_dtype auto|fp8_e4m3: the KV cache's element type when the coordinator's Configure
+//   names none (ring/kv_cache_dtype.h).
 // --insecure: allows listening beyond loopback without a ring secret (trusted networks only).
 // --debug_step_delay_ms N: testing aid, every step takes N ms longer (a slow stage).
 // --probe_layers MODEL_DIR [--probe_device cpu|cuda:N] [--probe_rows R] [--probe_context C]:
@@ -44,6 +46,9 @@ ABSL_FLAG(std::string, ring_secret, "",
           "the ring secret file (owner-only); every control call and activation connection "
           "must prove knowledge of it");
 ABSL_FLAG(std::string, model_root, "", "Configure loads models only from under this directory");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "the KV cache's element type when the coordinator names none: auto (the model's type) "
+          "or fp8_e4m3");
 ABSL_FLAG(bool, insecure, false,
           "allow listening beyond loopback without a ring secret (trusted networks only)");
 ABSL_FLAG(std::string, probe_layers, "",
@@ -59,6 +64,7 @@ namespace {
 constexpr char kUsage[] =
     "A stage process: waits for the coordinator to configure it, then runs its layers.\n"
     "usage: stage --listen=HOST:PORT [--ring_secret=PATH] [--model_root=DIR] [--insecure]\n"
+    "             [--kv_cache_dtype=auto|fp8_e4m3]\n"
     "             [--ready_fd=N] [--debug_step_delay_ms=N]\n"
     "       stage --probe_layers=MODEL_DIR [--probe_device=cpu|cuda:N] [--probe_rows=R]\n"
     "             [--probe_context=C] [--probe_out=PATH]";
@@ -107,6 +113,9 @@ int main(int argc, char** argv) {
   const std::string secret_path = absl::GetFlag(FLAGS_ring_secret);
   const std::string model_root = absl::GetFlag(FLAGS_model_root);
   const bool insecure = absl::GetFlag(FLAGS_insecure);
+  absl::StatusOr<KvCacheDtype> kv_cache_dtype =
+      ParseKvCacheDtype(absl::GetFlag(FLAGS_kv_cache_dtype), "--kv_cache_dtype");
+  if (!kv_cache_dtype.ok()) return Fail(std::string(kv_cache_dtype.status().message()));
   std::string host;
   int port = 0;
   if (absl::Status s = SplitHostPort(listen, "--listen", &host, &port); !s.ok()) {
@@ -155,6 +164,7 @@ int main(int argc, char** argv) {
   options.debug_step_delay = absl::Milliseconds(debug_step_delay_ms);
   options.secret = std::move(secret);
   options.model_root = model_root;
+  options.kv_cache_dtype = *kv_cache_dtype;
   StageService service(options);
 
   grpc::ServerBuilder builder;

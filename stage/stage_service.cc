@@ -43,6 +43,9 @@ grpc::Status CheckConfigureRequest(const v1::ConfigureRequest& r) {
   if (!(r.memory_fraction() >= 0 && r.memory_fraction() <= 1)) {
     return Invalid(fmt::format("memory_fraction: {} is not in [0, 1]", r.memory_fraction()));
   }
+  if (auto dtype = ParseKvCacheDtype(r.kv_cache_dtype(), "kv_cache_dtype"); !dtype.ok()) {
+    return ToGrpcStatus(dtype.status());
+  }
   if (absl::Status backend = CheckBackend(r); !backend.ok()) return ToGrpcStatus(backend);
   if (r.data_port() < 0 || r.data_port() > 65535) {
     return Invalid(fmt::format("data_port: {} is not in [0, 65535]", r.data_port()));
@@ -191,7 +194,11 @@ grpc::Status StageService::Configure(grpc::ServerContext* context,
   absl::StatusOr<std::unique_ptr<ModelSlice>> slice =
       absl::InternalError("loading the slice did not finish");
   try {
-    slice = LoadStageSlice(*request, &summary);
+    v1::ConfigureRequest effective = *request;
+    if (effective.kv_cache_dtype().empty()) {
+      effective.set_kv_cache_dtype(std::string(KvCacheDtypeName(options_.kv_cache_dtype)));
+    }
+    slice = LoadStageSlice(effective, &summary);
   } catch (const std::bad_alloc&) {
     slice = absl::ResourceExhaustedError(
         fmt::format("stage {}: out of memory loading layers [{}, {}) with {} KV blocks of {}",

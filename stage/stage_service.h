@@ -17,6 +17,7 @@
 #include "common/ring_secret.h"
 #include "proto/stage.grpc.pb.h"
 #include "ring/control_auth.h"
+#include "ring/kv_cache_dtype.h"
 #include "stage/channels/tcp_channel.h"
 #include "stage/speculative/speculator.h"
 #include "stage/step_executor.h"
@@ -41,6 +42,8 @@ struct StageServiceOptions {
   std::string model_root;
   // Testing aid (stage --debug_step_delay_ms): extra time in every step.
   absl::Duration debug_step_delay = absl::ZeroDuration();
+  // stage --kv_cache_dtype: the KV cache's element type when a Configure names none.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
 };
 
 class StageService final : public v1::StageControl::Service {

@@ -7,7 +7,8 @@
 //   stage_bench [--model DIR] [--shape llama8b|qwen3_8b] [--quick] [--kernels_only]
 //               [--prefill_only] [--decode_only] [--gemm_only] [--bandwidth_tbps 4.28]
 //               [--peak_tflops 785] [--prefill_key_tile 64|128]
-//               [--decode_at 1@384,32@384,64@384 [--decode_at_only]]   (--help lists them all)
+//               [--decode_at 1@384,32@384,64@384 [--decode_at_only]]
+//               [--kv_cache_dtype auto|fp8_e4m3] [--decode_skip_prefill]  (--help lists them all)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,6 +34,7 @@
 #include "kernels/cuda/kernel_options.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
+#include "ring/kv_cache_dtype.h"
 #include "ring/model_config.h"
 #include "stage/cuda/cuda_model_slice.h"
 
@@ -54,6 +56,12 @@ ABSL_FLAG(std::string, decode_at, "",
           "extra decode rows STREAMS@MEAN_CONTEXT,... (a served run's batch sizes and mean "
           "contexts, so that served and kernel tok/s compare like for like)");
 ABSL_FLAG(bool, decode_at_only, false, "just the --decode_at rows");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "the KV cache's element type: auto (bf16) or fp8_e4m3 (ring/kv_cache_dtype.h)");
+ABSL_FLAG(bool, decode_skip_prefill, false,
+          "decode rows attend to the KV pool as it is (zeroed) instead of prefilling the prompts "
+          "first: long contexts at many streams in seconds (the bytes read are the same; blocks "
+          "past the pool's end wrap around and are shared)");
 ABSL_FLAG(int, prefill_key_tile, 64,
           "keys per K/V tile of the sm_90 prefill attention (KernelOptions): 64 or 128");
 
@@ -75,6 +83,8 @@ struct Flags {
   double peak = 785e12;
   std::vector<std::pair<int, int>> decode_at;  // --decode_at: (streams, mean context)
   bool decode_at_only = false;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
+  bool decode_skip_prefill = false;
 };
 
 // "1@384,32@384" -> {(1, 384), (32, 384)}; nullopt when malformed.
@@ -138,8 +148,8 @@ double WeightBytes(const ModelConfig& c) {
       h * (c.num_heads + 2 * c.num_kv_heads) * d + c.num_heads * d * h + 3 * h * inter + 2 * h;
   return 2 * (layer * c.num_layers + h * c.vocab_size + h);
 }
-double KvBytesPerPosition(const ModelConfig& c) {
-  return 2.0 * 2 * c.num_kv_heads * c.head_dim * c.num_layers;
+double KvBytesPerPosition(const ModelConfig& c, KvCacheDtype dtype) {
+  return 2.0 * KvCacheElementBytes(dtype, 2) * c.num_kv_heads * c.head_dim * c.num_layers;
 }
 // Matrix FLOPs of a prompt of n tokens (causal attention counted once), logits for one row.
 double PrefillFlops(const ModelConfig& c, double n) {
@@ -194,7 +204,7 @@ class Bench {
     for (int s = 0; s < streams; ++s) tables.push_back(Blocks(prompt + steps + warmup + 1));
     std::vector<int32_t> next(streams, 1);
     // Prefill, chunked by the token budget.
-    int s = 0;
+    int s = flags_.decode_skip_prefill ? streams : 0;
     while (s < streams) {
       MicroBatch batch;
       int budget = max_tokens;
@@ -582,7 +592,8 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, const KernelOptio
       return;
     }
     const double step_s = streams / r->first;
-    const double bytes = WeightBytes(config) + streams * r->second * KvBytesPerPosition(config);
+    const double bytes = WeightBytes(config) +
+                         streams * r->second * KvBytesPerPosition(config, flags.kv_cache_dtype);
     rows.push_back({name, r->first, bytes / flags.bandwidth / step_s, "bandwidth", note});
     std::printf("%s: %.1f tok/s\n", name.c_str(), r->first);
     std::fflush(stdout);
@@ -703,6 +714,14 @@ int Main(int argc, char** argv) {
     return 2;
   }
   flags.graphs = absl::GetFlag(FLAGS_graphs);
+  flags.decode_skip_prefill = absl::GetFlag(FLAGS_decode_skip_prefill);
+  if (auto dtype = ParseKvCacheDtype(absl::GetFlag(FLAGS_kv_cache_dtype), "--kv_cache_dtype");
+      dtype.ok()) {
+    flags.kv_cache_dtype = *dtype;
+  } else {
+    std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
+    return 2;
+  }
   flags.bandwidth = absl::GetFlag(FLAGS_bandwidth_tbps) * 1e12;
   flags.peak = absl::GetFlag(FLAGS_peak_tflops) * 1e12;
   // The slice's kernels: the defaults but for the flags' overrides.
@@ -740,8 +759,10 @@ int Main(int argc, char** argv) {
                         .kernels = kernels,
                         .random_quant = absl::GetFlag(FLAGS_quant),
                         .random_quant_group = absl::GetFlag(FLAGS_quant_group)};
-  SliceOptions options{
-      .model_dir = flags.model_dir, .layers = {0, config.num_layers}, .kv_block_size = 16};
+  SliceOptions options{.model_dir = flags.model_dir,
+                       .layers = {0, config.num_layers},
+                       .kv_block_size = 16,
+                       .kv_cache_dtype = flags.kv_cache_dtype};
   const auto t_load = Clock::now();
   absl::StatusOr<std::unique_ptr<CudaModelSlice>> slice_or =
       flags.model_dir.empty() ? CudaModelSlice::CreateRandom(config, options, cuda, 1234)
@@ -755,12 +776,14 @@ int Main(int argc, char** argv) {
   const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
   const CudaMemoryReport mem = slice.memory();
   std::string header = fmt::format(
-      "model {} ({}), {} layers, weights {:.2f} GB ({}), load {:.1f} s; KV {:.1f} GB = {} blocks "
-      "x 16; activations {:.2f} GB; device free {:.1f} / {:.1f} GB\n",
+      "model {} ({}), {} layers, weights {:.2f} GB ({}), load {:.1f} s; KV {} {:.1f} GB = {} "
+      "blocks x 16 = {} tokens, {:.0f} bytes per token; activations {:.2f} GB; device free {:.1f} "
+      "/ {:.1f} GB\n",
       flags.model_dir.empty() ? "random" : flags.model_dir, flags.shape, config.num_layers,
       mem.weight_bytes / 1e9, flags.model_dir.empty() ? "random on GPU" : "loaded", load_s,
-      mem.kv_bytes / 1e9, mem.kv_num_blocks, mem.activation_bytes / 1e9,
-      mem.device_free_bytes / 1e9, mem.device_total_bytes / 1e9);
+      KvCacheDtypeName(flags.kv_cache_dtype), mem.kv_bytes / 1e9, mem.kv_num_blocks,
+      int64_t{mem.kv_num_blocks} * 16, KvBytesPerPosition(config, flags.kv_cache_dtype),
+      mem.activation_bytes / 1e9, mem.device_free_bytes / 1e9, mem.device_total_bytes / 1e9);
   std::fputs(header.c_str(), stdout);
   std::fflush(stdout);
 

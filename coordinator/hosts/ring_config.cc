@@ -150,7 +150,8 @@ struct RawStage {
 
 absl::StatusOr<RawStage> ParseStage(const Parser& parser, const YAML::Node& node, int index) {
   const std::string field = fmt::format("stages[{}]", index);
-  RS_RETURN_IF_ERROR(parser.CheckKeys(node, field, {"host", "port", "device", "layers"}));
+  RS_RETURN_IF_ERROR(
+      parser.CheckKeys(node, field, {"host", "port", "device", "layers", "kv_cache_dtype"}));
   RawStage raw;
   if (!node["host"]) return parser.Error(field + ".host", "missing");
   RS_ASSIGN_OR_RETURN(raw.stage.host, parser.Scalar(node["host"], field + ".host"));
@@ -168,6 +169,14 @@ absl::StatusOr<RawStage> ParseStage(const Parser& parser, const YAML::Node& node
                           fmt::format("unknown device '{}' (cpu or cuda:N)", device_text));
     }
     raw.stage.device = *device;
+  }
+  if (node["kv_cache_dtype"]) {
+    const std::string dtype_field = field + ".kv_cache_dtype";
+    RS_ASSIGN_OR_RETURN(std::string dtype_text, parser.Scalar(node["kv_cache_dtype"], dtype_field));
+    auto dtype = ParseKvCacheDtype(dtype_text, dtype_field);
+    if (!dtype.ok())
+      return parser.Error(dtype_field, "expected auto or fp8_e4m3, got '" + dtype_text + "'");
+    raw.stage.kv_cache_dtype = *dtype;
   }
   if (const YAML::Node layers = node["layers"]) {
     const std::string lfield = field + ".layers";
@@ -628,6 +637,7 @@ absl::StatusOr<RingConfig> DefaultRingConfig(const DefaultRingOptions& options) 
     StageConfig stage;
     stage.host = "127.0.0.1";
     stage.device = options.device;
+    stage.kv_cache_dtype = options.kv_cache_dtype;
     // The kernel rarely repeats a port it just handed out, but make the ports distinct anyway.
     for (int attempt = 0;
          attempt < 16 && (stage.control_port == 0 || ports.count(stage.control_port)); ++attempt) {

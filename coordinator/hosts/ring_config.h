@@ -23,6 +23,7 @@
 //       layers: 14                       # a count (follows the previous stage), or
 //     - {host: 10.0.0.2, port: 7001, device: cuda:0, layers: [14, 28]}   # range [a, b), or
 //     - {host: 10.0.0.3, port: 7001, device: cuda:0, layers: "28-40"}    # "a-b" = [a, b) too
+//       kv_cache_dtype: fp8_e4m3         # auto (default: the model's type) | fp8_e4m3
 //
 // `partition` and per-stage `layers` are exclusive. Without either, the layers are split evenly
 // (earlier stages take the remainder). Every layer must belong to exactly one stage, in order.
@@ -38,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "ring/defaults.h"
 #include "ring/device.h"
+#include "ring/kv_cache_dtype.h"
 
 namespace ringserve {
 
@@ -47,6 +49,9 @@ struct StageConfig {
   Device device;
   int first_layer = 0;  // decoder layers [first_layer, last_layer)
   int last_layer = 0;
+  // The element type of the stage's KV cache (ring/kv_cache_dtype.h); the coordinator's
+  // --kv_cache_dtype sets it for every stage.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
 
   int num_layers() const { return last_layer - first_layer; }
   // "host:port" of the control API.
@@ -134,7 +139,8 @@ struct DefaultRingOptions {
   int max_tokens_per_micro_batch = 0;  // 0 = the SchedulerKnobs default
   int micro_batches_in_flight = 0;     // 0 = the SchedulerKnobs default (parallel stages)
   std::string grpc_listen = kDefaultGrpcListen;
-  std::string http_listen;  // empty = no HTTP API
+  std::string http_listen;                            // empty = no HTTP API
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // every stage's
 };
 
 // The embedded default used when no hosts file is given: stages on 127.0.0.1, each on a

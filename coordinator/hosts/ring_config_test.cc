@@ -64,6 +64,24 @@ stages:
   EXPECT_EQ(config->stages[2].last_layer, 40);
 }
 
+TEST(RingConfigTest, KvCacheDtypePerStageDefaultsToAuto) {
+  auto config = Parse(R"(
+model: m
+stages:
+  - {host: a, port: 1, kv_cache_dtype: fp8_e4m3}
+  - {host: a, port: 2, kv_cache_dtype: auto}
+  - {host: a, port: 3}
+)");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->stages[0].kv_cache_dtype, KvCacheDtype::kFp8E4m3);
+  EXPECT_EQ(config->stages[1].kv_cache_dtype, KvCacheDtype::kAuto);
+  EXPECT_EQ(config->stages[2].kv_cache_dtype, KvCacheDtype::kAuto);
+  EXPECT_EQ(ParseKvCacheDtype("fp8", "--kv_cache_dtype").status().message(),
+            "--kv_cache_dtype: 'fp8' is not a KV cache dtype (auto or fp8_e4m3)");
+  EXPECT_EQ(KvCacheElementBytes(KvCacheDtype::kFp8E4m3, 2), 1);
+  EXPECT_EQ(KvCacheElementBytes(KvCacheDtype::kAuto, 2), 2);
+}
+
 TEST(RingConfigTest, DefaultsAreTcpCpuAndEvenSplit) {
   auto config = Parse(R"(
 model: m
@@ -188,6 +206,9 @@ const BadCase kBadCases[] = {
     {"NegativeCuda",
      "model: m\nstages: [{host: a, port: 1, device: 'cuda:-1'}]",
      {"stages[0].device"}},
+    {"UnknownKvCacheDtype",
+     "model: m\nstages: [{host: a, port: 1}, {host: a, port: 2, kv_cache_dtype: int4}]",
+     {"stages[1].kv_cache_dtype", "expected auto or fp8_e4m3, got 'int4'"}},
     {"MissingHost", "model: m\nstages: [{port: 1}]", {"stages[0].host", "missing"}},
     {"BadHost", "model: m\nstages: [{host: 'a:1', port: 1}]", {"stages[0].host", "bad host"}},
     {"MissingPort", "model: m\nstages: [{host: a}]", {"stages[0].port", "missing"}},

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/dtype.h"
+
 namespace ringserve::cpu {
 namespace {
 
@@ -146,6 +148,13 @@ void WriteKv(const KvLayerView& kv, std::span<const int32_t> block_table, int32_
     const int64_t pos = start_position + t;
     const int64_t block = block_table[pos / kv.block_size];
     const int64_t offset = block * kv.block_stride + (pos % kv.block_size) * row;
+    if (kv.k8 != nullptr) {
+      for (int64_t i = 0; i < row; ++i) {
+        kv.k8[offset + i] = FloatToFp8E4M3(k[t * row + i] / kv.k_scale);
+        kv.v8[offset + i] = FloatToFp8E4M3(v[t * row + i] / kv.v_scale);
+      }
+      continue;
+    }
     std::copy_n(k + t * row, row, kv.k + offset);
     std::copy_n(v + t * row, row, kv.v + offset);
   }
@@ -171,6 +180,23 @@ void PagedAttention(const float* q, int64_t num_tokens, int num_heads, const KvL
     row_offset[pos] =
         block_table[pos / kv.block_size] * kv.block_stride + (pos % kv.block_size) * row;
   }
+  // An fp8 cache is read through fp32 copies of its rows (the chunk's context, dequantized).
+  std::vector<float> k_rows, v_rows;
+  const float* k_base = kv.k;
+  const float* v_base = kv.v;
+  if (kv.k8 != nullptr) {
+    k_rows.resize(static_cast<size_t>(context * row));
+    v_rows.resize(static_cast<size_t>(context * row));
+    for (int64_t pos = 0; pos < context; ++pos) {
+      for (int64_t i = 0; i < row; ++i) {
+        k_rows[pos * row + i] = Fp8E4M3ToFloat(kv.k8[row_offset[pos] + i]) * kv.k_scale;
+        v_rows[pos * row + i] = Fp8E4M3ToFloat(kv.v8[row_offset[pos] + i]) * kv.v_scale;
+      }
+      row_offset[pos] = pos * row;
+    }
+    k_base = k_rows.data();
+    v_base = v_rows.data();
+  }
   std::vector<float> scores(static_cast<size_t>(context));
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t visible = start_position + t + 1;  // causal: positions [0, start + t]
@@ -181,7 +207,7 @@ void PagedAttention(const float* q, int64_t num_tokens, int num_heads, const KvL
       const int64_t head_offset = static_cast<int64_t>(h / group) * d;
       float max_score = variant.sinks != nullptr ? variant.sinks[h] : -INFINITY;
       for (int64_t pos = first; pos < visible; ++pos) {
-        const float* kh = kv.k + row_offset[pos] + head_offset;
+        const float* kh = k_base + row_offset[pos] + head_offset;
         float dot = 0.0f;
         for (int i = 0; i < d; ++i) dot += qh[i] * kh[i];
         scores[pos] = dot * scale;
@@ -196,7 +222,7 @@ void PagedAttention(const float* q, int64_t num_tokens, int num_heads, const KvL
       std::fill_n(oh, d, 0.0f);
       for (int64_t pos = first; pos < visible; ++pos) {
         const float p = scores[pos] / denom;
-        const float* vh = kv.v + row_offset[pos] + head_offset;
+        const float* vh = v_base + row_offset[pos] + head_offset;
         for (int i = 0; i < d; ++i) oh[i] += p * vh[i];
       }
     }

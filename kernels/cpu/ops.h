@@ -65,6 +65,9 @@ void ApplyPartialRope(float* x, int64_t num_tokens, int num_heads, int head_dim,
 // block_size) and kv head h start at k + b * block_stride + (s * num_kv_heads + h) * head_dim;
 // values likewise from v. I.e. within a block: [block_size, num_kv_heads, head_dim] for K and
 // for V; blocks are `block_stride` floats apart.
+// An fp8 cache (ring/kv_cache_dtype.h) sets k8/v8 instead of k/v: the same layout in bytes
+// (block_stride bytes apart), each a float8_e4m3fn code; the value is code * k_scale (keys) or
+// code * v_scale (values). WriteKv stores FloatToFp8E4M3(x / scale) (common/dtype.h).
 struct KvLayerView {
   float* k = nullptr;
   float* v = nullptr;
@@ -72,6 +75,10 @@ struct KvLayerView {
   int block_size = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  uint8_t* k8 = nullptr;
+  uint8_t* v8 = nullptr;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // Stores K/V rows of `num_tokens` tokens at positions [start_position, start_position +

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <tuple>
 
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_info.h"
@@ -26,15 +28,26 @@ using testing::RelL2;
 using testing::Upload;
 using testing::UploadBf16;
 
-// A random paged cache in the CUDA layout plus the same data in the CPU layout.
+// The cache's element type in a test: bf16, or e4m3 codes with these scales.
+struct KvFormat {
+  bool fp8 = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+};
+constexpr KvFormat kFp8Scaled{.fp8 = true, .k_scale = 0.05f, .v_scale = 0.02f};
+
+// A random paged cache in the CUDA layout plus the same data in the CPU layout; with an fp8
+// format, as e4m3 codes (FloatToFp8E4M3(x / scale)) in both.
 struct TestCache {
   int num_blocks, kv_heads, block_size, head_dim;
+  KvFormat format;
   std::vector<float> k, v;          // CUDA layout [blocks][kv_heads][block_size][head_dim]
   std::vector<float> cpu_k, cpu_v;  // CPU layout [blocks][block_size][kv_heads][head_dim]
+  std::vector<uint8_t> k8, v8, cpu_k8, cpu_v8;  // fp8: the codes of k, v, cpu_k, cpu_v
   DeviceBuffer dk, dv;
 
-  TestCache(std::mt19937& rng, int blocks, int kvh, int bs, int d)
-      : num_blocks(blocks), kv_heads(kvh), block_size(bs), head_dim(d) {
+  TestCache(std::mt19937& rng, int blocks, int kvh, int bs, int d, KvFormat f = {})
+      : num_blocks(blocks), kv_heads(kvh), block_size(bs), head_dim(d), format(f) {
     const size_t n = static_cast<size_t>(blocks) * kvh * bs * d;
     k = RandomBf16Values(rng, n);
     v = RandomBf16Values(rng, n);
@@ -49,14 +62,54 @@ struct TestCache {
             cpu_k[to] = k[from];
             cpu_v[to] = v[from];
           }
-    dk = UploadBf16(k);
-    dv = UploadBf16(v);
+    if (!f.fp8) {
+      dk = UploadBf16(k);
+      dv = UploadBf16(v);
+      return;
+    }
+    auto codes = [](const std::vector<float>& x, float scale) {
+      std::vector<uint8_t> out(x.size());
+      for (size_t i = 0; i < x.size(); ++i) out[i] = FloatToFp8E4M3(x[i] / scale);
+      return out;
+    };
+    k8 = codes(k, f.k_scale);
+    v8 = codes(v, f.v_scale);
+    cpu_k8 = codes(cpu_k, f.k_scale);
+    cpu_v8 = codes(cpu_v, f.v_scale);
+    dk = Upload(k8);
+    dv = Upload(v8);
   }
   cpu::KvLayerView CpuView() {
-    return {cpu_k.data(), cpu_v.data(), static_cast<int64_t>(block_size) * kv_heads * head_dim,
-            block_size,   kv_heads,     head_dim};
+    cpu::KvLayerView view{.k = cpu_k.data(),
+                          .v = cpu_v.data(),
+                          .block_stride = static_cast<int64_t>(block_size) * kv_heads * head_dim,
+                          .block_size = block_size,
+                          .num_kv_heads = kv_heads,
+                          .head_dim = head_dim};
+    if (format.fp8) {
+      view = {.block_stride = view.block_stride,
+              .block_size = block_size,
+              .num_kv_heads = kv_heads,
+              .head_dim = head_dim,
+              .k8 = cpu_k8.data(),
+              .v8 = cpu_v8.data(),
+              .k_scale = format.k_scale,
+              .v_scale = format.v_scale};
+    }
+    return view;
   }
-  KvCacheLayer Layer() { return {dk.as<bf16>(), dv.as<bf16>(), kv_heads, block_size, head_dim}; }
+  KvCacheLayer Layer() {
+    if (format.fp8) {
+      return {.num_kv_heads = kv_heads,
+              .block_size = block_size,
+              .head_dim = head_dim,
+              .k8 = dk.as<uint8_t>(),
+              .v8 = dv.as<uint8_t>(),
+              .k_scale = format.k_scale,
+              .v_scale = format.v_scale};
+    }
+    return {dk.as<bf16>(), dv.as<bf16>(), kv_heads, block_size, head_dim};
+  }
 };
 
 // The kernels the selector picks on device 0 for this shape.
@@ -111,14 +164,16 @@ struct DeviceDecodeBatch {
 // (dependent launch where the plan has it).
 void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> contexts,
                    uint32_t seed, int partition = kDecodePartition,
-                   const KernelOptions& options = {}, int sliding_window = 0, bool sinks = false) {
-  SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " seed " << seed);
+                   const KernelOptions& options = {}, int sliding_window = 0, bool sinks = false,
+                   KvFormat format = {}) {
+  SCOPED_TRACE(::testing::Message()
+               << "head_dim " << head_dim << " seed " << seed << " fp8 " << format.fp8);
   const KernelPlan plan = DevicePlan(head_dim, heads, kv_heads, options);
   std::mt19937 rng(seed);
   const int bs = 16;
   const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
   const int max_blocks = (max_ctx + bs - 1) / bs;
-  TestCache cache(rng, max_blocks + 7, kv_heads, bs, head_dim);
+  TestCache cache(rng, max_blocks + 7, kv_heads, bs, head_dim, format);
   const int entries = static_cast<int>(contexts.size());
   std::vector<int32_t> tables, q_rows(entries);
   for (int e = 0; e < entries; ++e) {
@@ -218,18 +273,19 @@ TEST(CudaDecodeAttentionTest, MatchesCpuWithGqaAndSplitK) {
 // stores exactly the cache and output that LaunchQkvPrepare + LaunchDecodeAttention store (both
 // checked against the CPU above): with and without bias, one and several splits, group 4 and 8.
 void RunDecodeFromQkvCase(int heads, int kv_heads, const std::vector<int32_t>& contexts,
-                          int partition, bool bias, uint32_t seed) {
+                          int partition, bool bias, uint32_t seed, KvFormat format = {}) {
   SCOPED_TRACE(::testing::Message() << "heads " << heads << " partition " << partition << " bias "
-                                    << bias << " seed " << seed);
+                                    << bias << " seed " << seed << " fp8 " << format.fp8);
   std::mt19937 rng(seed);
   const int d = 128, bs = 16, entries = static_cast<int>(contexts.size());
   const int width = (heads + 2 * kv_heads) * d;
   const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
   const int max_blocks = (max_ctx + bs - 1) / bs;
-  TestCache cache[2] = {TestCache(rng, entries * max_blocks, kv_heads, bs, d),
-                        TestCache(rng, entries * max_blocks, kv_heads, bs, d)};
-  cache[1].dk = UploadBf16(cache[0].k);  // the same starting cache for both paths
-  cache[1].dv = UploadBf16(cache[0].v);
+  TestCache cache[2] = {TestCache(rng, entries * max_blocks, kv_heads, bs, d, format),
+                        TestCache(rng, entries * max_blocks, kv_heads, bs, d, format)};
+  // The same starting cache for both paths.
+  cache[1].dk = format.fp8 ? Upload(cache[0].k8) : UploadBf16(cache[0].k);
+  cache[1].dv = format.fp8 ? Upload(cache[0].v8) : UploadBf16(cache[0].v);
   std::vector<int32_t> tables, q_rows(entries), positions(entries), slots(entries);
   for (int e = 0; e < entries; ++e) {
     for (int b = 0; b < max_blocks; ++b) tables.push_back(e * max_blocks + b);  // disjoint
@@ -275,12 +331,12 @@ void RunDecodeFromQkvCase(int heads, int kv_heads, const std::vector<int32_t>& c
                                     .slots = dslots.as<int32_t>(),
                                     .inv_freq = dinv.as<float>()},
                                    dout[1].as<bf16>(), batch, nullptr));
-  const size_t cache_elems = cache[0].k.size();
+  const size_t cache_bytes = cache[0].k.size() * (format.fp8 ? 1 : 2);
   EXPECT_EQ(Download<uint16_t>(dout[1], q_elems), Download<uint16_t>(dout[0], q_elems));
-  EXPECT_EQ(Download<uint16_t>(cache[1].dk, cache_elems),
-            Download<uint16_t>(cache[0].dk, cache_elems));
-  EXPECT_EQ(Download<uint16_t>(cache[1].dv, cache_elems),
-            Download<uint16_t>(cache[0].dv, cache_elems));
+  EXPECT_EQ(Download<uint8_t>(cache[1].dk, cache_bytes),
+            Download<uint8_t>(cache[0].dk, cache_bytes));
+  EXPECT_EQ(Download<uint8_t>(cache[1].dv, cache_bytes),
+            Download<uint8_t>(cache[0].dv, cache_bytes));
 }
 
 TEST(CudaDecodeAttentionTest, FromQkvMatchesPrepareThenAttention) {
@@ -306,16 +362,18 @@ TEST(CudaDecodeAttentionTest, FromQkvMatchesPrepareThenAttention) {
 // One prefill batch (sequence s: num_tokens[s] queries at positions starts[s]...) in tiles of
 // `tile_rows`, against the CPU reference, in total and per sequence.
 void RunPrefillCase(const std::vector<int32_t>& num_tokens, const std::vector<int32_t>& starts,
-                    int tile_rows, int key_tile, uint32_t seed, int heads = 8, int kv_heads = 2) {
+                    int tile_rows, int key_tile, uint32_t seed, int heads = 8, int kv_heads = 2,
+                    KvFormat format = {}) {
   SCOPED_TRACE(::testing::Message() << "tile_rows " << tile_rows << " key_tile " << key_tile
-                                    << " heads " << heads << " seed " << seed);
+                                    << " heads " << heads << " seed " << seed << " fp8 "
+                                    << format.fp8);
   std::mt19937 rng(seed);
   const int d = 128, bs = 16;
   const int seqs = static_cast<int>(num_tokens.size());
   int max_end = 0;
   for (int s = 0; s < seqs; ++s) max_end = std::max(max_end, starts[s] + num_tokens[s]);
   const int max_blocks = (max_end + bs - 1) / bs;
-  TestCache cache(rng, max_blocks + 5, kv_heads, bs, d);
+  TestCache cache(rng, max_blocks + 5, kv_heads, bs, d, format);
   std::vector<int32_t> tables, q_starts(seqs);
   int rows = 0;
   for (int s = 0; s < seqs; ++s) {
@@ -447,6 +505,116 @@ TEST(CudaPrefillAttentionTest, RefusesUnknownTileSizes) {
     EXPECT_EQ(key_tile.code(), absl::StatusCode::kInvalidArgument) << key_tile;
     EXPECT_NE(std::string(key_tile.message()).find("key_tile"), std::string::npos) << key_tile;
   }
+}
+
+}  // namespace
+}  // namespace ringserve::cuda
+
+namespace ringserve::cuda {
+namespace {
+
+// An fp8 (e4m3) cache with per-layer scales, against the CPU reference reading the same codes
+// (so the tolerances are the bf16 cache's): decode on both kernels, with sinks and a sliding
+// window, the fused input stage, and prefill on every tile size.
+TEST(CudaFp8KvCacheTest, DecodeMatchesCpuOnTheSameCodes) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  const KernelOptions cuda_core{.decode_attention_tensor_cores = false};
+  // Head dim 128: the tensor-core kernel (where the device has it), then the CUDA-core one.
+  RunDecodeCase(128, 32, 8, {1, 17, 64, 65, 600, 2000}, seed, kDecodePartition, {}, 0, false,
+                kFp8Scaled);
+  RunDecodeCase(128, 16, 2, {5, 600, 33}, seed + 1, 64, {}, 0, false, kFp8Scaled);
+  RunDecodeCase(128, 32, 8, {1, 200, 513}, seed + 2, 256, cuda_core, 0, false, kFp8Scaled);
+  RunDecodeCase(64, 8, 2, {3, 130, 700, 1100}, seed + 3, 256, cuda_core, 128, true, kFp8Scaled);
+  RunDecodeCase(8, 4, 2, {1, 5, 40}, seed + 4, kDecodePartition, cuda_core, 0, false,
+                {.fp8 = true});
+}
+
+TEST(CudaFp8KvCacheTest, FromQkvMatchesPrepareThenAttention) {
+  RS_SKIP_WITHOUT_GPU();
+  if (DevicePlan(128, 32, 8).decode_attention != DecodeAttentionKernel::kTensorCore) {
+    GTEST_SKIP() << "no tensor-core decode kernel here";
+  }
+  const uint32_t seed = std::random_device{}();
+  RunDecodeFromQkvCase(32, 8, {1, 17, 160, 600}, kDecodePartition, true, seed, kFp8Scaled);
+  RunDecodeFromQkvCase(16, 2, {33, 2, 1025}, 32, false, seed + 1, kFp8Scaled);
+}
+
+TEST(CudaFp8KvCacheTest, PrefillMatchesCpuOnTheSameCodes) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  for (int tile_rows : TileSizesToTest()) {
+    for (int key_tile : {128, 64}) {
+      if (tile_rows != kPrefillTileSm90 && key_tile != 128) continue;
+      RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, key_tile, seed, 8, 2,
+                     kFp8Scaled);
+      RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, key_tile, seed + 1, 8, 2,
+                     kFp8Scaled);
+    }
+  }
+}
+
+// The QKV prepare stores e4m3(x / scale) of what it stores in a bf16 cache: each decoded code
+// is within e4m3's rounding (half a step: 2^-4 relative, 2^-10 scale below the normals) of the
+// bf16 value, and slots < 0 are skipped.
+TEST(CudaFp8KvCacheTest, QkvPrepareStoresScaledE4m3) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(31);
+  const int tokens = 5, heads = 8, kv_heads = 2, d = 128, bs = 4, blocks = 3;
+  const int width = (heads + 2 * kv_heads) * d;
+  const auto qkv = RandomBf16Values(rng, static_cast<size_t>(tokens) * width, 3.0f);
+  std::vector<int32_t> positions(tokens), slots(tokens);
+  for (int t = 0; t < tokens; ++t) {
+    positions[t] = 11 * t + 3;
+    slots[t] = t == 2 ? -1 : (5 * t + 1) % (blocks * bs);
+  }
+  const std::vector<float> inv_freq = cpu::RopeInvFreq(d, 10000.0);
+  DeviceBuffer dqkv = UploadBf16(qkv), dpos = Upload(positions), dslots = Upload(slots),
+               dinv = Upload(inv_freq), dq, k16, v16, k8, v8;
+  const size_t cache_elems = static_cast<size_t>(blocks) * kv_heads * bs * d;
+  ASSERT_TRUE(dq.Allocate(static_cast<size_t>(tokens) * heads * d * 2).ok());
+  ASSERT_TRUE(k16.Allocate(cache_elems * 2).ok());
+  ASSERT_TRUE(v16.Allocate(cache_elems * 2).ok());
+  ASSERT_TRUE(k8.Allocate(cache_elems).ok());
+  ASSERT_TRUE(v8.Allocate(cache_elems).ok());
+  for (DeviceBuffer* b : {&k16, &v16, &k8, &v8}) {
+    ASSERT_EQ(cudaMemset(b->get(), 0, b->bytes()), cudaSuccess);
+  }
+  const float k_scale = 0.25f, v_scale = 0.0625f;
+  const KvCacheLayer layers[2] = {{k16.as<bf16>(), v16.as<bf16>(), kv_heads, bs, d},
+                                  {.num_kv_heads = kv_heads,
+                                   .block_size = bs,
+                                   .head_dim = d,
+                                   .k8 = k8.as<uint8_t>(),
+                                   .v8 = v8.as<uint8_t>(),
+                                   .k_scale = k_scale,
+                                   .v_scale = v_scale}};
+  for (const KvCacheLayer& layer : layers) {
+    RS_ASSERT_OK(LaunchQkvPrepare({.qkv = dqkv.as<bf16>(),
+                                   .positions = dpos.as<int32_t>(),
+                                   .inv_freq = dinv.as<float>(),
+                                   .slots = dslots.as<int32_t>(),
+                                   .q_out = dq.as<bf16>(),
+                                   .cache = layer,
+                                   .num_tokens = tokens,
+                                   .num_heads = heads},
+                                  nullptr));
+  }
+  const auto ref_k = DownloadBf16(k16, cache_elems), ref_v = DownloadBf16(v16, cache_elems);
+  const auto codes_k = Download<uint8_t>(k8, cache_elems);
+  const auto codes_v = Download<uint8_t>(v8, cache_elems);
+  int nonzero = 0;
+  for (size_t i = 0; i < cache_elems; ++i) {
+    for (const auto& [ref, code, scale] :
+         {std::tuple{ref_k[i], codes_k[i], k_scale}, std::tuple{ref_v[i], codes_v[i], v_scale}}) {
+      const float got = Fp8E4M3ToFloat(code) * scale;
+      const float bound = std::fabs(ref) * (0.0625f + 0.008f) + scale * std::ldexp(1.0f, -10);
+      ASSERT_LE(std::fabs(got - ref), bound) << "element " << i << " ref " << ref;
+      nonzero += ref != 0.0f;
+      if (ref == 0.0f) EXPECT_EQ(code, 0) << "element " << i;  // unwritten (slot -1) stays 0
+    }
+  }
+  EXPECT_GT(nonzero, 2000);  // 4 slots x 2 heads x 128 values of K and of V written
 }
 
 }  // namespace

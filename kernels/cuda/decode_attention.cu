@@ -8,6 +8,7 @@
 #include "kernels/cuda/decode_merge.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kv_cache_access.cuh"
 #include "kernels/cuda/paged_cache.cuh"
 
 namespace ringserve::cuda {
@@ -34,8 +35,11 @@ struct DecodeArgs {
 // unnormalized output per query head of the group over the keys it saw (online softmax), and the
 // states are merged across lanes, then warps, at the end. K and V of kUnroll keys are loaded
 // together before any math. Head dim 128 runs decode_attention_tc.cu instead (tensor cores).
-template <int G>
+// KvT: the cache's element type (kv_cache_access.cuh); the K scale is folded into q, the V scale
+// into the output.
+template <int G, typename KvT>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
+  using Row = KvRow8<KvT>;
   WaitForPreviousKernel();
   __shared__ float partial[kWarps][kMaxGroupDim];
   __shared__ float warp_ml[kWarps][kMaxGroup][2];
@@ -73,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   const PagedKeys keys(c.block_size);
 
   // q, pre-scaled so that scores are in log2 units.
-  const float qscale = a.shape.scale * kLog2e;
+  const float qscale = a.shape.scale * kLog2e * c.k_scale;
   float qf[G][8];
   float m[G], l[G], acc[G][8];
 #pragma unroll
@@ -95,24 +99,24 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
   }
 
   for (int wb = k_first + warp * keys_per_warp + sub; wb < k_end + sub; wb += stride * kUnroll) {
-    uint4 kr[kUnroll], vr[kUnroll];
+    typename Row::Raw kr[kUnroll], vr[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int key = wb + u * stride;
       if (key < k_end) {
         const int64_t off = keys.Offset(c, table, key, kvh, d) + sl * 8;
-        kr[u] = LoadStreaming(c.k + off);
-        vr[u] = LoadStreaming(c.v + off);
+        kr[u] = Row::Load(KvKeys<KvT>(c) + off);
+        vr[u] = Row::Load(KvValues<KvT>(c) + off);
       } else {
-        kr[u] = make_uint4(0, 0, 0, 0);
-        vr[u] = make_uint4(0, 0, 0, 0);
+        kr[u] = Row::Zero();
+        vr[u] = Row::Zero();
       }
     }
     float s[G][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float kf[8];
-      Unpack8(kr[u], kf);
+      Row::Unpack(kr[u], kf);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float dot = 0.0f;
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
         const float p = exp2f(s[g][u] - mx);
         l[g] += p;
         float vf[8];
-        Unpack8(vr[u], vf);
+        Row::Unpack(vr[u], vf);
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(p, vf[j], acc[g][j]);
       }
@@ -169,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeArgs a) {
     for (int g = 0; g < G; ++g) {
       if (g < group) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) partial[warp][g * d + sl * 8 + j] = acc[g][j];
+        for (int j = 0; j < 8; ++j) partial[warp][g * d + sl * 8 + j] = acc[g][j] * c.v_scale;
         if (sl == 0) {
           warp_ml[warp][g][0] = m[g];
           warp_ml[warp][g][1] = l[g];
@@ -240,6 +244,20 @@ absl::Status CheckDecodeShape(const AttentionShape& shape, const DecodeBatch& ba
   return absl::OkStatus();
 }
 
+// The CUDA-core kernel for the group size, on a cache of KvT.
+template <typename KvT>
+void LaunchDecodeKernel(int group, dim3 grid, const DecodeArgs& args, LaunchStream stream) {
+  if (group == 1) {
+    LaunchDependent(DecodeKernel<1, KvT>, grid, kThreads, 0, stream, args);
+  } else if (group == 2) {
+    LaunchDependent(DecodeKernel<2, KvT>, grid, kThreads, 0, stream, args);
+  } else if (group <= 4) {
+    LaunchDependent(DecodeKernel<4, KvT>, grid, kThreads, 0, stream, args);
+  } else {
+    LaunchDependent(DecodeKernel<8, KvT>, grid, kThreads, 0, stream, args);
+  }
+}
+
 // The kernel that merges the splits, after the attention kernel.
 absl::Status LaunchMergeIfSplit(const DecodeArgs& args, LaunchStream stream) {
   if (args.batch.num_splits > 1) {
@@ -263,14 +281,10 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
   const int group = DecodeHeadsPerCta(full_group);
   if (batch.kernel == DecodeAttentionKernel::kTensorCore) {
     RS_RETURN_IF_ERROR(LaunchDecodeAttentionTc(shape, q, {}, out, batch, stream));
-  } else if (group == 1) {
-    LaunchDependent(DecodeKernel<1>, grid, kThreads, 0, stream, args);
-  } else if (group == 2) {
-    LaunchDependent(DecodeKernel<2>, grid, kThreads, 0, stream, args);
-  } else if (group <= 4) {
-    LaunchDependent(DecodeKernel<4>, grid, kThreads, 0, stream, args);
+  } else if (c.k8 != nullptr) {
+    LaunchDecodeKernel<uint8_t>(group, grid, args, stream);
   } else {
-    LaunchDependent(DecodeKernel<8>, grid, kThreads, 0, stream, args);
+    LaunchDecodeKernel<bf16>(group, grid, args, stream);
   }
   return LaunchMergeIfSplit(args, stream);
 }

@@ -15,6 +15,7 @@
 #include "kernels/cuda/decode_merge.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kv_cache_access.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/paged_cache.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -73,6 +74,10 @@ __device__ __forceinline__ int Swz(int row, int chunk) {
   return row * kD + ((chunk ^ (row & 7)) << 3);
 }
 
+// KvT: the cache's element type (kv_cache_access.cuh). An e4m3 tile is copied as codes into the
+// front of its stage buffer and expanded to bf16 in place when its turn comes (the MMAs then run
+// as for bf16); the K scale is folded into the softmax scale, the V scale into the output.
+template <typename KvT>
 __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sq = reinterpret_cast<bf16*>(smem_raw);
@@ -102,26 +107,30 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
       a.batch.block_tables + static_cast<int64_t>(a.batch.table_rows[e]) * a.batch.max_blocks;
   const PagedKeys keys(c.block_size);
 
-  // Copies K and V of keys [key0, key0 + kKeys) into stage buffer `stage`: 2 x kKeys x 16
-  // chunks of 16 bytes, kKeys / 2 rows per lane; a row's cache offset is computed once for both.
-  // Rows past k_end are zero-filled. `part` picks the rows: all, all but the newest key (left
-  // untouched), or only the newest key.
+  // Copies K and V of keys [key0, key0 + kKeys) into stage buffer `stage`: 2 x kKeys rows of
+  // kChunks 16-byte chunks (bf16: swizzled; e4m3: codes, row after row, expanded later), a row's
+  // cache offset computed once for both. Rows past k_end are zero-filled. `part` picks the rows:
+  // all, all but the newest key (left untouched), or only the newest key.
+  constexpr int kChunks = kD * static_cast<int>(sizeof(KvT)) / 16;  // per row
+  constexpr int kRowsPerPass = 32 / kChunks;
   enum Part { kAllRows, kOlderRows, kNewestRow };
   const auto load_tile = [&](int key0, int stage, Part part) {
     bf16* sk = kv + 2 * stage * kTileElems;
     bf16* sv = sk + kTileElems;
 #pragma unroll
-    for (int u = 0; u < kKeys / 2; ++u) {
-      const int r = (lane >> 4) + 2 * u;
-      const int chunk = lane & 15;
+    for (int u = 0; u < kKeys / kRowsPerPass; ++u) {
+      const int r = lane / kChunks + kRowsPerPass * u;
+      const int chunk = lane % kChunks;
       const int key = key0 + r;
       if ((part == kOlderRows && key == newest_key) || (part == kNewestRow && key != newest_key)) {
         continue;
       }
       const bool valid = key < k_end;
-      const int64_t offset = valid ? keys.Offset(c, table, key, kvh, kD) + chunk * 8 : 0;
-      CpAsync16(sk + Swz(r, chunk), c.k + offset, valid);
-      CpAsync16(sv + Swz(r, chunk), c.v + offset, valid);
+      const int64_t offset =
+          valid ? keys.Offset(c, table, key, kvh, kD) + chunk * (16 / sizeof(KvT)) : 0;
+      const int dst = kKvFp8<KvT> ? (r * kChunks + chunk) * 8 : Swz(r, chunk);
+      CpAsync16(sk + dst, KvKeys<KvT>(c) + offset, valid);
+      CpAsync16(sv + dst, KvValues<KvT>(c) + offset, valid);
     }
   };
   // This warp's tiles start at tile_key(j), j = 0, 1, ... while < k_end. The first kStages are
@@ -192,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
   }
   float m_row[2] = {-FLT_MAX, -FLT_MAX};
   float l_row[2] = {0.0f, 0.0f};
-  const float scale = a.shape.scale * kLog2e;
+  const float scale = a.shape.scale * kLog2e * c.k_scale;
 
   for (int j = 0; tile_key(j) < k_end; ++j) {
     const int key0 = tile_key(j);
@@ -202,6 +211,15 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
     __syncwarp();
     const bf16* sk = kv + 2 * stage * kTileElems;
     const bf16* sv = sk + kTileElems;
+    if constexpr (kKvFp8<KvT>) {
+      for (int h = 0; h < 2; ++h) {  // K, then V
+        bf16* tile = kv + (2 * stage + h) * kTileElems;
+        ExpandFp8Tile<kKeys * 8 / 32>(
+            reinterpret_cast<const unsigned char*>(tile), lane, 32,
+            [&](int row, int chunk) { return tile + Swz(row, chunk); }, [] { __syncwarp(); });
+        __syncwarp();
+      }
+    }
 
     // S = Q K^T: 16 rows x kKeys keys (kKeys / 8 n-tiles of 8 keys).
     constexpr int kNt = kKeys / 8;
@@ -294,8 +312,8 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
   if (g < group) {
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt) {
-      partial[warp * kDecodeMaxGroupDim + g * kD + 8 * nt + 2 * t4] = o[nt][0];
-      partial[warp * kDecodeMaxGroupDim + g * kD + 8 * nt + 2 * t4 + 1] = o[nt][1];
+      partial[warp * kDecodeMaxGroupDim + g * kD + 8 * nt + 2 * t4] = o[nt][0] * c.v_scale;
+      partial[warp * kDecodeMaxGroupDim + g * kD + 8 * nt + 2 * t4 + 1] = o[nt][1] * c.v_scale;
     }
     if (t4 == 0) {
       warp_ml[(warp * kDecodeMaxGroup + g) * 2] = m_row[0];
@@ -309,18 +327,28 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeKernelTc(Args a) {
 
 }  // namespace
 
+namespace {
+
+template <typename KvT>
+absl::Status LaunchTc(const Args& args, LaunchStream stream) {
+  // Once per process and element type (one stage process drives one device).
+  static const cudaError_t attribute_error = cudaFuncSetAttribute(
+      DecodeKernelTc<KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  RS_CUDA_RETURN_IF_ERROR(attribute_error);
+  LaunchDependent(
+      DecodeKernelTc<KvT>,
+      dim3(args.batch.num_entries, args.shape.cache.num_kv_heads, args.batch.num_splits), kThreads,
+      kSmemBytes, stream, args);
+  return LaunchStatus("DecodeKernelTc");
+}
+
+}  // namespace
+
 absl::Status LaunchDecodeAttentionTc(const AttentionShape& shape, const bf16* q,
                                      const DecodeQkv& qkv, bf16* out, const DecodeBatch& batch,
                                      LaunchStream stream) {
-  // Once per process (one stage process drives one device).
-  static const cudaError_t attribute_error =
-      cudaFuncSetAttribute(DecodeKernelTc, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  RS_CUDA_RETURN_IF_ERROR(attribute_error);
   const Args args{shape, q, qkv, out, batch};
-  LaunchDependent(DecodeKernelTc,
-                  dim3(batch.num_entries, shape.cache.num_kv_heads, batch.num_splits), kThreads,
-                  kSmemBytes, stream, args);
-  return LaunchStatus("DecodeKernelTc");
+  return shape.cache.k8 != nullptr ? LaunchTc<uint8_t>(args, stream) : LaunchTc<bf16>(args, stream);
 }
 
 }  // namespace ringserve::cuda

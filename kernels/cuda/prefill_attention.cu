@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kv_cache_access.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/paged_cache.cuh"
 #include "kernels/cuda/prefill_attention_sm90.h"
@@ -35,22 +36,37 @@ __device__ __forceinline__ int Swz(int row, int chunk) {
   return row * kD + ((chunk ^ (row & 7)) << 3);
 }
 
-// Loads keys [key0, key0 + 64) of kv head `kvh` into a swizzled tile; keys >= kv_end are zero.
-__device__ __forceinline__ void LoadKvTile(bf16* dst, const bf16* cache, const int32_t* table,
+// Loads keys [key0, key0 + 64) of kv head `kvh` into a tile; keys >= kv_end are zero. bf16:
+// swizzled; e4m3 (KvT uint8_t): the codes row after row at the tile's start, for ExpandKvTile.
+template <typename KvT>
+__device__ __forceinline__ void LoadKvTile(bf16* dst, const KvT* cache, const int32_t* table,
                                            int key0, int kv_end, int kvh, const KvCacheLayer& c) {
+  constexpr int kChunks = kD * static_cast<int>(sizeof(KvT)) / 16;  // per row
   const PagedKeys keys(c.block_size);
 #pragma unroll
-  for (int u = 0; u < 8; ++u) {
+  for (int u = 0; u < kBk * kChunks / kThreads; ++u) {
     const int i = threadIdx.x + kThreads * u;
-    const int r = i >> 4;
-    const int chunk = i & 15;
+    const int r = i / kChunks;
+    const int chunk = i % kChunks;
     const int key = key0 + r;
     const bool valid = key < kv_end;
-    const bf16* src = valid ? cache + keys.Offset(c, table, key, kvh, kD) + chunk * 8 : cache;
-    CpAsync16(dst + Swz(r, chunk), src, valid);
+    const KvT* src =
+        valid ? cache + keys.Offset(c, table, key, kvh, kD) + chunk * (16 / sizeof(KvT)) : cache;
+    CpAsync16(dst + (kKvFp8<KvT> ? i * 8 : Swz(r, chunk)), src, valid);
   }
 }
 
+// An e4m3 tile loaded by LoadKvTile, once it has landed (after the wait and a barrier), expanded
+// to the swizzled bf16 tile in place; a barrier follows before it is read.
+__device__ __forceinline__ void ExpandKvTile(bf16* tile) {
+  ExpandFp8Tile<kBk * 8 / kThreads>(
+      reinterpret_cast<const unsigned char*>(tile), threadIdx.x, kThreads,
+      [&](int row, int chunk) { return tile + Swz(row, chunk); }, [] { __syncthreads(); });
+}
+
+// KvT: the cache's element type (kv_cache_access.cuh); the K scale is folded into the softmax
+// scale, the V scale into the output.
+template <typename KvT>
 __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sq = reinterpret_cast<bf16*>(smem_raw);
@@ -92,8 +108,8 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
               : a.q;
     CpAsync16(sq + Swz(r, chunk), src, valid);
   }
-  LoadKvTile(sk(0), c.k, table, 0, kv_end, kvh, c);
-  LoadKvTile(sv(0), c.v, table, 0, kv_end, kvh, c);
+  LoadKvTile(sk(0), KvKeys<KvT>(c), table, 0, kv_end, kvh, c);
+  LoadKvTile(sv(0), KvValues<KvT>(c), table, 0, kv_end, kvh, c);
   CpAsyncCommit();
 
   uint32_t qa[8][4];
@@ -105,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
   }
   float m_row[2] = {-FLT_MAX, -FLT_MAX};
   float l_row[2] = {0.0f, 0.0f};
-  const float scale = a.shape.scale * kLog2e;
+  const float scale = a.shape.scale * kLog2e * c.k_scale;
   // Absolute positions of this thread's two query rows.
   const int qpos0 = start_pos + q0 + warp * 16 + g;
   const int qpos1 = qpos0 + 8;
@@ -113,14 +129,19 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
   for (int j = 0; j < num_kt; ++j) {
     const int buf = j & 1;
     if (j + 1 < num_kt) {
-      LoadKvTile(sk(buf ^ 1), c.k, table, (j + 1) * kBk, kv_end, kvh, c);
-      LoadKvTile(sv(buf ^ 1), c.v, table, (j + 1) * kBk, kv_end, kvh, c);
+      LoadKvTile(sk(buf ^ 1), KvKeys<KvT>(c), table, (j + 1) * kBk, kv_end, kvh, c);
+      LoadKvTile(sv(buf ^ 1), KvValues<KvT>(c), table, (j + 1) * kBk, kv_end, kvh, c);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
     }
     __syncthreads();
+    if constexpr (kKvFp8<KvT>) {
+      ExpandKvTile(sk(buf));
+      ExpandKvTile(sv(buf));
+      __syncthreads();
+    }
     if (j == 0) {
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
@@ -220,8 +241,8 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(PrefillArgs a) {
     l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
     l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
   }
-  const float inv0 = 1.0f / l_row[0];
-  const float inv1 = 1.0f / l_row[1];
+  const float inv0 = c.v_scale / l_row[0];
+  const float inv1 = c.v_scale / l_row[1];
   const int r0 = warp * 16 + g;
   const int r1 = r0 + 8;
 #pragma unroll
@@ -263,6 +284,21 @@ void MakePrefillTiles(const std::vector<int32_t>& num_tokens,
   }
 }
 
+namespace {
+
+template <typename KvT>
+absl::Status LaunchPrefill(const PrefillArgs& args, LaunchStream stream) {
+  // Once per process and element type (one stage process drives one device).
+  static const cudaError_t attribute_error = cudaFuncSetAttribute(
+      PrefillKernel<KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  RS_CUDA_RETURN_IF_ERROR(attribute_error);
+  PrefillKernel<KvT>
+      <<<dim3(args.batch.num_tiles, args.shape.num_heads), kThreads, kSmemBytes, stream>>>(args);
+  return LaunchStatus("PrefillKernel");
+}
+
+}  // namespace
+
 absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, bf16* out,
                                     const PrefillBatch& batch, LaunchStream stream) {
   const KvCacheLayer& c = shape.cache;
@@ -292,13 +328,8 @@ absl::Status LaunchPrefillAttention(const AttentionShape& shape, const bf16* q, 
                                                    kPrefillTile, " or ", kPrefillTileSm90, ", got ",
                                                    batch.tile_rows));
   }
-  // Once per process (one stage process drives one device).
-  static const cudaError_t attribute_error =
-      cudaFuncSetAttribute(PrefillKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  RS_CUDA_RETURN_IF_ERROR(attribute_error);
   const PrefillArgs args{shape, q, out, batch};
-  PrefillKernel<<<dim3(batch.num_tiles, shape.num_heads), kThreads, kSmemBytes, stream>>>(args);
-  return LaunchStatus("PrefillKernel");
+  return c.k8 != nullptr ? LaunchPrefill<uint8_t>(args, stream) : LaunchPrefill<bf16>(args, stream);
 }
 
 }  // namespace ringserve::cuda

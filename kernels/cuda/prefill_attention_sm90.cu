@@ -16,6 +16,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kv_cache_access.cuh"
 #include "kernels/cuda/paged_cache.cuh"
 #include "kernels/cuda/prefill_attention_sm90.h"
 
@@ -171,23 +172,51 @@ __device__ __forceinline__ LoadPlan MakeLoadPlan(int block_size) {
 }
 
 // Queues keys [key0, key0 + BK) of kv head `kvh` into swizzled K and V tiles (one address
-// computation per key for both); keys >= kv_end are zero.
-template <int BK>
+// computation per key for both); keys >= kv_end are zero. An e4m3 cache (KvT uint8_t): the
+// codes row after row (128 bytes each) at the tiles' starts, thread t copying chunk t % 8 of rows
+// t / 8 + 32 u, for ExpandKvTile.
+template <int BK, typename KvT>
 __device__ __forceinline__ void LoadKvTiles(unsigned char* dk, unsigned char* dv,
                                             const KvCacheLayer& c, const int32_t* table, int key0,
                                             int kv_end, int kvh, const LoadPlan& p) {
+  if constexpr (kKvFp8<KvT>) {
+    const int row = threadIdx.x >> 3, chunk = threadIdx.x & 7;
 #pragma unroll
-  for (int u = 0; u < BK / 16; ++u) {
-    const int key = key0 + p.row + 16 * u;
-    const bool valid = key < kv_end;
-    const int64_t offset = valid ? p.keys.Offset(c, table, key, kvh, kD) + p.chunk * 8 : 0;
-    const uint32_t dst = p.kv_base + u * 2048;
-    CpAsync16(dk + dst, c.k + offset, valid);
-    CpAsync16(dv + dst, c.v + offset, valid);
+    for (int u = 0; u < BK / 32; ++u) {
+      const int key = key0 + row + 32 * u;
+      const bool valid = key < kv_end;
+      const int64_t offset = valid ? p.keys.Offset(c, table, key, kvh, kD) + chunk * 16 : 0;
+      const uint32_t dst = (threadIdx.x + kThreads * u) * 16;
+      CpAsync16(dk + dst, c.k8 + offset, valid);
+      CpAsync16(dv + dst, c.v8 + offset, valid);
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < BK / 16; ++u) {
+      const int key = key0 + p.row + 16 * u;
+      const bool valid = key < kv_end;
+      const int64_t offset = valid ? p.keys.Offset(c, table, key, kvh, kD) + p.chunk * 8 : 0;
+      const uint32_t dst = p.kv_base + u * 2048;
+      CpAsync16(dk + dst, c.k + offset, valid);
+      CpAsync16(dv + dst, c.v + offset, valid);
+    }
   }
 }
 
+// An e4m3 tile queued by LoadKvTiles, once it has landed and every thread passed a barrier,
+// expanded in place into the swizzled bf16 tile (generic-proxy stores: the caller fences them
+// for wgmma and synchronizes before the tile is read).
 template <int BK>
+__device__ __forceinline__ void ExpandKvTile(unsigned char* tile) {
+  ExpandFp8Tile<BK * 8 / kThreads>(
+      tile, threadIdx.x, kThreads,
+      [&](int row, int chunk) { return tile + ChunkOffset(row, chunk, KvHalfBytes(BK)); },
+      [] { __syncthreads(); });
+}
+
+// KvT: the cache's element type (kv_cache_access.cuh); the K scale is folded into the softmax
+// scale, the V scale into the output.
+template <int BK, typename KvT>
 __global__ void __launch_bounds__(kThreads, BK == 64 ? 2 : 1) PrefillKernelSm90(Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -232,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, BK == 64 ? 2 : 1) PrefillKernelSm90(
                           : a.q;
     CpAsync16(sq + plan.q_base + u * 2048, src, valid);
   }
-  LoadKvTiles<BK>(sk(0), sv(0), c, table, 0, kv_end, kvh, plan);
+  LoadKvTiles<BK, KvT>(sk(0), sv(0), c, table, 0, kv_end, kvh, plan);
   CpAsyncCommit();
 
   float o[64];
@@ -240,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, BK == 64 ? 2 : 1) PrefillKernelSm90(
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float m_row[2] = {-FLT_MAX, -FLT_MAX};
   float l_row[2] = {0.0f, 0.0f};
-  const float scale = a.shape.scale * kLog2e;
+  const float scale = a.shape.scale * kLog2e * c.k_scale;
   // This thread's two query rows (tile-relative) and their absolute positions.
   const int row0 = 64 * wg + 16 * warp + g;
   const int qpos0 = start_pos + q0 + row0;
@@ -254,8 +283,14 @@ __global__ void __launch_bounds__(kThreads, BK == 64 ? 2 : 1) PrefillKernelSm90(
     // Tile j is visible to every warpgroup, and every warpgroup is done with tile j - 1, whose
     // buffer now receives tile j + 1 while tile j is computed.
     __syncthreads();
+    if constexpr (kKvFp8<KvT>) {
+      ExpandKvTile<BK>(sk(buf));
+      ExpandKvTile<BK>(sv(buf));
+      FenceProxyAsync();
+      __syncthreads();
+    }
     if (j + 1 < num_kt) {
-      LoadKvTiles<BK>(sk(buf ^ 1), sv(buf ^ 1), c, table, (j + 1) * BK, kv_end, kvh, plan);
+      LoadKvTiles<BK, KvT>(sk(buf ^ 1), sv(buf ^ 1), c, table, (j + 1) * BK, kv_end, kvh, plan);
       CpAsyncCommit();
     }
 
@@ -336,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, BK == 64 ? 2 : 1) PrefillKernelSm90(
     l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
     l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
   }
-  const float inv[2] = {1.0f / l_row[0], 1.0f / l_row[1]};
+  const float inv[2] = {c.v_scale / l_row[0], c.v_scale / l_row[1]};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row0 + 8 * h;
@@ -354,14 +389,20 @@ __global__ void __launch_bounds__(kThreads, BK == 64 ? 2 : 1) PrefillKernelSm90(
 }  // namespace
 
 namespace {
-template <int BK>
+template <int BK, typename KvT>
 absl::Status Launch(const Args& args, int num_ctas, cudaStream_t stream) {
-  // Once per process (one stage process drives one device).
+  // Once per process and kernel (one stage process drives one device).
   static const cudaError_t attribute_error = cudaFuncSetAttribute(
-      PrefillKernelSm90<BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemBytes(BK));
+      PrefillKernelSm90<BK, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemBytes(BK));
   RS_CUDA_RETURN_IF_ERROR(attribute_error);
-  PrefillKernelSm90<BK><<<num_ctas, kThreads, SmemBytes(BK), stream>>>(args);
+  PrefillKernelSm90<BK, KvT><<<num_ctas, kThreads, SmemBytes(BK), stream>>>(args);
   return LaunchStatus("PrefillKernelSm90");
+}
+
+template <typename KvT>
+absl::Status LaunchFor(const Args& args, int num_ctas, cudaStream_t stream) {
+  return args.batch.key_tile == 64 ? Launch<64, KvT>(args, num_ctas, stream)
+                                   : Launch<128, KvT>(args, num_ctas, stream);
 }
 }  // namespace
 
@@ -369,7 +410,8 @@ absl::Status LaunchPrefillAttentionSm90(const AttentionShape& shape, const bf16*
                                         const PrefillBatch& batch, cudaStream_t stream) {
   const Args args{shape, q, out, batch};
   const int ctas = batch.num_tiles * shape.num_heads;
-  return batch.key_tile == 64 ? Launch<64>(args, ctas, stream) : Launch<128>(args, ctas, stream);
+  return shape.cache.k8 != nullptr ? LaunchFor<uint8_t>(args, ctas, stream)
+                                   : LaunchFor<bf16>(args, ctas, stream);
 }
 
 }  // namespace ringserve::cuda

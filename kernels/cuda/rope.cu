@@ -94,14 +94,11 @@ __global__ void __launch_bounds__(kWarps * 32) QkvPrepareKernel(QkvPrepareArgs a
       }
     }
   }
-  bf16* dst = QkvHeadRow(a.q_out, a.num_heads, a.cache, a.slots, t, head);
-  if (dst == nullptr) return;
 #pragma unroll
   for (int p = 0; p < kMaxPairsPerLane; ++p) {
     const int i = lane + 32 * p;
     if (i < half) {
-      dst[i] = __float2bfloat16(x1[p]);
-      dst[i + half] = __float2bfloat16(x2[p]);
+      StoreHeadPair(a.q_out, a.num_heads, a.cache, a.slots, t, head, i, i + half, x1[p], x2[p]);
     }
   }
 }

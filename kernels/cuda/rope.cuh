@@ -1,10 +1,12 @@
 // Device-side pieces of the attention input stage shared by QkvPrepareKernel (rope.cu) and the
 // GEMV that folds it in (gemv.cu): the rotation of one "rotate half" pair and where a token's
-// head goes — so both store the same values in the same places.
+// head goes (q_out, or the K/V cache in its element type) — so both store the same values in
+// the same places.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/cuda/kv_cache_access.cuh"
 #include "kernels/cuda/paged_cache.cuh"
 #include "kernels/cuda/rope.h"
 
@@ -23,19 +25,26 @@ __device__ __forceinline__ void RotatePair(float& x1, float& x2, int position, f
   x2 = r2;
 }
 
-// The row of head `head` (q heads, then k heads, then v heads) of token t: its q_out row
-// ([tokens, num_heads, d]) or its K/V cache row at slots[t]; nullptr for K/V of a negative slot.
-__device__ __forceinline__ bf16* QkvHeadRow(bf16* q_out, int num_heads, const KvCacheLayer& cache,
-                                            const int32_t* slots, int t, int head) {
+// Stores (x1, x2) at elements j and j2 of head `head` (q heads, then k heads, then v heads) of
+// token t: its q_out row ([tokens, num_heads, d] bf16) or its K/V cache row at slots[t] (in the
+// cache's element type, kv_cache_access.cuh); nothing for K/V of a negative slot.
+__device__ __forceinline__ void StoreHeadPair(bf16* q_out, int num_heads, const KvCacheLayer& cache,
+                                              const int32_t* slots, int t, int head, int j, int j2,
+                                              float x1, float x2) {
   const int d = cache.head_dim;
-  if (head < num_heads) return q_out + (static_cast<int64_t>(t) * num_heads + head) * d;
+  if (head < num_heads) {
+    bf16* row = q_out + (static_cast<int64_t>(t) * num_heads + head) * d;
+    row[j] = __float2bfloat16(x1);
+    row[j2] = __float2bfloat16(x2);
+    return;
+  }
   const int slot = slots[t];
-  if (slot < 0) return nullptr;
+  if (slot < 0) return;
   const bool is_v = head >= num_heads + cache.num_kv_heads;
   const int kvh = head - num_heads - (is_v ? cache.num_kv_heads : 0);
   const int block = slot / cache.block_size;
-  return (is_v ? cache.v : cache.k) +
-         CacheRowOffset(cache, block, slot - block * cache.block_size, kvh, d);
+  StoreKvPair(cache, is_v, CacheRowOffset(cache, block, slot - block * cache.block_size, kvh, d), j,
+              j2, x1, x2);
 }
 
 // Pair (j, j + d / 2) of head `head` of token t, (x1, x2) = the projection's bf16 values: bias
@@ -55,10 +64,7 @@ __device__ __forceinline__ void StoreQkvPair(const QkvStore& o, int t, int head,
                                              float x2) {
   const int half = o.cache.head_dim / 2;
   BiasAndRotatePair(o, t, head, j, x1, x2);
-  bf16* dst = QkvHeadRow(o.q_out, o.num_heads, o.cache, o.slots, t, head);
-  if (dst == nullptr) return;
-  dst[j] = __float2bfloat16(x1);
-  dst[j + half] = __float2bfloat16(x2);
+  StoreHeadPair(o.q_out, o.num_heads, o.cache, o.slots, t, head, j, j + half, x1, x2);
 }
 
 }  // namespace ringserve::cuda

@@ -14,12 +14,21 @@ namespace ringserve::cuda {
 // The paged KV cache of one layer, device memory. Block b, kv head h, slot s (0 <= s <
 // block_size) holds the key at k + ((b * num_kv_heads + h) * block_size + s) * head_dim, the
 // value likewise in v: per block [num_kv_heads, block_size, head_dim] bf16.
+// An fp8 cache (ring/kv_cache_dtype.h) sets k8 and v8 instead of k and v (same layout, one
+// float8_e4m3fn code per value): a key is code * k_scale, a value code * v_scale; writers store
+// e4m3(x / scale). Every attention kernel and writer takes both (kv_cache_access.cuh).
 struct KvCacheLayer {
   bf16* k = nullptr;
   bf16* v = nullptr;
   int num_kv_heads = 0;
   int block_size = 0;
   int head_dim = 0;
+  uint8_t* k8 = nullptr;
+  uint8_t* v8 = nullptr;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+
+  bool is_fp8() const { return k8 != nullptr; }
 };
 
 struct QkvPrepareArgs {

@@ -338,11 +338,17 @@ absl::Status CudaModelSlice::RunLayer(int l, const Plan& p) {
                            .num_tokens = t,
                            .max_context = p.max_context});
   }
-  const KvCacheLayer cache{.k = kv_buffer_.as<bf16>() + 2 * l * kv_layer_elems_,
-                           .v = kv_buffer_.as<bf16>() + (2 * l + 1) * kv_layer_elems_,
-                           .num_kv_heads = c.num_kv_heads,
-                           .block_size = options_.kv_block_size,
-                           .head_dim = d};
+  KvCacheLayer cache{
+      .num_kv_heads = c.num_kv_heads, .block_size = options_.kv_block_size, .head_dim = d};
+  if (options_.kv_cache_dtype == KvCacheDtype::kFp8E4m3) {
+    cache.k8 = kv_buffer_.as<uint8_t>() + 2 * l * kv_layer_elems_;
+    cache.v8 = cache.k8 + kv_layer_elems_;
+    cache.k_scale = kv_k_scales_[l];
+    cache.v_scale = kv_v_scales_[l];
+  } else {
+    cache.k = kv_buffer_.as<bf16>() + 2 * l * kv_layer_elems_;
+    cache.v = cache.k + kv_layer_elems_;
+  }
   RS_RETURN_IF_ERROR(RunQkv(l, p, cache));
   RS_RETURN_IF_ERROR(RunAttention(l, p, cache));
   if (moe_[l] != nullptr) return RunMoeMlp(l, p);

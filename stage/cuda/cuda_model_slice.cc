@@ -136,6 +136,10 @@ absl::Status CudaModelSlice::Init(const ModelConfig& config, const SliceOptions&
         "in (0, 1] and device_share in [0, 1]");
   }
   RS_RETURN_IF_ERROR(Unsupported(config));
+  if (config.mla && options.kv_cache_dtype != KvCacheDtype::kAuto) {
+    return absl::InvalidArgumentError(
+        "kv_cache_dtype: an fp8 KV cache is not built for DeepSeek's latent (MLA) cache; use auto");
+  }
   if (cuda_.max_model_len <= 0) cuda_.max_model_len = config.max_position_embeddings;
   cuda_.max_model_len = std::min(cuda_.max_model_len, config.max_position_embeddings);
   cuda_.max_graph_batch = std::min({cuda_.max_graph_batch, cuda_.max_logit_rows, cuda_.max_seqs});
@@ -327,7 +331,8 @@ absl::Status CudaModelSlice::AllocateRuntime() {
   // (kv_values_per_token_layer() per token, even) fill both halves as one region.
   const int64_t block_elems = c.mla ? options_.kv_block_size * c.kv_values_per_token_layer() / 2
                                     : int64_t{c.num_kv_heads} * options_.kv_block_size * d;
-  const int64_t block_bytes = block_elems * 2 * 2 * options_.layers.size();
+  const int64_t element_bytes = KvCacheElementBytes(options_.kv_cache_dtype, sizeof(bf16));
+  const int64_t block_bytes = block_elems * 2 * element_bytes * options_.layers.size();
   if (cuda_.kv_from_free_memory) {
     size_t free = 0, total = 0;
     RS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
@@ -349,18 +354,24 @@ absl::Status CudaModelSlice::AllocateRuntime() {
         std::min<int64_t>(blocks, (int64_t{1} << 31) / options_.kv_block_size - 1));
   }
   kv_layer_elems_ = block_elems * options_.kv_num_blocks;
-  RS_RETURN_IF_ERROR(kv_buffer_.Allocate(kv_layer_elems_ * 2 * 2 * options_.layers.size()));
+  RS_RETURN_IF_ERROR(
+      kv_buffer_.Allocate(kv_layer_elems_ * 2 * element_bytes * options_.layers.size()));
+  // Zeroed as the CPU slice's pool is (a block not written yet holds zeros, not NaN codes).
+  RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_buffer_.get(), 0, kv_buffer_.bytes(), stream_));
+  kv_k_scales_.resize(options_.layers.size(), 1.0f);
+  kv_v_scales_.resize(options_.layers.size(), 1.0f);
   RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   const CudaMemoryReport m = memory();
   RS_LOG_INFO("CUDA slice [{}, {}): KV bytes per token and layer {}{}", options_.layers.first,
               options_.layers.last, c.kv_values_per_token_layer() * 2,
               c.mla ? " (MLA: compressed latent + rope key, bf16)" : "");
   RS_LOG_INFO(
-      "CUDA slice [{}, {}): weights {} MiB, KV {} MiB ({} blocks of {}), activations {} "
-      "MiB, device free {} / {} MiB",
-      options_.layers.first, options_.layers.last, m.weight_bytes >> 20, m.kv_bytes >> 20,
-      m.kv_num_blocks, options_.kv_block_size, m.activation_bytes >> 20, m.device_free_bytes >> 20,
-      m.device_total_bytes >> 20);
+      "CUDA slice [{}, {}): weights {} MiB, KV {} {} MiB ({} blocks of {}, {} bytes per token), "
+      "activations {} MiB, device free {} / {} MiB",
+      options_.layers.first, options_.layers.last, m.weight_bytes >> 20,
+      KvCacheDtypeName(options_.kv_cache_dtype), m.kv_bytes >> 20, m.kv_num_blocks,
+      options_.kv_block_size, block_bytes / options_.kv_block_size, m.activation_bytes >> 20,
+      m.device_free_bytes >> 20, m.device_total_bytes >> 20);
   return absl::OkStatus();
 }
 

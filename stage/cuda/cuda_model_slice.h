@@ -244,8 +244,10 @@ class CudaModelSlice : public ModelSlice {
   bf16* final_norm_ = nullptr;
   bf16* lm_head_ = nullptr;
   DeviceBuffer inv_freq_;
-  DeviceBuffer kv_buffer_;
+  DeviceBuffer kv_buffer_;      // bf16, or e4m3 codes (options_.kv_cache_dtype)
   int64_t kv_layer_elems_ = 0;  // per layer, K (V the same)
+  // An e4m3 cache's per-layer K and V scales (stage/model/kv_cache_scales.h); 1.0 otherwise.
+  std::vector<float> kv_k_scales_, kv_v_scales_;
 
   // Activations [max_batch_tokens, ...] and metadata.
   DeviceBuffer residual_, normed_, qkv_, q_, attn_, proj_, gate_up_, act_, gathered_, logits_,

@@ -60,20 +60,24 @@ std::vector<int32_t> Table(int seq) {
 class CudaFixtureTest : public ::testing::TestWithParam<std::string> {};
 
 // All layers of the model in `dir` in one slice, room for 4 sequences.
-SliceOptions WholeModel(const std::string& dir, const ModelConfig& config) {
+SliceOptions WholeModel(const std::string& dir, const ModelConfig& config,
+                        KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto) {
   return {.model_dir = dir,
           .layers = {0, config.num_layers},
           .kv_block_size = kBlockSize,
-          .kv_num_blocks = 4 * kBlocksPerSeq};
+          .kv_num_blocks = 4 * kBlocksPerSeq,
+          .kv_cache_dtype = kv_cache_dtype};
 }
 
 // Prefill of sequences of `lengths` tokens, then 10 graphed greedy decode steps of all of them,
 // against the CPU slice: logits within kLogitsTol and the same greedy tokens up to near-ties.
+// Both slices hold their KV cache in `kv_cache_dtype`.
 void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& lengths,
-                            bool fuse_decode_kernels, double logits_tol = kLogitsTol) {
+                            bool fuse_decode_kernels, double logits_tol = kLogitsTol,
+                            KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto) {
   auto config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status();
-  const SliceOptions options = WholeModel(dir, *config);
+  const SliceOptions options = WholeModel(dir, *config, kv_cache_dtype);
   auto cpu = CpuModelSlice::Load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   auto probe = Bf16NoiseProbe::Load(options);
@@ -171,6 +175,16 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
 TEST_P(CudaFixtureTest, MatchesCpuLogitsAndGreedyTokens) {
   RS_SKIP_WITHOUT_GPU();
   ExpectDecodeMatchesCpu(FixtureDir(GetParam()), {7, 13, 1}, /*fuse_decode_kernels=*/true);
+}
+
+// An fp8 KV cache on both sides (e4m3 codes, scales 1.0 or the checkpoint's): the CPU slice
+// quantizes its fp32 K/V, the GPU its bf16-path K/V, so an element may round to the neighbouring
+// code (one e4m3 step, 2^-3 relative) where the two differ near a rounding boundary; the logits
+// tolerance is the head-dim-128 model's 5e-2 rather than 3e-2.
+TEST_P(CudaFixtureTest, Fp8KvCacheMatchesCpuFp8KvCache) {
+  RS_SKIP_WITHOUT_GPU();
+  ExpectDecodeMatchesCpu(FixtureDir(GetParam()), {7, 13, 1}, /*fuse_decode_kernels=*/true, 5e-2,
+                         KvCacheDtype::kFp8E4m3);
 }
 
 // One stream decodes at GEMV size: the norms and residual adds run inside the GEMVs (gemv.h),
@@ -470,6 +484,10 @@ TEST(CudaHeadDim128Test, DecodeMatchesCpuWithAndWithoutFusions) {
     // Wider logits (init_std 0.1) than the fixtures': their bf16 error reaches ~3e-2.
     ExpectDecodeMatchesCpu(dir, {7, 13, 1}, fuse, 5e-2);
     ExpectDecodeMatchesCpu(dir, {11}, fuse, 5e-2);
+    // The fp8 KV cache through the same kernels (tensor-core decode, the input stage folded
+    // into the decode kernel or the GEMV, the prefill kernels).
+    ExpectDecodeMatchesCpu(dir, {7, 13, 1}, fuse, 6e-2, KvCacheDtype::kFp8E4m3);
+    ExpectDecodeMatchesCpu(dir, {11}, fuse, 6e-2, KvCacheDtype::kFp8E4m3);
   }
 }
 

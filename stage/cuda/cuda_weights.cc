@@ -13,6 +13,7 @@
 #include "fmt/format.h"
 #include "kernels/cuda/elementwise.h"
 #include "stage/cuda/cuda_model_slice.h"
+#include "stage/model/kv_cache_scales.h"
 #include "stage/model/quantized_weights.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
@@ -90,6 +91,11 @@ absl::Status CudaModelSlice::LoadWeights() {
   RS_ASSIGN_OR_RETURN(const quant::QuantConfig quant, quant::LoadQuantConfig(options_.model_dir));
   RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> weights,
                       SafetensorsModel::Open(options_.model_dir));
+  if (options_.kv_cache_dtype == KvCacheDtype::kFp8E4m3) {
+    RS_ASSIGN_OR_RETURN(KvCacheScales scales, LoadKvCacheScales(*weights, options_.layers));
+    kv_k_scales_ = std::move(scales.k);
+    kv_v_scales_ = std::move(scales.v);
+  }
   Uploader uploader(stream_);
   RS_RETURN_IF_ERROR(uploader.Init());
   auto load = [&](const TensorSpec& spec, bf16* dst) -> absl::Status {

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "kernels/cpu/ops.h"
+#include "stage/model/kv_cache_scales.h"
 #include "stage/model/micro_batch_check.h"
 #include "stage/model/quantized_weights.h"
 #include "stage/model/safetensors.h"
@@ -113,6 +114,11 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
   }
   int64_t kv_bytes = 0;
   std::string kv_per_token;
+  if (config.mla && options.kv_cache_dtype != KvCacheDtype::kAuto) {
+    return absl::UnimplementedError(fmt::format(
+        "kv_cache_dtype {}: the latent KV cache of {} (multi-head latent attention) is fp32 only",
+        KvCacheDtypeName(options.kv_cache_dtype), ArchitectureName(config.architecture)));
+  }
   if (config.mla) {
     slice->latent_kv_ = std::make_unique<LatentKvCache>(LatentKvCache::Options{
         .num_layers = layers.size(),
@@ -127,17 +133,28 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
                     slice->latent_kv_->bytes_per_token_layer(), config.mla->kv_lora_rank,
                     config.mla->qk_rope_head_dim, config.kv_values_per_token_layer() * 2);
   } else {
-    slice->kv_ = std::make_unique<PagedKvCache>(PagedKvCache::Options{
+    PagedKvCache::Options kv{
         .num_layers = layers.size(),
         .num_blocks = options.kv_num_blocks,
         .block_size = options.kv_block_size,
         .num_kv_heads = config.num_kv_heads,
         .head_dim = config.head_dim,
-    });
+        .dtype = options.kv_cache_dtype,
+    };
+    std::string scales_from;
+    if (options.kv_cache_dtype == KvCacheDtype::kFp8E4m3) {
+      RS_ASSIGN_OR_RETURN(KvCacheScales scales, LoadKvCacheScales(*weights, layers));
+      kv.k_scales = std::move(scales.k);
+      kv.v_scales = std::move(scales.v);
+      scales_from = scales.from_checkpoint ? ", scales from the checkpoint" : ", scales 1.0";
+    }
+    slice->kv_ = std::make_unique<PagedKvCache>(std::move(kv));
     kv_bytes = slice->kv_->bytes();
-    kv_per_token = fmt::format("{} bytes per token and layer (fp32 K and V, {} heads x {})",
-                               config.kv_values_per_token_layer() * sizeof(float),
-                               config.num_kv_heads, config.head_dim);
+    kv_per_token =
+        fmt::format("{} bytes per token and layer ({} K and V, {} heads x {}{})",
+                    config.kv_values_per_token_layer() * slice->kv_->element_bytes(),
+                    options.kv_cache_dtype == KvCacheDtype::kFp8E4m3 ? "fp8_e4m3" : "fp32",
+                    config.num_kv_heads, config.head_dim, scales_from);
   }
   RS_LOG_INFO(
       "loaded {} layers [{}, {}) of {} from {} ({} files mapped, quantization {}), KV {} blocks x "

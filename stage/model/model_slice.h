@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ring/defaults.h"
+#include "ring/kv_cache_dtype.h"
 #include "ring/micro_batch.h"
 #include "ring/model_config.h"
 #include "ring/sampling_config.h"
@@ -35,6 +36,9 @@ struct SliceOptions {
   LayerRange layers;                        // which decoder layers this slice runs
   int kv_block_size = kDefaultKvBlockSize;  // positions per KV block
   int kv_num_blocks = 256;  // blocks in this slice's pool (each holds K and V of every layer)
+  // The pool's element type: auto = the backend's (fp32 CPU, bf16 CUDA), or e4m3 with per-layer
+  // K and V scales (kv_cache_scales.h).
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
 };
 
 // The last slice's result for one micro-batch: one entry per LAST_TOKEN chunk, in chunk order.

@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
     sched += fmt::format("  max_tokens_per_micro_batch: {}\n", options.max_tokens_per_micro_batch);
   }
   if (options.kv_blocks > 0) sched += fmt::format("  kv_blocks: {}\n", options.kv_blocks);
+  if (!options.kv_budget.empty()) sched += fmt::format("  kv_budget: {}\n", options.kv_budget);
   if (!sched.empty()) yaml += "scheduler:\n" + sched;
   yaml += "stages:\n";
   for (size_t i = 0; i < endpoints.size(); ++i) {

@@ -26,6 +26,7 @@ struct RingOptions {
   int micro_batches_in_flight = 0;
   int max_tokens_per_micro_batch = 0;           // 0 = default
   int kv_blocks = 0;                            // 0 = default
+  std::string kv_budget = "";                   // hosts.yaml scheduler.kv_budget ("" = none)
   int stage_step_delay_ms = 0;                  // stage --debug_step_delay_ms (a slow ring)
   std::string device = "cpu";                   // every stage's device ("cpu", "cuda:0")
   std::string channel = "tcp";                  // hosts.yaml channel
