@@ -364,9 +364,9 @@ TEST(CudaDecodeAttentionTest, FromQkvMatchesPrepareThenAttention) {
 void RunPrefillCase(const std::vector<int32_t>& num_tokens, const std::vector<int32_t>& starts,
                     int tile_rows, int key_tile, uint32_t seed, int heads = 8, int kv_heads = 2,
                     KvFormat format = {}) {
-  SCOPED_TRACE(::testing::Message() << "tile_rows " << tile_rows << " key_tile " << key_tile
-                                    << " heads " << heads << " seed " << seed << " fp8 "
-                                    << format.fp8);
+  SCOPED_TRACE(::testing::Message()
+               << "tile_rows " << tile_rows << " key_tile " << key_tile << " heads " << heads
+               << " seed " << seed << " fp8 " << format.fp8);
   std::mt19937 rng(seed);
   const int d = 128, bs = 16;
   const int seqs = static_cast<int>(num_tokens.size());
@@ -548,8 +548,7 @@ TEST(CudaFp8KvCacheTest, PrefillMatchesCpuOnTheSameCodes) {
       if (tile_rows != kPrefillTileSm90 && key_tile != 128) continue;
       RunPrefillCase({100, 64, 1, 130, 7}, {0, 37, 200, 1000, 63}, tile_rows, key_tile, seed, 8, 2,
                      kFp8Scaled);
-      RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, key_tile, seed + 1, 8, 2,
-                     kFp8Scaled);
+      RunPrefillCase({384, 129, 256}, {0, 0, 77}, tile_rows, key_tile, seed + 1, 8, 2, kFp8Scaled);
     }
   }
 }
@@ -611,7 +610,9 @@ TEST(CudaFp8KvCacheTest, QkvPrepareStoresScaledE4m3) {
       const float bound = std::fabs(ref) * (0.0625f + 0.008f) + scale * std::ldexp(1.0f, -10);
       ASSERT_LE(std::fabs(got - ref), bound) << "element " << i << " ref " << ref;
       nonzero += ref != 0.0f;
-      if (ref == 0.0f) EXPECT_EQ(code, 0) << "element " << i;  // unwritten (slot -1) stays 0
+      if (ref == 0.0f) {
+        EXPECT_EQ(code, 0) << "element " << i;  // unwritten (slot -1) stays 0
+      }
     }
   }
   EXPECT_GT(nonzero, 2000);  // 4 slots x 2 heads x 128 values of K and of V written
