@@ -15,8 +15,9 @@
 //                       [E, in, out]: gate_up_proj [E, hidden, 2 * inter] with gate and up
 //                       columns interleaved, down_proj [E, inter, hidden]): M_blocks U8
 //                       [E, out, in / 32, 16] and M_scales U8 [E, out, in / 32], dequantized to
-//                       [E, out, in] (ReadMxfp4Float) and transposed to [E, in, out], as
-//                       transformers' convert_moe_packed_tensors does. Other methods refuse
+//                       [E, out, in] (quant/mxfp4.h, an expert at a time) and transposed to
+//                       [E, in, out], as transformers' convert_moe_packed_tensors does (the
+//                       host holds the result and one expert's values). Other methods refuse
 //                       stacked experts unless modules_to_not_convert leaves them in bf16.
 // MoE experts are linear modules like any other: mlp.experts.E.{gate,up,down}_proj (Mixtral
 // block_sparse_moe.experts.E.w1/w2/w3) and the shared experts follow the same rule; routers

@@ -406,6 +406,10 @@ absl::StatusOr<QuantizedCopy> WriteQuantizedCopy(const std::string& src_dir,
     Json c = config;
     if (quantized) c["quantization_config"] = QuantizationConfig(options);
     RS_RETURN_IF_ERROR(WriteFile(dir + "/config.json", c.dump(2)));
+    if (std::filesystem::exists(src_dir + "/generation_config.json")) {
+      RS_RETURN_IF_ERROR(
+          CopyFile(src_dir + "/generation_config.json", dir + "/generation_config.json"));
+    }
     return WriteFile(dir + "/model.safetensors", SafetensorsBytes(tensors));
   };
   RS_RETURN_IF_ERROR(write(quant_dir, quantized_tensors, true));

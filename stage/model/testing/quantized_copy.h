@@ -59,7 +59,8 @@ struct QuantizedCopy {
 };
 
 // Reads the float checkpoint `src_dir` (config.json and its safetensors, no quantization_config)
-// and writes `quant_dir` and `float_dir` (created; config.json and one model.safetensors each).
+// and writes `quant_dir` and `float_dir` (created; config.json, one model.safetensors and the
+// source's generation_config.json each).
 absl::StatusOr<QuantizedCopy> WriteQuantizedCopy(const std::string& src_dir,
                                                  const CopyOptions& options,
                                                  const std::string& quant_dir,
