@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "bench/model/random_model.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/test_util.h"
 #include "stage/cuda/cuda_model_slice.h"
@@ -31,9 +32,42 @@ std::string Fixture(const std::string& name) {
   return std::string(root != nullptr ? root : ".") + "/tests/fixtures/models/" + name;
 }
 
+// DeepSeek-V3 at the latent sizes the CUDA MLA kernels run (kv_lora_rank 512, rope 64; the
+// fixtures' 16 are CPU-only), MoE from layer 1 with a shared expert: random float weights in
+// tiny-deepseek-v3's layout, as stage_cuda_mla_slice_test writes them.
+absl::Status WriteLatent512Moe(const std::string& dir) {
+  auto shape = FindShape("tiny-deepseek-v3");
+  if (!shape.ok()) return shape.status();
+  shape->name = "tiny-deepseek-v3-latent512-moe";
+  shape->hidden_size = 128;
+  shape->num_layers = 3;
+  shape->num_heads = 4;
+  shape->num_kv_heads = 4;
+  shape->head_dim = 64;
+  shape->vocab_size = 128;
+  shape->max_position_embeddings = 128;
+  shape->bos_token_id = 1;
+  shape->eos_token_ids = {2};
+  shape->mla.q_lora_rank = 32;
+  shape->mla.kv_lora_rank = 512;
+  shape->mla.qk_nope_head_dim = 32;
+  shape->mla.qk_rope_head_dim = 64;
+  shape->mla.v_head_dim = 32;
+  shape->mla.yarn_factor = 4;
+  shape->mla.yarn_original_max_position_embeddings = 16;
+  return WriteRandomModel({.output_dir = dir,
+                           .shape = *shape,
+                           .seed = 11,
+                           .init_std = 0.1,
+                           .num_threads = 2,
+                           .tokenizers_dir = ""})
+      .status();
+}
+
 struct Case {
   std::string name;
-  std::string fixture;  // tests/fixtures/models/<fixture>, or "gpt_oss_wide" (MXFP4-ready)
+  // tests/fixtures/models/<fixture>, "gpt_oss_wide" (MXFP4-ready) or "deepseek_latent512"
+  std::string fixture;
   CopyOptions options;
 };
 
@@ -47,6 +81,10 @@ TEST_P(CudaQuantizedMoeTest, GpuSliceMatchesTheCpuSliceOnTheQuantizedCheckpoint)
   if (c.fixture == "gpt_oss_wide") {
     src = tmp.path() + "/src";
     ASSERT_TRUE(ringserve::testing::WriteMxfp4ReadyGptOss(Fixture("gpt_oss"), src).ok());
+  } else if (c.fixture == "deepseek_latent512") {
+    src = tmp.path() + "/src";
+    const absl::Status written = WriteLatent512Moe(src);
+    ASSERT_TRUE(written.ok()) << written;
   }
   const std::string dir = tmp.path() + "/quant", float_dir = tmp.path() + "/float";
   auto copy = ringserve::testing::WriteQuantizedCopy(src, c.options, dir, float_dir);
@@ -108,10 +146,10 @@ INSTANTIATE_TEST_SUITE_P(
     Formats, CudaQuantizedMoeTest,
     ::testing::Values(Case{"Qwen3MoeFp8Block", "qwen3_moe", Opt(CopyFormat::kFp8Block, 16)},
                       Case{"Glm4MoeFp8BlockUe8m0", "glm4_moe", Opt(CopyFormat::kFp8BlockUe8m0, 16)},
-                      Case{"DeepseekV3Fp8Block128", "deepseek_v3_moe",
+                      Case{"DeepseekV3Fp8Block128", "deepseek_latent512",
                            Opt(CopyFormat::kFp8Block, 128)},
                       Case{"MixtralCompressedInt4", "mixtral", Opt(CopyFormat::kCompressedInt4, 8)},
-                      Case{"DeepseekV3Awq", "deepseek_v3_moe", Opt(CopyFormat::kAwq4, 8)},
+                      Case{"DeepseekV3Awq", "deepseek_latent512", Opt(CopyFormat::kAwq4, 8)},
                       Case{"GptOssMxfp4", "gpt_oss_wide", Opt(CopyFormat::kMxfp4, 32)}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 

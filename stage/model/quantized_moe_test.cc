@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "bench/model/random_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -45,6 +46,38 @@ absl::Status WriteWideGptOss(const std::string& dir) {
   return testing::WriteMxfp4ReadyGptOss(Fixture("gpt_oss"), dir);
 }
 
+// DeepSeek-V3 at the latent sizes of the real model (kv_lora_rank 512, rope 64), MoE from layer
+// 1: the source stage_cuda_quantized_moe_test quantizes (random float weights in
+// tiny-deepseek-v3's layout).
+absl::Status WriteLatent512Moe(const std::string& dir) {
+  auto shape = FindShape("tiny-deepseek-v3");
+  if (!shape.ok()) return shape.status();
+  shape->name = "tiny-deepseek-v3-latent512-moe";
+  shape->hidden_size = 128;
+  shape->num_layers = 3;
+  shape->num_heads = 4;
+  shape->num_kv_heads = 4;
+  shape->head_dim = 64;
+  shape->vocab_size = 128;
+  shape->max_position_embeddings = 128;
+  shape->bos_token_id = 1;
+  shape->eos_token_ids = {2};
+  shape->mla.q_lora_rank = 32;
+  shape->mla.kv_lora_rank = 512;
+  shape->mla.qk_nope_head_dim = 32;
+  shape->mla.qk_rope_head_dim = 64;
+  shape->mla.v_head_dim = 32;
+  shape->mla.yarn_factor = 4;
+  shape->mla.yarn_original_max_position_embeddings = 16;
+  return WriteRandomModel({.output_dir = dir,
+                           .shape = *shape,
+                           .seed = 11,
+                           .init_std = 0.1,
+                           .num_threads = 2,
+                           .tokenizers_dir = ""})
+      .status();
+}
+
 struct Case {
   std::string name;     // test name
   std::string fixture;  // tests/fixtures/models/<fixture>, or "gpt_oss_wide"
@@ -61,6 +94,10 @@ class QuantizedMoeTest : public ::testing::TestWithParam<Case> {
     if (c.fixture == "gpt_oss_wide") {
       src = tmp_.path() + "/src";
       ASSERT_TRUE(WriteWideGptOss(src).ok());
+    } else if (c.fixture == "deepseek_latent512") {
+      src = tmp_.path() + "/src";
+      const absl::Status written = WriteLatent512Moe(src);
+      ASSERT_TRUE(written.ok()) << written;
     }
     quant_dir_ = tmp_.path() + "/quant";
     float_dir_ = tmp_.path() + "/float";
@@ -254,6 +291,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"DeepseekV3CompressedInt4", "deepseek_v3_moe", Opt(CopyFormat::kCompressedInt4, 8)},
         Case{"Qwen3MoeCompressedFp8", "qwen3_moe", Opt(CopyFormat::kCompressedFp8, 0)},
         Case{"DeepseekV3Gptq", "deepseek_v3_moe", Opt(CopyFormat::kGptq4, 8)},
+        // The GPU test's DeepSeek sources (real latent sizes).
+        Case{"DeepseekV3Latent512Fp8Block128", "deepseek_latent512",
+             Opt(CopyFormat::kFp8Block, 128)},
+        Case{"DeepseekV3Latent512Awq", "deepseek_latent512", Opt(CopyFormat::kAwq4, 8)},
         Case{"DeepseekV3Awq", "deepseek_v3_moe",
              Opt(CopyFormat::kAwq4, 8, {"model.layers.1.mlp.shared_experts.down_proj"})},
         Case{"GptOssMxfp4", "gpt_oss_wide", Opt(CopyFormat::kMxfp4, 32)},
