@@ -174,9 +174,14 @@ TEST(DeepseekConfigTest, RefusesMoeRoutingItDoesNotImplement) {
   v3["num_experts_per_tok"] = 8;
   v3["topk_method"] = "greedy";
   ExpectRefused(v3, "topk_method \"greedy\"");
-  Json quantized = DeepseekV2LiteJson();
-  quantized["quantization_config"] = {{"quant_method", "fp8"}};
-  ExpectRefused(quantized, "quantized experts");
+  Json quantized = DeepseekV3Json();  // quantized experts: dequantized at load
+  quantized["first_k_dense_replace"] = 3;
+  quantized["num_experts_per_tok"] = 8;
+  quantized["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  EXPECT_TRUE(Parse(quantized).ok()) << Parse(quantized).status();
+  Json mxfp4 = DeepseekV2LiteJson();
+  mxfp4["quantization_config"] = {{"quant_method", "mxfp4"}};
+  ExpectRefused(mxfp4, "quant_method \"mxfp4\"");
   Json dense_quantized = DeepseekV3Json();  // dense layers only: dequantized at load
   dense_quantized["quantization_config"] = {{"quant_method", "fp8"},
                                             {"weight_block_size", {128, 128}}};

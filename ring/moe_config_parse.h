@@ -17,8 +17,9 @@ namespace ringserve {
 // ParseDeepSeekMoe says; DeepSeek-V2 with softmax scores (scoring_func softmax), topk_method
 // greedy or group_limited_greedy (n_group, topk_group; a group scores its best expert), weights
 // times routed_scaling_factor (norm_topk_prob true is refused), n_shared_experts (default 2);
-// for both, layers from first_k_dense_replace on are MoE. Refuses a MoE model's
-// quantization_config (quantized experts are not supported yet). InvalidArgument naming the key.
+// for both, layers from first_k_dense_replace on are MoE. A quantization_config is accepted as
+// for dense models (experts dequantize by the same rules), except that gpt-oss takes only
+// quant_method mxfp4 and other MoE models never mxfp4. InvalidArgument naming the key.
 absl::Status ParseMoeConfig(const nlohmann::json& j, ModelConfig& config,
                             const std::string& source);
 

@@ -10,7 +10,10 @@
 // --first_layer F (write only layers [F, F + N) of the shape's model: config.json keeps every
 // layer, the safetensors hold only that stage's tensors), --dtype bf16|f16|f32, --seed N,
 // --shard_mb N, --threads N, --tokenizers_dir DIR, --notokenizer, --quant none|int4-g128|int8|
-// fp8-block (the decoder's linear layers in a hub layout: bench/model/quant_layout.h).
+// fp8-block (the decoder's linear layers in a hub layout: bench/model/quant_layout.h; on MoE
+// shapes every expert and shared expert too, routers float -- e.g.
+//   make_random_model --shape qwen3-30b-a3b --layers 2 --quant fp8-block --out /tmp/q3moe-fp8
+//   make_random_model --shape deepseek-v3 --first_layer 3 --layers 1 --quant fp8-block ...).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

@@ -122,6 +122,70 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// --quant fp8-block on MoE shapes: every expert and shared expert is written in the hub's FP8
+// block layout (routers stay float), and the CPU slice loads and runs the checkpoint.
+class QuantLayoutMoeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantLayoutMoeTest, Fp8BlockMoeCheckpointLoadsAndRuns) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("quant_layout_moe_" + GetParam());
+  fs::remove_all(dir);
+  RandomModelOptions options{.output_dir = dir.string(),
+                             .shape = *FindShape(GetParam()),
+                             .seed = 3,
+                             .init_std = 0.02,
+                             .num_threads = 2,
+                             .tokenizers_dir = "",
+                             .quant = CheckpointQuant::kFp8Block};
+  auto written = WriteRandomModel(options);
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto config = LoadModelConfig(dir.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->moe.enabled());
+  auto q = quant::LoadQuantConfig(dir.string());
+  ASSERT_TRUE(q.ok()) << q.status();
+  auto weights = SafetensorsModel::Open(dir.string());
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  int experts = 0;
+  for (int layer = 0; layer < config->num_layers; ++layer) {
+    if (!config->moe.IsMoeLayer(layer)) continue;
+    const MoeTensorSpecs specs = MoeLayerTensorSpecs(*config, layer);
+    EXPECT_FALSE(IsQuantizedWeight(*q, specs.router));
+    for (const TensorSpec& spec : specs.All()) {
+      if (!spec.linear) continue;
+      ASSERT_TRUE(IsQuantizedWeight(*q, spec)) << spec.name;
+      ASSERT_TRUE(
+          (*weights)->Contains(spec.name.substr(0, spec.name.size() - 7) + ".weight_scale_inv"))
+          << spec.name;
+      ++experts;
+    }
+  }
+  EXPECT_GT(experts, 0);
+  auto slice = ModelSlice::LoadCpu({.model_dir = dir.string(),
+                                    .layers = {0, config->num_layers},
+                                    .kv_block_size = 4,
+                                    .kv_num_blocks = 4});
+  ASSERT_TRUE(slice.ok()) << slice.status();
+  MicroBatch batch;
+  batch.chunks.push_back({.seq_id = 0,
+                          .start_position = 0,
+                          .num_tokens = 5,
+                          .block_table = {0, 1},
+                          .logits = LogitsMode::kLastToken});
+  batch.token_ids = {1, 17, 40, 99, 3};
+  auto logits = (*slice)->Forward(batch, {});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  for (float v : *logits) ASSERT_TRUE(std::isfinite(v));
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeShapes, QuantLayoutMoeTest,
+                         ::testing::Values("tiny-qwen3-moe", "tiny-deepseek-v3", "tiny-glm4-moe"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
+                           return name;
+                         });
+
 TEST(QuantLayoutErrorsTest, UnpackableShapesAndUnknownFormatsAreRefused) {
   EXPECT_THAT(std::string(ParseCheckpointQuant("mxfp4").status().message()), HasSubstr("experts"));
   EXPECT_EQ(ParseCheckpointQuant("int3").status().code(), absl::StatusCode::kInvalidArgument);

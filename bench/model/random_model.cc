@@ -22,6 +22,14 @@
 namespace ringserve {
 namespace {
 
+// A decoder layer's linear weight, which --quant stores quantized: the *_proj weights (attention,
+// dense MLP, experts, shared experts) and DeepSeek's kv_a_proj_with_mqa, as the loader reads them
+// (stage/model/slice_weights.h: TensorSpec::linear).
+bool IsDecoderLinear(const std::string& name) {
+  return name.starts_with("model.layers.") &&
+         (name.ends_with("_proj.weight") || name.ends_with("_proj_with_mqa.weight"));
+}
+
 namespace fs = std::filesystem;
 
 constexpr int64_t kChunkElements = int64_t{1} << 20;  // one RNG stream per chunk
@@ -492,8 +500,7 @@ std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape, int fir
   // they pack; one that does not stays as it is here).
   std::vector<CheckpointTensor> quantized;
   for (const CheckpointTensor& spec : specs) {
-    const bool linear =
-        spec.name.starts_with("model.layers.") && spec.name.ends_with("_proj.weight");
+    const bool linear = IsDecoderLinear(spec.name);
     absl::StatusOr<std::vector<CheckpointTensor>> parts =
         linear ? QuantizedParts(spec, quant, init_std)
                : absl::StatusOr<std::vector<CheckpointTensor>>(std::vector{spec});
@@ -549,8 +556,7 @@ absl::StatusOr<RandomModelResult> WriteRandomModel(const RandomModelOptions& opt
 
   // Every linear weight must pack into the quantized layout.
   for (const CheckpointTensor& spec : CheckpointTensors(shape)) {
-    if (options.quant != CheckpointQuant::kNone && spec.name.starts_with("model.layers.") &&
-        spec.name.ends_with("_proj.weight")) {
+    if (options.quant != CheckpointQuant::kNone && IsDecoderLinear(spec.name)) {
       RS_RETURN_IF_ERROR(QuantizedParts(spec, options.quant, options.init_std).status());
     }
   }

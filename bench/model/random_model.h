@@ -125,8 +125,9 @@ struct CheckpointTensor {
   std::vector<int64_t> ints = {};
   int64_t NumElements() const;
 };
-// With `quant` the linear weights of the layers are their quantized parts (quant_layout.h);
-// embeddings, norms and the lm_head stay in the model's dtype.
+// With `quant` the linear weights of the layers (attention incl. DeepSeek's kv_a_proj_with_mqa,
+// dense MLPs, every expert and shared expert) are their quantized parts (quant_layout.h);
+// routers, embeddings, norms and the lm_head stay in the model's dtype.
 std::vector<CheckpointTensor> CheckpointTensors(const ModelShape& shape,
                                                 CheckpointQuant quant = CheckpointQuant::kNone,
                                                 double init_std = 0.02);

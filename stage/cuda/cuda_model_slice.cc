@@ -367,11 +367,16 @@ absl::Status CudaModelSlice::AllocateRuntime() {
               c.mla ? " (MLA: compressed latent + rope key, bf16)" : "");
   RS_LOG_INFO(
       "CUDA slice [{}, {}): weights {} MiB, KV {} {} MiB ({} blocks of {}, {} bytes per token), "
-      "activations {} MiB, device free {} / {} MiB",
+      "activations {} MiB, device free {} / {} MiB{}",
       options_.layers.first, options_.layers.last, m.weight_bytes >> 20,
       KvCacheDtypeName(options_.kv_cache_dtype), m.kv_bytes >> 20, m.kv_num_blocks,
       options_.kv_block_size, block_bytes / options_.kv_block_size, m.activation_bytes >> 20,
-      m.device_free_bytes >> 20, m.device_total_bytes >> 20);
+      m.device_free_bytes >> 20, m.device_total_bytes >> 20,
+      m.dequantized_expert_bytes > 0
+          ? fmt::format(" (weights include {} MiB of bf16 experts dequantized from the "
+                        "quantized checkpoint)",
+                        m.dequantized_expert_bytes >> 20)
+          : std::string());
   return absl::OkStatus();
 }
 
@@ -379,6 +384,7 @@ CudaMemoryReport CudaModelSlice::memory() const {
   CudaMemoryReport r;
   r.weight_bytes = WeightBytes();
   r.quant_weight_bytes = quant_.bytes();
+  r.dequantized_expert_bytes = dequantized_expert_bytes_;
   r.kv_bytes = static_cast<int64_t>(kv_buffer_.bytes());
   r.activation_bytes = activation_bytes_ + quant_.scratch_bytes();
   size_t free = 0, total = 0;

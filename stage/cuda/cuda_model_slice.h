@@ -82,6 +82,9 @@ struct CudaSliceOptions {
 struct CudaMemoryReport {
   int64_t weight_bytes = 0;        // bf16 weights and the quantized linear layers (below)
   int64_t quant_weight_bytes = 0;  // the quantized linear layers' codes and scales
+  // Of weight_bytes: MoE experts (and shared experts) the checkpoint stores quantized, held
+  // dequantized in bf16 (quantized experts run as bf16 experts on CUDA).
+  int64_t dequantized_expert_bytes = 0;
   int64_t kv_bytes = 0;
   int64_t activation_bytes = 0;  // activations, metadata, workspaces
   int64_t device_free_bytes = 0;
@@ -260,6 +263,7 @@ class CudaModelSlice : public ModelSlice {
   cudaEvent_t meta_uploaded_ = nullptr;
   int64_t meta_capacity_ = 0;  // int32 elements
   int64_t activation_bytes_ = 0;
+  int64_t dequantized_expert_bytes_ = 0;  // CudaMemoryReport::dequantized_expert_bytes
 
   std::map<std::pair<int, int>, Graph> graphs_;
   std::unique_ptr<DeviceActivationBuffer> activations_;  // over residual_

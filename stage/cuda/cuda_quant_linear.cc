@@ -91,6 +91,14 @@ absl::StatusOr<QuantLinears> QuantLinears::Load(const ModelConfig& config,
   QuantLinears out;
   RS_ASSIGN_OR_RETURN(const quant::QuantConfig q, quant::LoadQuantConfig(options.model_dir));
   if (q.method == quant::QuantMethod::kNone) return out;
+  if (config.mla) {
+    // Latent attention and DeepSeek's dense MLPs run in bf16: the loader dequantizes them.
+    RS_LOG_INFO(
+        "quantized linear layers: all dequantized to bf16 at load ({} runs multi-head "
+        "latent attention in bf16 only)",
+        ArchitectureName(config.architecture));
+    return out;
+  }
   RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> weights,
                       SafetensorsModel::Open(options.model_dir));
   out.layers_.resize(options.layers.size());
@@ -99,6 +107,10 @@ absl::StatusOr<QuantLinears> QuantLinears::Load(const ModelConfig& config,
     const int layer = options.layers.first + i;
     const std::vector<TensorSpec> specs = LayerTensorSpecs(config, layer);
     for (int which = 0; which < kLayerLinears; ++which) {
+      // A MoE layer has no dense MLP: its experts live in the MoE layer (cuda_moe_layer.h).
+      if (config.moe.IsMoeLayer(layer) && which >= static_cast<int>(LayerLinear::kGateUp)) {
+        continue;
+      }
       std::vector<quant::PackedMatrix> parts;
       std::string why_not;
       for (const std::string& module : kParts[which]) {

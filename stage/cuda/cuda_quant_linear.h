@@ -37,7 +37,10 @@ inline constexpr int kLayerLinears = 4;
 
 class QuantLinears {
  public:
-  // The slice's layers of options.model_dir's checkpoint; empty when it is not quantized.
+  // The slice's layers of options.model_dir's checkpoint; empty when it is not quantized. Only
+  // attention and dense MLP matrices: a MoE layer's experts are the MoE layer's (dequantized to
+  // bf16 at load), and a multi-head latent attention model (DeepSeek) holds nothing here (its
+  // every linear weight is dequantized to bf16 at load).
   static absl::StatusOr<QuantLinears> Load(const ModelConfig& config, const SliceOptions& options,
                                            cudaStream_t stream);
   // Every linear layer of the slice quantized from random weights (std 0.02) with `format`,

@@ -3,12 +3,15 @@
 // converting fp32/fp16 to bf16 on the GPU, and fusing q/k/v and gate/up into one matrix each.
 // Quantized linear weights that QuantLinears holds quantized (cuda_quant_linear.h) are skipped
 // here; the others are dequantized on the host by the shared loader
-// (stage/model/quantized_weights.h), one tensor at a time, and uploaded as fp32 -> bf16.
+// (stage/model/quantized_weights.h), one tensor at a time, and uploaded as fp32 -> bf16. Quantized
+// MoE experts (every format the loader reads, gpt-oss MXFP4 included) take that path too: they
+// run as bf16 experts, and the memory report counts them (dequantized_expert_bytes).
 #include <cstring>
 #include <map>
 #include <set>
 
 #include "absl/status/status.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "kernels/cuda/elementwise.h"
@@ -143,7 +146,16 @@ absl::Status CudaModelSlice::LoadWeights() {
       for (const TensorSpec& spec : MoeLayerTensorSpecs(c, layer).All()) {
         moe_tensors.insert(spec.name);
       }
+      int64_t dequantized = 0;
+      for (const TensorSpec& spec : MoeLayerTensorSpecs(c, layer).All()) {
+        if (IsQuantizedWeight(quant, spec)) dequantized += TensorBytes({spec}, sizeof(bf16));
+      }
       RS_RETURN_IF_ERROR(moe_[i]->Load(c, layer, *weights, load, stream_));
+      if (dequantized > 0) {
+        RS_LOG_INFO("layer {}: {} MiB of {} experts dequantized to bf16 at load", layer,
+                    dequantized >> 20, quant::QuantMethodName(quant.method));
+      }
+      dequantized_expert_bytes_ += dequantized;
     }
     // DeepSeek: the attention tensors, loaded by mla_[i] (skipped below as the MoE ones are).
     if (!mla_.empty() && mla_[i] != nullptr) {

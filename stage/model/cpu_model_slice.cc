@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<CpuModelSlice>> CpuModelSlice::Load(const SliceOp
       RS_ASSIGN_OR_RETURN(*field->second, ReadWeightFloat(*weights, quant, spec));
     }
     if (config.moe.IsMoeLayer(layer)) {
-      RS_ASSIGN_OR_RETURN(CpuMoeLayer moe, LoadCpuMoeLayer(config, layer, *weights));
+      RS_ASSIGN_OR_RETURN(CpuMoeLayer moe, LoadCpuMoeLayer(config, layer, *weights, quant));
       w.moe = std::make_unique<CpuMoeLayer>(std::move(moe));
     }
   }

@@ -6,14 +6,11 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/ops.h"
 #include "stage/model/moe_router.h"
+#include "stage/model/quantized_weights.h"
 #include "stage/model/slice_weights.h"
 
 namespace ringserve {
 namespace {
-
-absl::StatusOr<std::vector<float>> Read(SafetensorsModel& weights, const TensorSpec& spec) {
-  return weights.ReadFloat(spec.name, spec.shape);
-}
 
 // gpt-oss: expert x of the stacked, input-major tensors, as [out, in] matrices.
 CpuExpert SplitStacked(const std::vector<float>& gate_up, const std::vector<float>& gate_up_bias,
@@ -68,7 +65,11 @@ void RunExpert(const MoeConfig& moe, const CpuExpert& e, int64_t hidden, int64_t
 }  // namespace
 
 absl::StatusOr<CpuMoeLayer> LoadCpuMoeLayer(const ModelConfig& config, int layer,
-                                            SafetensorsModel& weights) {
+                                            SafetensorsModel& weights,
+                                            const quant::QuantConfig& quant) {
+  auto Read = [&](SafetensorsModel& w, const TensorSpec& spec) {
+    return ReadWeightFloat(w, quant, spec);
+  };
   const MoeConfig& m = config.moe;
   const MoeTensorSpecs specs = MoeLayerTensorSpecs(config, layer);
   CpuMoeLayer out;

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "ring/model_config.h"
+#include "stage/model/quant/quant_config.h"
 #include "stage/model/safetensors.h"
 
 namespace ringserve {
@@ -30,10 +31,14 @@ struct CpuMoeLayer {
 };
 
 // Reads layer `layer`'s MoE block (MoeLayerTensorSpecs) as fp32; gpt-oss's stacked
-// input-major tensors are split per expert and transposed to [out, in]. Only this layer's
-// tensors are read. Errors name the tensor. Precondition: config.moe.IsMoeLayer(layer).
+// input-major tensors are split per expert and transposed to [out, in]. Experts and shared
+// experts that `quant` stores quantized are dequantized at load by their format's one rule
+// (ReadWeightFloat, stage/model/quantized_weights.h: fp8 blocks, compressed-tensors, GPTQ, AWQ,
+// gpt-oss MXFP4); the router and its biases are read as floats. Only this layer's tensors are
+// read. Errors name the tensor. Precondition: config.moe.IsMoeLayer(layer).
 absl::StatusOr<CpuMoeLayer> LoadCpuMoeLayer(const ModelConfig& config, int layer,
-                                            SafetensorsModel& weights);
+                                            SafetensorsModel& weights,
+                                            const quant::QuantConfig& quant);
 
 // out[t, :] = sum over token t's chosen experts e of weight(t, e) * expert_e(x[t, :])
 //             (+ the shared expert, gated by sigmoid(shared_expert_gate . x[t, :]) if present).

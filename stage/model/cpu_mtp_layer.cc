@@ -83,10 +83,11 @@ absl::StatusOr<std::unique_ptr<CpuMtpLayer>> CpuMtpLayer::Load(const ModelConfig
   for (const TensorSpec& spec : LayerTensorSpecs(mtp->config_, layer)) {
     auto field = fields.find(spec.name.substr(p.size()));
     if (field == fields.end()) continue;  // a MoE block's tensor, read below
-    RS_RETURN_IF_ERROR(read(*field->second, spec.name, spec.shape));
+    // The spec itself: its linear weights are dequantized as the decoder layers' are.
+    RS_ASSIGN_OR_RETURN(*field->second, ReadWeightFloat(weights, quant, spec));
   }
   if (mtp->config_.moe.IsMoeLayer(layer)) {
-    RS_ASSIGN_OR_RETURN(CpuMoeLayer moe, LoadCpuMoeLayer(mtp->config_, layer, weights));
+    RS_ASSIGN_OR_RETURN(CpuMoeLayer moe, LoadCpuMoeLayer(mtp->config_, layer, weights, quant));
     mtp->moe_ = std::make_unique<CpuMoeLayer>(std::move(moe));
   }
   mtp->kv_ = std::make_unique<LatentKvCache>(LatentKvCache::Options{

@@ -108,8 +108,8 @@ TEST(MoeConfigTest, RefusesWhatItCannotHonourNamingTheKey) {
   j["use_sliding_window"] = true;
   ExpectRefused(j, "use_sliding_window");
   j = Qwen3MoeA3B();
-  j["quantization_config"] = {{"quant_method", "fp8"}};
-  ExpectRefused(j, "quantization_config");
+  j["quantization_config"] = {{"quant_method", "mxfp4"}};
+  ExpectRefused(j, "quantization_config.quant_method \"mxfp4\"");
 
   j = Glm45Air();
   j["n_group"] = 3;

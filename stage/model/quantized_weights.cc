@@ -23,7 +23,10 @@ using quant::QuantMethod;
 
 constexpr std::string_view kWeightSuffix = ".weight";
 
+// "model.layers.3.mlp.down_proj.weight" -> "model.layers.3.mlp.down_proj"; gpt-oss's stacked
+// experts are named as their module ("model.layers.3.mlp.experts.down_proj").
 std::string ModuleOf(const TensorSpec& spec) {
+  if (spec.stacked_experts) return spec.name;
   return spec.name.substr(0, spec.name.size() - kWeightSuffix.size());
 }
 
@@ -129,10 +132,56 @@ absl::StatusOr<std::vector<float>> ReadCompressed(ModuleReader& m, const Compres
   return quant::DequantizeCompressedInt(q, scale, args);
 }
 
+// gpt-oss's stacked experts from MXFP4: the stored [E, out, in] (rows first) transposed to the
+// bf16 checkpoint's [E, in, out] = spec.shape, as transformers' convert_moe_packed_tensors does.
+// One expert at a time, so the host holds the result and one expert's values.
+absl::StatusOr<std::vector<float>> ReadMxfp4Experts(SafetensorsModel& weights,
+                                                    const TensorSpec& spec) {
+  const int64_t e = spec.shape[0], in = spec.shape[1], out = spec.shape[2];
+  const std::vector<int64_t> stored = {e, out, in};
+  RS_ASSIGN_OR_RETURN(TensorView blocks_view, weights.GetAnyShape(spec.name + "_blocks"));
+  RS_ASSIGN_OR_RETURN(TensorView scales_view, weights.GetAnyShape(spec.name + "_scales"));
+  const std::vector<int64_t>& bshape = blocks_view.info->shape;
+  const std::vector<int64_t>& sshape = scales_view.info->shape;
+  if (DTypeSize(blocks_view.info->dtype) != 1 || DTypeSize(scales_view.info->dtype) != 1 ||
+      bshape.size() != 4 || bshape[0] != e || bshape[1] != out || bshape[2] * 32 != in ||
+      bshape[3] != 16 || sshape != std::vector<int64_t>{e, out, bshape[2]}) {
+    return absl::InvalidArgumentError(fmt::format(
+        "MXFP4 tensors \"{0}_blocks\" [{1}] / \"{0}_scales\" [{2}] do not hold [{3}] as "
+        "[E, out, in / 32, 16] / [E, out, in / 32] of U8",
+        spec.name, fmt::join(bshape, ", "), fmt::join(sshape, ", "), fmt::join(stored, ", ")));
+  }
+  const int64_t block_bytes = out * bshape[2] * 16, scale_bytes = out * bshape[2];
+  std::vector<float> w(static_cast<size_t>(e * in * out));
+  for (int64_t x = 0; x < e; ++x) {
+    const QTensor blocks{.name = blocks_view.info->name,
+                         .dtype = blocks_view.info->dtype,
+                         .shape = {out, bshape[2], 16},
+                         .bytes = blocks_view.bytes.subspan(x * block_bytes, block_bytes)};
+    const QTensor scales{.name = scales_view.info->name,
+                         .dtype = scales_view.info->dtype,
+                         .shape = {out, bshape[2]},
+                         .bytes = scales_view.bytes.subspan(x * scale_bytes, scale_bytes)};
+    RS_ASSIGN_OR_RETURN(std::vector<float> rows_first, quant::DequantizeMxfp4(blocks, scales));
+    float* dst = w.data() + x * in * out;
+    for (int64_t o = 0; o < out; ++o) {
+      for (int64_t i = 0; i < in; ++i) dst[i * out + o] = rows_first[o * in + i];
+    }
+  }
+  return w;
+}
+
 absl::StatusOr<std::vector<float>> ReadQuantized(SafetensorsModel& weights,
                                                  const QuantConfig& config,
                                                  const quant::LinearStorage& storage,
                                                  const TensorSpec& spec) {
+  if (spec.stacked_experts) {
+    if (storage.method == QuantMethod::kMxfp4) return ReadMxfp4Experts(weights, spec);
+    return absl::InvalidArgumentError(fmt::format(
+        "tensor \"{}\": gpt-oss's stacked experts are read quantized only as quant_method mxfp4 "
+        "(or list them in modules_to_not_convert)",
+        spec.name));
+  }
   ModuleReader m(weights, ModuleOf(spec));
   const int64_t out = spec.shape[0], in = spec.shape[1];
   switch (storage.method) {
@@ -181,7 +230,8 @@ absl::StatusOr<std::vector<float>> ReadQuantized(SafetensorsModel& weights,
 }  // namespace
 
 bool IsQuantizedWeight(const quant::QuantConfig& quant, const TensorSpec& spec) {
-  if (!spec.linear || spec.shape.size() != 2 || !spec.name.ends_with(kWeightSuffix)) return false;
+  const bool linear = spec.linear && spec.shape.size() == 2 && spec.name.ends_with(kWeightSuffix);
+  if (!linear && !(spec.stacked_experts && spec.shape.size() == 3)) return false;
   return quant::StorageOf(quant, ModuleOf(spec)).method != QuantMethod::kNone;
 }
 

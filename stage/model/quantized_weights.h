@@ -11,6 +11,17 @@
 //                       [M.weight_zero_point]; float-quantized: M.weight F8_E4M3, M.weight_scale
 //   gptq                M.qweight, M.qzeros, M.scales, M.g_idx (required with desc_act)
 //   awq                 M.qweight, M.qzeros, M.scales
+//   mxfp4               gpt-oss's stacked experts only (TensorSpec::stacked_experts, shape
+//                       [E, in, out]: gate_up_proj [E, hidden, 2 * inter] with gate and up
+//                       columns interleaved, down_proj [E, inter, hidden]): M_blocks U8
+//                       [E, out, in / 32, 16] and M_scales U8 [E, out, in / 32], dequantized to
+//                       [E, out, in] (quant/mxfp4.h, an expert at a time) and transposed to
+//                       [E, in, out], as transformers' convert_moe_packed_tensors does (the
+//                       host holds the result and one expert's values). Other methods refuse
+//                       stacked experts unless modules_to_not_convert leaves them in bf16.
+// MoE experts are linear modules like any other: mlp.experts.E.{gate,up,down}_proj (Mixtral
+// block_sparse_moe.experts.E.w1/w2/w3) and the shared experts follow the same rule; routers
+// (mlp.gate, e_score_correction_bias, shared_expert_gate) are always read as floats.
 // Modules the config leaves unquantized (modules_to_not_convert, ignore, lm_head) are read from
 // M.weight in F32/F16/BF16. Thread-compatible (SafetensorsModel is not thread-safe).
 #pragma once
@@ -27,7 +38,7 @@
 
 namespace ringserve {
 
-// Whether `spec` is a linear weight that `quant` stores quantized.
+// Whether `spec` is a linear weight (or gpt-oss stacked experts) that `quant` stores quantized.
 bool IsQuantizedWeight(const quant::QuantConfig& quant, const TensorSpec& spec);
 
 // `spec` as fp32, row-major, spec.shape: dequantized when IsQuantizedWeight, else converted from

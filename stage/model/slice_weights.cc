@@ -90,25 +90,31 @@ MoeTensorSpecs MoeLayerTensorSpecs(const ModelConfig& c, int layer) {
   if (m.router_bias) s.router_bias = TensorSpec{p + router + "bias", {e}};
   if (m.correction_bias) s.correction_bias = TensorSpec{p + "gate.e_score_correction_bias", {e}};
   if (m.layout == ExpertLayout::kGptOssStacked) {
-    s.gate_up = TensorSpec{p + "experts.gate_up_proj", {e, hidden, 2 * inter}};
+    s.gate_up = TensorSpec{.name = p + "experts.gate_up_proj",
+                           .shape = {e, hidden, 2 * inter},
+                           .linear = false,
+                           .stacked_experts = true};
     s.gate_up_bias = TensorSpec{p + "experts.gate_up_proj_bias", {e, 2 * inter}};
-    s.stacked_down = TensorSpec{p + "experts.down_proj", {e, inter, hidden}};
+    s.stacked_down = TensorSpec{.name = p + "experts.down_proj",
+                                .shape = {e, inter, hidden},
+                                .linear = false,
+                                .stacked_experts = true};
     s.down_bias = TensorSpec{p + "experts.down_proj_bias", {e, hidden}};
   } else {
     for (int64_t x = 0; x < e; ++x) {
       const std::string ep = fmt::format("{}experts.{}.", p, x);
-      s.gate.push_back({ep + (mixtral ? "w1.weight" : "gate_proj.weight"), {inter, hidden}});
-      s.up.push_back({ep + (mixtral ? "w3.weight" : "up_proj.weight"), {inter, hidden}});
-      s.down.push_back({ep + (mixtral ? "w2.weight" : "down_proj.weight"), {hidden, inter}});
+      s.gate.push_back({ep + (mixtral ? "w1.weight" : "gate_proj.weight"), {inter, hidden}, true});
+      s.up.push_back({ep + (mixtral ? "w3.weight" : "up_proj.weight"), {inter, hidden}, true});
+      s.down.push_back({ep + (mixtral ? "w2.weight" : "down_proj.weight"), {hidden, inter}, true});
     }
   }
   if (m.shared_intermediate_size > 0) {
     const int64_t shared = m.shared_intermediate_size;
     // Qwen2-MoE names one "shared_expert"; GLM-4.5 (DeepSeek) "shared_experts".
     const std::string sp = p + (m.shared_expert_gate ? "shared_expert." : "shared_experts.");
-    s.shared_gate = TensorSpec{sp + "gate_proj.weight", {shared, hidden}};
-    s.shared_up = TensorSpec{sp + "up_proj.weight", {shared, hidden}};
-    s.shared_down = TensorSpec{sp + "down_proj.weight", {hidden, shared}};
+    s.shared_gate = TensorSpec{sp + "gate_proj.weight", {shared, hidden}, true};
+    s.shared_up = TensorSpec{sp + "up_proj.weight", {shared, hidden}, true};
+    s.shared_down = TensorSpec{sp + "down_proj.weight", {hidden, shared}, true};
     if (m.shared_expert_gate) {
       s.shared_expert_gate = TensorSpec{p + "shared_expert_gate.weight", {1, hidden}};
     }

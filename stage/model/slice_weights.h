@@ -19,6 +19,9 @@ struct TensorSpec {
   // A linear layer's weight [out_features, in_features] (the *_proj weights and a separate
   // lm_head): what a quantized checkpoint may store quantized (stage/model/quantized_weights.h).
   bool linear = false;
+  // gpt-oss's stacked expert tensor [E, in, out] (mlp.experts.gate_up_proj / down_proj): what
+  // quant_method mxfp4 stores as `name`_blocks / `name`_scales (stage/model/quantized_weights.h).
+  bool stacked_experts = false;
 };
 
 // The per-layer tensor name suffixes (after "model.layers.<i>."), in load order, as `config`
@@ -45,9 +48,11 @@ struct MoeTensorSpecs {
   std::optional<TensorSpec> router_bias;      // [E] (gpt-oss)
   std::optional<TensorSpec> correction_bias;  // [E] (e_score_correction_bias)
   // kPerExpert / kMixtral, one entry per expert: gate and up [inter, hidden], down [hidden, inter].
+  // These and the shared experts are linear weights (TensorSpec::linear): a quantized checkpoint
+  // may store them quantized. The router, its biases and the shared expert gate are not.
   std::vector<TensorSpec> gate, up, down;
   // kGptOssStacked: gate_up [E, hidden, 2 * inter], gate_up_bias [E, 2 * inter],
-  // down [E, inter, hidden], down_bias [E, hidden].
+  // down [E, inter, hidden], down_bias [E, hidden]. gate_up and down are stacked_experts.
   std::optional<TensorSpec> gate_up, gate_up_bias, stacked_down, down_bias;
   // Shared experts (shared_intermediate_size > 0) and Qwen2-MoE's gate [1, hidden].
   std::optional<TensorSpec> shared_gate, shared_up, shared_down, shared_expert_gate;

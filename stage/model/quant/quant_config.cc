@@ -415,8 +415,14 @@ absl::StatusOr<QuantConfig> LoadQuantConfig(const std::string& model_dir) {
 LinearStorage StorageOf(const QuantConfig& config, std::string_view module) {
   switch (config.method) {
     case QuantMethod::kNone:
-    case QuantMethod::kMxfp4:  // only gpt-oss experts, which are not linear modules
       return {};
+    case QuantMethod::kMxfp4:  // only gpt-oss's stacked experts
+      if (!(module.ends_with(".mlp.experts.gate_up_proj") ||
+            module.ends_with(".mlp.experts.down_proj")) ||
+          MatchesNotConvert(module, config.modules_to_not_convert)) {
+        return {};
+      }
+      return {.method = config.method};
     case QuantMethod::kFp8:
     case QuantMethod::kAwq:
       if (module == "lm_head" || MatchesNotConvert(module, config.modules_to_not_convert)) {

@@ -20,7 +20,8 @@
 //                                    modules_to_not_convert.
 //   quant_method mxfp4               experts only (gpt-oss); modules_to_not_convert.
 // Module names are the checkpoint's, without the trailing ".weight":
-// "model.layers.3.self_attn.q_proj", "lm_head".
+// "model.layers.3.self_attn.q_proj", "lm_head", "model.layers.3.mlp.experts.7.down_proj"; gpt-oss's
+// stacked experts are the modules "model.layers.3.mlp.experts.gate_up_proj" / ".down_proj".
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,157 @@
+// The CUDA slice on quantized MoE checkpoints (C++-written copies of the MoE fixtures:
+// stage/model/testing/quantized_copy.h) against the CPU slice on the same checkpoint: experts
+// are dequantized to bf16 at load, so the comparison is the dense GPU tests' (bf16 against the
+// fp32 CPU reference): relative L2 of the prefill logits and of each graphed greedy decode step
+// <= max(3e-2, 2 x the CPU reference's bf16-noise sensitivity, measured on the dequantized float
+// copy: testing/bf16_noise_probe.h). The memory report must count the dequantized experts.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "bench/model/random_model.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/test_util.h"
+#include "stage/cuda/cuda_model_slice.h"
+#include "stage/model/cpu_model_slice.h"
+#include "stage/model/testing/bf16_noise_probe.h"
+#include "stage/model/testing/quantized_copy.h"
+#include "stage/sampling/sampler.h"
+
+namespace ringserve::cuda {
+namespace {
+
+using ringserve::testing::CopyFormat;
+using ringserve::testing::CopyOptions;
+using testing::RelL2;
+
+constexpr double kLogitsTol = 3e-2;
+constexpr double kSensitivityFactor = 2.0;
+
+std::string Fixture(const std::string& name) {
+  const char* root = std::getenv("RINGSERVE_SOURCE_DIR");
+  return std::string(root != nullptr ? root : ".") + "/tests/fixtures/models/" + name;
+}
+
+// DeepSeek-V3 at the latent sizes the CUDA MLA kernels run (kv_lora_rank 512, rope 64; the
+// fixtures' 16 are CPU-only), MoE from layer 1 with a shared expert: random float weights in
+// tiny-deepseek-v3's layout, as stage_cuda_mla_slice_test writes them.
+absl::Status WriteLatent512Moe(const std::string& dir) {
+  auto shape = FindShape("tiny-deepseek-v3");
+  if (!shape.ok()) return shape.status();
+  shape->name = "tiny-deepseek-v3-latent512-moe";
+  shape->hidden_size = 128;
+  shape->num_layers = 3;
+  shape->num_heads = 4;
+  shape->num_kv_heads = 4;
+  shape->head_dim = 64;
+  shape->vocab_size = 128;
+  shape->max_position_embeddings = 128;
+  shape->bos_token_id = 1;
+  shape->eos_token_ids = {2};
+  shape->mla.q_lora_rank = 32;
+  shape->mla.kv_lora_rank = 512;
+  shape->mla.qk_nope_head_dim = 32;
+  shape->mla.qk_rope_head_dim = 64;
+  shape->mla.v_head_dim = 32;
+  shape->mla.yarn_factor = 4;
+  shape->mla.yarn_original_max_position_embeddings = 16;
+  return WriteRandomModel({.output_dir = dir,
+                           .shape = *shape,
+                           .seed = 11,
+                           .init_std = 0.1,
+                           .num_threads = 2,
+                           .tokenizers_dir = ""})
+      .status();
+}
+
+struct Case {
+  std::string name;
+  // tests/fixtures/models/<fixture>, "gpt_oss_wide" (MXFP4-ready) or "deepseek_latent512"
+  std::string fixture;
+  CopyOptions options;
+};
+
+class CudaQuantizedMoeTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaQuantizedMoeTest, GpuSliceMatchesTheCpuSliceOnTheQuantizedCheckpoint) {
+  RS_SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  ringserve::testing::TempDir tmp;
+  std::string src = Fixture(c.fixture);
+  if (c.fixture == "gpt_oss_wide") {
+    src = tmp.path() + "/src";
+    ASSERT_TRUE(ringserve::testing::WriteMxfp4ReadyGptOss(Fixture("gpt_oss"), src).ok());
+  } else if (c.fixture == "deepseek_latent512") {
+    src = tmp.path() + "/src";
+    const absl::Status written = WriteLatent512Moe(src);
+    ASSERT_TRUE(written.ok()) << written;
+  }
+  const std::string dir = tmp.path() + "/quant", float_dir = tmp.path() + "/float";
+  auto copy = ringserve::testing::WriteQuantizedCopy(src, c.options, dir, float_dir);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const LayerRange all{0, config->num_layers};
+  auto gpu = CudaModelSlice::Load(
+      {.model_dir = dir, .layers = all, .kv_block_size = 4, .kv_num_blocks = 64},
+      {.max_batch_tokens = 64, .max_seqs = 8});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_GT((*gpu)->memory().dequantized_expert_bytes, 0);
+  auto cpu = CpuModelSlice::Load(
+      {.model_dir = dir, .layers = all, .kv_block_size = 4, .kv_num_blocks = 64});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto probe = ringserve::testing::Bf16NoiseProbe::Load(
+      {.model_dir = float_dir, .layers = all, .kv_block_size = 4, .kv_num_blocks = 64});
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto check = [&](const MicroBatch& batch) -> std::vector<float> {
+    auto want = (*cpu)->Forward(batch, {});
+    EXPECT_TRUE(want.ok()) << want.status();
+    EXPECT_TRUE((*probe)->Forward(batch).ok());
+    auto got = (*gpu)->Forward(batch, {});
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!want.ok() || !got.ok()) return {};
+    const double bound = std::max(kLogitsTol, kSensitivityFactor * (*probe)->Sensitivity(*want));
+    EXPECT_LT(RelL2(*got, *want), bound);
+    return *want;
+  };
+  std::vector<int32_t> table(64);
+  for (int i = 0; i < 64; ++i) table[i] = 63 - i;
+  MicroBatch prefill;
+  prefill.chunks.push_back({.seq_id = 1,
+                            .start_position = 0,
+                            .num_tokens = 11,
+                            .block_table = table,
+                            .logits = LogitsMode::kAllTokens});
+  prefill.token_ids = {5, 17, 99, 3, 42, 64, 8, 120, 31, 77, 2};
+  std::vector<float> logits = check(prefill);
+  ASSERT_FALSE(logits.empty());
+  std::vector<float> last(logits.end() - config->vocab_size, logits.end());
+  for (int step = 0; step < 6; ++step) {
+    MicroBatch decode;
+    decode.chunks.push_back({.seq_id = 1,
+                             .start_position = 11 + step,
+                             .num_tokens = 1,
+                             .block_table = table,
+                             .logits = LogitsMode::kLastToken});
+    decode.token_ids = {GreedyToken(last)};  // the CPU reference's token: both stay together
+    last = check(decode);
+    ASSERT_FALSE(last.empty());
+  }
+  EXPECT_GT((*gpu)->num_graphs(), 0);
+}
+
+CopyOptions Opt(CopyFormat format, int block) { return {.format = format, .block = block}; }
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, CudaQuantizedMoeTest,
+    ::testing::Values(Case{"Qwen3MoeFp8Block", "qwen3_moe", Opt(CopyFormat::kFp8Block, 16)},
+                      Case{"Glm4MoeFp8BlockUe8m0", "glm4_moe", Opt(CopyFormat::kFp8BlockUe8m0, 16)},
+                      Case{"DeepseekV3Fp8Block128", "deepseek_latent512",
+                           Opt(CopyFormat::kFp8Block, 128)},
+                      Case{"MixtralCompressedInt4", "mixtral", Opt(CopyFormat::kCompressedInt4, 8)},
+                      Case{"DeepseekV3Awq", "deepseek_latent512", Opt(CopyFormat::kAwq4, 8)},
+                      Case{"GptOssMxfp4", "gpt_oss_wide", Opt(CopyFormat::kMxfp4, 32)}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace ringserve::cuda
