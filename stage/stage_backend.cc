@@ -157,6 +157,8 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
   cuda.kv_from_free_memory = options.kv_num_blocks == 0;
   cuda.device_share =
       request.memory_fraction() > 0 ? request.memory_fraction() : kDefaultGpuMemoryFraction;
+  // The MTP layer (its weights, latent cache and hidden store) only when it will draft.
+  cuda.load_mtp = request.speculative_mtp();
   RS_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaModelSlice> slice,
                       cuda::CudaModelSlice::Load(options, cuda));
   const cuda::CudaMemoryReport m = slice->memory();
