@@ -85,7 +85,9 @@ absl::StatusOr<std::unique_ptr<CudaMtpLayer>> CudaMtpLayer::Create(const ModelCo
   carve(mtp->buffer_.as<char>());
   RS_CUDA_RETURN_IF_ERROR(cudaMemset(mtp->buffer_.get(), 0, mtp->buffer_.bytes()));
   RS_ASSIGN_OR_RETURN(mtp->attention_, CudaMlaLayerWeights::Create(c));
-  if (moe) RS_ASSIGN_OR_RETURN(mtp->moe_, CudaMoeLayer::Create(c));
+  if (moe) {
+    RS_ASSIGN_OR_RETURN(mtp->moe_, CudaMoeLayer::Create(c));
+  }
   return mtp;
 }
 
@@ -94,15 +96,18 @@ absl::Status CudaMtpLayer::Load(SafetensorsModel& weights, const CudaMoeLayer::U
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
   const std::string p = fmt::format("model.layers.{}.", layer_);
-  auto load = [&](const std::string& name, std::vector<int64_t> shape, const bf16* dst) {
-    return upload(TensorSpec{.name = name, .shape = std::move(shape)}, const_cast<bf16*>(dst));
+  // eh_proj and an own head are linear layers (a quantized checkpoint's loader dequantizes them).
+  auto load = [&](const std::string& name, std::vector<int64_t> shape, const bf16* dst,
+                  bool linear = false) {
+    return upload(TensorSpec{.name = name, .shape = std::move(shape), .linear = linear},
+                  const_cast<bf16*>(dst));
   };
   RS_RETURN_IF_ERROR(load(p + "enorm.weight", {h}, w_.enorm));
   RS_RETURN_IF_ERROR(load(p + "hnorm.weight", {h}, w_.hnorm));
-  RS_RETURN_IF_ERROR(load(p + "eh_proj.weight", {h, 2 * h}, w_.eh_proj));
+  RS_RETURN_IF_ERROR(load(p + "eh_proj.weight", {h, 2 * h}, w_.eh_proj, true));
   RS_RETURN_IF_ERROR(load(p + "shared_head.norm.weight", {h}, w_.head_norm));
   if (!embedding_name_.empty()) RS_RETURN_IF_ERROR(load(embedding_name_, {vocab, h}, w_.embedding));
-  if (!head_name_.empty()) RS_RETURN_IF_ERROR(load(head_name_, {vocab, h}, w_.head));
+  if (!head_name_.empty()) RS_RETURN_IF_ERROR(load(head_name_, {vocab, h}, w_.head, true));
   std::set<std::string> elsewhere;  // loaded by the attention or the MoE block
   for (const TensorSpec& spec : MlaAttentionTensorSpecs(c, layer_)) elsewhere.insert(spec.name);
   RS_RETURN_IF_ERROR(attention_->Load(c, layer_, upload));
