@@ -164,14 +164,17 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
   const cuda::CudaMemoryReport m = slice->memory();
   *summary = fmt::format(
       "{}: weights {} MiB, KV cache {}: {} MiB, {} blocks of {} = {} tokens, {} bytes per token "
-      "over {} layers; activations {} MiB; device {} of {} MiB free",
+      "over {} layers{}; activations {} MiB; device {} of {} MiB free",
       request.device(), m.weight_bytes >> 20, KvCacheDtypeName(options.kv_cache_dtype),
       m.kv_bytes >> 20, m.kv_num_blocks, options.kv_block_size,
       static_cast<int64_t>(m.kv_num_blocks) * options.kv_block_size,
       m.kv_bytes /
           std::max<int64_t>(1, static_cast<int64_t>(m.kv_num_blocks) * options.kv_block_size),
-      options.layers.size(), m.activation_bytes >> 20, m.device_free_bytes >> 20,
-      m.device_total_bytes >> 20);
+      options.layers.size(),
+      slice->mtp() ? fmt::format(" and the MTP layer (weights {} MiB, in the totals)",
+                                 slice->mtp()->weight_bytes() >> 20)
+                   : std::string(),
+      m.activation_bytes >> 20, m.device_free_bytes >> 20, m.device_total_bytes >> 20);
   return std::unique_ptr<ModelSlice>(std::move(slice));
 #else
   return absl::UnimplementedError("no CUDA backend in this build");
