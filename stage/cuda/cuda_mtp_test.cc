@@ -76,7 +76,13 @@ std::string WriteMtpModel() {
   std::stringstream config;
   config << std::ifstream(dir + "/config.json").rdbuf();
   std::string text = config.str();
-  text.insert(text.find('{') + 1, "\n  \"num_nextn_predict_layers\": 1,");
+  const std::string zero = "\"num_nextn_predict_layers\": 0";
+  const size_t at = text.find(zero);
+  if (at != std::string::npos) {
+    text.replace(at, zero.size(), "\"num_nextn_predict_layers\": 1");
+  } else {
+    text.insert(text.find('{') + 1, "\n  \"num_nextn_predict_layers\": 1,");
+  }
   std::ofstream(dir + "/config.json") << text;
   // model.safetensors: every tensor, plus model.layers.3.* (layer 2's block, the MTP tensors).
   auto source = SafetensorsModel::Open(dir);
@@ -161,6 +167,32 @@ void ExpectDraftsAgree(const std::vector<float>& got, const std::vector<float>& 
     ++near_ties;
   }
   EXPECT_LE(near_ties, static_cast<int>(rows) / 4 + 1);
+}
+
+// The model this test writes (no GPU needed): the CPU slice loads its MoE MTP layer, which
+// drafts from the CPU's hidden states.
+TEST(CudaMtpTest, TheTestModelHasAMoeMtpLayer) {
+  const std::string dir = WriteMtpModel();
+  auto cpu = CpuModelSlice::Load(
+      {.model_dir = dir, .layers = {0, 3}, .kv_block_size = kBlockSize, .kv_num_blocks = 8});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_NE((*cpu)->mtp(), nullptr);
+  EXPECT_EQ((*cpu)->mtp()->layer_index(), 3);
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(CudaMtpLayer::LayerConfig(*config).moe.IsMoeLayer(3));
+  const std::vector<int32_t> prompt = Prompt(5, 6, config->vocab_size);
+  ASSERT_TRUE((*cpu)->Forward(Chunk(0, 0, prompt, LogitsMode::kLastToken), {}).ok());
+  const int64_t hidden = config->hidden_size;
+  std::vector<float> h(5 * hidden);
+  cpu::RmsNorm((*cpu)->activations().data(), (*cpu)->final_norm().data(), 5, hidden,
+               config->rms_norm_eps, h.data());
+  auto logits = (*cpu)->mtp()->Forward(
+      Chunk(0, 0, std::vector<int32_t>(prompt.begin() + 1, prompt.end()), LogitsMode::kAllTokens),
+      h);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  EXPECT_EQ(logits->size(), 5u * config->vocab_size);
+  for (float v : *logits) ASSERT_TRUE(std::isfinite(v));
 }
 
 TEST(CudaMtpTest, LogitsAndDraftsMatchTheCpuMtpLayer) {
