@@ -317,7 +317,7 @@ TEST(CudaMtpTest, GreedySpeculativeDecodingEmitsThePlainGreedyTokens) {
       options, {.max_batch_tokens = 64, .max_seqs = 8, .load_mtp = true, .mtp_store_rows = 40});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   ASSERT_NE((*gpu)->mtp(), nullptr);
-  Speculator speculator(std::make_unique<CudaMtpDrafter>(gpu->get()), 1);
+  Speculator speculator(NewCudaMtpDrafter(gpu->get()), 1);
   std::vector<int32_t> verified = prompt;
   size_t synced = 0;
   std::vector<int32_t> drafts;

@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<Speculator>> LoadSpeculator(const v1::ConfigureRe
             fmt::format("speculative_mtp: {} has no MTP layer (model.layers.{}.*) to draft with",
                         request.model_dir(), target.config().num_layers));
       }
-      return std::make_unique<Speculator>(std::make_unique<CudaMtpDrafter>(gpu), k);
+      return std::make_unique<Speculator>(NewCudaMtpDrafter(gpu), k);
     }
 #endif
     auto* cpu = dynamic_cast<CpuModelSlice*>(&target);
