@@ -95,7 +95,8 @@ ABSL_FLAG(bool, plan_ahead, true,
 ABSL_FLAG(std::string, speculative_model, "",
           "speculative decoding: a draft model directory (same tokenizer), run on the last stage");
 ABSL_FLAG(bool, speculative_mtp, false,
-          "speculative decoding with a DeepSeek checkpoint's MTP layer (CPU last stage, 1 draft)");
+          "speculative decoding with a DeepSeek checkpoint's MTP layer (CPU or CUDA last stage, 1 "
+          "draft)");
 ABSL_FLAG(int, num_speculative_tokens, 4, "speculative decoding: drafts per step at most (1-16)");
 ABSL_FLAG(int, speculative_max_sequences, 16,
           "speculative decoding backs off while more sequences than this decode at once");

@@ -157,19 +157,24 @@ absl::StatusOr<std::unique_ptr<ModelSlice>> LoadStageSlice(const v1::ConfigureRe
   cuda.kv_from_free_memory = options.kv_num_blocks == 0;
   cuda.device_share =
       request.memory_fraction() > 0 ? request.memory_fraction() : kDefaultGpuMemoryFraction;
+  // The MTP layer (its weights, latent cache and hidden store) only when it will draft.
+  cuda.load_mtp = request.speculative_mtp();
   RS_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaModelSlice> slice,
                       cuda::CudaModelSlice::Load(options, cuda));
   const cuda::CudaMemoryReport m = slice->memory();
   *summary = fmt::format(
       "{}: weights {} MiB, KV cache {}: {} MiB, {} blocks of {} = {} tokens, {} bytes per token "
-      "over {} layers; activations {} MiB; device {} of {} MiB free",
+      "over {} layers{}; activations {} MiB; device {} of {} MiB free",
       request.device(), m.weight_bytes >> 20, KvCacheDtypeName(options.kv_cache_dtype),
       m.kv_bytes >> 20, m.kv_num_blocks, options.kv_block_size,
       static_cast<int64_t>(m.kv_num_blocks) * options.kv_block_size,
       m.kv_bytes /
           std::max<int64_t>(1, static_cast<int64_t>(m.kv_num_blocks) * options.kv_block_size),
-      options.layers.size(), m.activation_bytes >> 20, m.device_free_bytes >> 20,
-      m.device_total_bytes >> 20);
+      options.layers.size(),
+      slice->mtp() ? fmt::format(" and the MTP layer (weights {} MiB, in the totals)",
+                                 slice->mtp()->weight_bytes() >> 20)
+                   : std::string(),
+      m.activation_bytes >> 20, m.device_free_bytes >> 20, m.device_total_bytes >> 20);
   return std::unique_ptr<ModelSlice>(std::move(slice));
 #else
   return absl::UnimplementedError("no CUDA backend in this build");

@@ -671,6 +671,7 @@ absl::Status CudaModelSlice::Run(const MicroBatch& batch) {
   ran_batch_ = nullptr;
   RS_ASSIGN_OR_RETURN(PlanPtr plan, TakePreparedPlan(batch));
   RS_RETURN_IF_ERROR(Launch(*plan));
+  last_run_tokens_ = plan->real_tokens;
   if (is_last()) {
     ran_ = std::move(plan);
     ran_batch_ = &batch;

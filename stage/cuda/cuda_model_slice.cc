@@ -234,6 +234,7 @@ int64_t CudaModelSlice::WeightBytes() const {
   int64_t bytes = static_cast<int64_t>(weight_buffer_.bytes()) + quant_.bytes();
   for (const auto& moe : moe_) bytes += moe ? moe->weight_bytes() : 0;
   for (const auto& mla : mla_) bytes += mla ? mla->weight_bytes() : 0;
+  if (mtp_) bytes += mtp_->weight_bytes();
   return bytes;
 }
 
@@ -306,13 +307,32 @@ absl::Status CudaModelSlice::AllocateRuntime() {
     RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(item.buf->get(), 0, item.bytes, stream_));
     activation_bytes_ += item.bytes;
   }
-  if (std::any_of(moe_.begin(), moe_.end(), [](const auto& m) { return m != nullptr; })) {
+  if (std::any_of(moe_.begin(), moe_.end(), [](const auto& m) { return m != nullptr; }) ||
+      (mtp_ && mtp_->moe())) {
     RS_ASSIGN_OR_RETURN(moe_ws_, CudaMoeWorkspace::Create(c.moe, c.hidden_size,
                                                           std::max<int>(t, cuda_.max_graph_batch),
                                                           options_.layers.size()));
     activation_bytes_ += moe_ws_->bytes();
   }
   if (mla_attention_) activation_bytes_ += mla_attention_->scratch_bytes();
+  if (mtp_) {
+    if (cuda_.mtp_store_rows <= 0) {
+      return absl::InvalidArgumentError("CUDA slice options: mtp_store_rows must be positive");
+    }
+    mtp_meta_capacity_ = 6 * t + rows + int64_t{cuda_.max_seqs} * max_blocks_per_seq_ + 64;
+    const Item mtp_items[] = {
+        {&mtp_store_, int64_t{cuda_.mtp_store_rows} * h * 2},
+        {&mtp_x_, t * h * 4},
+        {&mtp_in_, t * 2 * h * 2},
+        {&mtp_normed_, t * h * 2},
+        {&mtp_meta_, mtp_meta_capacity_ * 4},
+    };
+    for (const Item& item : mtp_items) {
+      RS_RETURN_IF_ERROR(item.buf->Allocate(item.bytes));
+      RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(item.buf->get(), 0, item.bytes, stream_));
+      activation_bytes_ += item.bytes;
+    }
+  }
   activations_ = std::make_unique<DeviceActivationBuffer>(residual_.as<float>(), t, c.hidden_size,
                                                           cuda_.device, stream_);
   const int64_t s = cuda_.max_seqs;
@@ -332,7 +352,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
   const int64_t block_elems = c.mla ? options_.kv_block_size * c.kv_values_per_token_layer() / 2
                                     : int64_t{c.num_kv_heads} * options_.kv_block_size * d;
   const int64_t element_bytes = KvCacheElementBytes(options_.kv_cache_dtype, sizeof(bf16));
-  const int64_t block_bytes = block_elems * 2 * element_bytes * options_.layers.size();
+  const int64_t block_bytes = block_elems * 2 * element_bytes * KvLayers();
   if (cuda_.kv_from_free_memory) {
     size_t free = 0, total = 0;
     RS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
@@ -354,8 +374,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
         std::min<int64_t>(blocks, (int64_t{1} << 31) / options_.kv_block_size - 1));
   }
   kv_layer_elems_ = block_elems * options_.kv_num_blocks;
-  RS_RETURN_IF_ERROR(
-      kv_buffer_.Allocate(kv_layer_elems_ * 2 * element_bytes * options_.layers.size()));
+  RS_RETURN_IF_ERROR(kv_buffer_.Allocate(kv_layer_elems_ * 2 * element_bytes * KvLayers()));
   // Zeroed as the CPU slice's pool is (a block not written yet holds zeros, not NaN codes).
   RS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_buffer_.get(), 0, kv_buffer_.bytes(), stream_));
   kv_k_scales_.resize(options_.layers.size(), 1.0f);
@@ -367,7 +386,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
               c.mla ? " (MLA: compressed latent + rope key, bf16)" : "");
   RS_LOG_INFO(
       "CUDA slice [{}, {}): weights {} MiB, KV {} {} MiB ({} blocks of {}, {} bytes per token), "
-      "activations {} MiB, device free {} / {} MiB{}",
+      "activations {} MiB, device free {} / {} MiB{}{}",
       options_.layers.first, options_.layers.last, m.weight_bytes >> 20,
       KvCacheDtypeName(options_.kv_cache_dtype), m.kv_bytes >> 20, m.kv_num_blocks,
       options_.kv_block_size, block_bytes / options_.kv_block_size, m.activation_bytes >> 20,
@@ -376,7 +395,11 @@ absl::Status CudaModelSlice::AllocateRuntime() {
           ? fmt::format(" (weights include {} MiB of bf16 experts dequantized from the "
                         "quantized checkpoint)",
                         m.dequantized_expert_bytes >> 20)
-          : std::string());
+          : std::string(),
+      mtp_ ? fmt::format("; MTP layer {}: weights {} MiB, one more latent KV layer, {} stored "
+                         "hidden rows",
+                         mtp_->layer(), mtp_->weight_bytes() >> 20, cuda_.mtp_store_rows)
+           : std::string());
   return absl::OkStatus();
 }
 

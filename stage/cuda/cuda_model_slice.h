@@ -38,6 +38,7 @@
 #include "stage/cuda/cuda_mla_attention.h"
 #include "stage/cuda/cuda_mla_weights.h"
 #include "stage/cuda/cuda_moe_layer.h"
+#include "stage/cuda/cuda_mtp_layer.h"
 #include "stage/cuda/cuda_quant_linear.h"
 #include "stage/cuda/device_activation_buffer.h"
 #include "stage/cuda/gpu_step_timer.h"
@@ -77,6 +78,11 @@ struct CudaSliceOptions {
   // columns; empty: bf16.
   std::string random_quant = "";
   int random_quant_group = 128;
+  // A last slice of a DeepSeek checkpoint with an MTP layer (model.layers.{num_layers}.*) loads
+  // it for drafting (CudaMtpLayer; RunMtp): its weights, one more layer of the latent KV pool
+  // and mtp_store_rows rows of hidden states (bf16) kept between steps by the drafter.
+  bool load_mtp = false;
+  int mtp_store_rows = 256 * 20;
 };
 
 struct CudaMemoryReport {
@@ -147,6 +153,35 @@ class CudaModelSlice : public ModelSlice {
   // The MoE layers' step buffers (null for a dense model): experts_touched() per local layer.
   const CudaMoeWorkspace* moe_workspace() const { return moe_ws_.get(); }
 
+  // DeepSeek's MTP layer (cuda_mtp_forward.cc), loaded with cuda_options().load_mtp by a last
+  // slice whose checkpoint has one; else null. Its weights count in memory().weight_bytes, its
+  // latent cache (the sequences' blocks, one more layer of the KV pool) in kv_bytes, its hidden
+  // store and input buffers in activation_bytes.
+  const CudaMtpLayer* mtp() const { return mtp_.get(); }
+  // Rows of the MTP hidden store: h_p rows (bf16, after model.norm) the drafter keeps.
+  int mtp_store_rows() const { return mtp_ ? cuda_.mtp_store_rows : 0; }
+  // After Run of this last slice: copies rows [run_row, run_row + count) of that batch's final
+  // hidden states (after model.norm: what lm_head read) to store rows [store_row, + count).
+  // Enqueued on the slice's stream. InvalidArgument for rows out of range.
+  absl::Status StoreMtpHidden(int run_row, int count, int store_row);
+  enum class MtpSource { kStore, kLastRun };
+  // The MTP layer on `batch`, laid out as CpuMtpLayer::Forward's: the chunks' positions p and
+  // block tables (the sequences' main blocks), token_ids[r] = t_{p+1} of row r, whose h_p is
+  // row hidden_rows[r] of `source` (the store, or the last Run's final hidden states). At most
+  // cuda_options().max_batch_tokens tokens, max_seqs chunks and max_logit_rows logits rows.
+  // Writes the MTP block's latent cache and leaves the logits rows the chunks' LogitsMode ask in
+  // the slice's logits buffer, overwriting the last Run's: call it after Sample / LogitsToHost.
+  // Enqueued; returns the number of logits rows. FailedPrecondition without an MTP layer.
+  absl::StatusOr<int> RunMtp(const MicroBatch& batch, std::span<const int32_t> hidden_rows,
+                             MtpSource source);
+  struct MtpOutputs {
+    std::vector<int32_t> argmax;  // [rows]: each logits row's greedy token
+    std::vector<float> logits;    // [to_host.size(), vocab]
+  };
+  // After RunMtp of `rows` logits rows: their argmax (on the GPU) and the logits rows `to_host`.
+  // Synchronizes the stream.
+  absl::StatusOr<MtpOutputs> MtpResults(int rows, std::span<const int> to_host);
+
  private:
   struct LayerWeights {
     bf16* input_norm = nullptr;
@@ -214,6 +249,8 @@ class CudaModelSlice : public ModelSlice {
   absl::Status RunMoeMlp(int layer, const Plan& plan);
   // Dense weights (bf16 and quantized) plus every MoE layer's.
   int64_t WeightBytes() const;
+  // Layers of the KV pool: the slice's, plus the MTP layer's.
+  int KvLayers() const { return options_.layers.size() + (mtp_ ? 1 : 0); }
   // y = x · W^T for the layer's linear `which` (quantized, or its bf16 `w`).
   absl::Status RunLinear(int layer, LayerLinear which, const bf16* x, const bf16* w, void* y, int m,
                          int n, int k);
@@ -243,6 +280,14 @@ class CudaModelSlice : public ModelSlice {
   // DeepSeek (config.mla): every layer's MLA weights, and one attention (its scratch) for all.
   std::vector<std::unique_ptr<CudaMlaLayerWeights>> mla_;
   std::unique_ptr<CudaMlaAttention> mla_attention_;
+  // The MTP layer and its buffers: the hidden store [mtp_store_rows, hidden] bf16, its
+  // residual [max_batch_tokens, hidden] fp32, the eh_proj input [max_batch_tokens, 2 hidden]
+  // bf16, a normed row buffer [max_batch_tokens, hidden] bf16 and its metadata.
+  std::unique_ptr<CudaMtpLayer> mtp_;
+  DeviceBuffer mtp_store_, mtp_x_, mtp_in_, mtp_normed_, mtp_meta_;
+  std::vector<int32_t> mtp_meta_host_;
+  int64_t mtp_meta_capacity_ = 0;  // int32 elements
+  int last_run_tokens_ = 0;        // real rows of the last Run (RunMtp's kLastRun)
   bf16* embedding_ = nullptr;
   bf16* final_norm_ = nullptr;
   bf16* lm_head_ = nullptr;

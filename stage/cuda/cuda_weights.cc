@@ -186,6 +186,21 @@ absl::Status CudaModelSlice::LoadWeights() {
     RS_RETURN_IF_ERROR(load(FinalNormSpec(c), final_norm_));
     if (lm_head_ != embedding_) RS_RETURN_IF_ERROR(load(LmHeadSpec(c, *weights), lm_head_));
   }
+  // DeepSeek's MTP layer, for drafting (cuda_mtp_layer.h): allocated before AllocateRuntime sizes
+  // the KV pool, which gets one more latent layer for it.
+  if (cuda_.load_mtp && is_last() && c.mla) {
+    auto mtp = CudaMtpLayer::Create(c, *weights, embedding_, lm_head_);
+    if (mtp.ok()) {
+      mtp_ = *std::move(mtp);
+      RS_RETURN_IF_ERROR(mtp_->Load(*weights, load, stream_));
+      RS_LOG_INFO("CUDA slice: loaded the MTP layer (model.layers.{}.*, {} block)", mtp_->layer(),
+                  mtp_->moe() ? "MoE" : "dense");
+    } else if (absl::IsNotFound(mtp.status())) {
+      RS_LOG_WARN("no MTP layer: {}", std::string(mtp.status().message()));
+    } else {
+      return mtp.status();
+    }
+  }
   return absl::OkStatus();
 }
 

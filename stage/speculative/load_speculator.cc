@@ -9,6 +9,10 @@
 #include "stage/speculative/draft_model.h"
 #include "stage/speculative/mtp_drafter.h"
 #include "stage/stage_backend.h"
+#ifdef RINGSERVE_HAVE_CUDA
+#include "stage/cuda/cuda_model_slice.h"
+#include "stage/speculative/cuda_mtp_drafter.h"
+#endif
 
 namespace ringserve {
 
@@ -22,10 +26,20 @@ absl::StatusOr<std::unique_ptr<Speculator>> LoadSpeculator(const v1::ConfigureRe
         fmt::format("num_speculative_tokens = {}: must be in [1, 16] with speculation", k));
   }
   if (request.speculative_mtp()) {
+#ifdef RINGSERVE_HAVE_CUDA
+    if (auto* gpu = dynamic_cast<cuda::CudaModelSlice*>(&target); gpu != nullptr) {
+      if (gpu->mtp() == nullptr) {
+        return absl::InvalidArgumentError(
+            fmt::format("speculative_mtp: {} has no MTP layer (model.layers.{}.*) to draft with",
+                        request.model_dir(), target.config().num_layers));
+      }
+      return std::make_unique<Speculator>(NewCudaMtpDrafter(gpu), k);
+    }
+#endif
     auto* cpu = dynamic_cast<CpuModelSlice*>(&target);
     if (cpu == nullptr) {
       return absl::UnimplementedError(
-          "speculative_mtp: drafting with the MTP layer needs a CPU last stage for now");
+          "speculative_mtp: drafting with the MTP layer needs a CPU or CUDA last stage");
     }
     if (cpu->mtp() == nullptr) {
       return absl::InvalidArgumentError(fmt::format(
