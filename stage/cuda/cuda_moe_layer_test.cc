@@ -295,7 +295,7 @@ TEST_P(CudaMoeBlockTest, MatchesCpuMoeForward) {
   while (!config->moe.IsMoeLayer(layer)) ++layer;
   auto weights = SafetensorsModel::Open(dir);
   ASSERT_TRUE(weights.ok()) << weights.status();
-  auto cpu = LoadCpuMoeLayer(*config, layer, **weights);
+  auto cpu = LoadCpuMoeLayer(*config, layer, **weights, quant::QuantConfig{});
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   auto gpu = CudaMoeLayer::Create(*config);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
