@@ -10,7 +10,7 @@
 #   4. unless SPEC=0, bench/spec/device_run.sh on the trained target.
 # Returns at most 8 files: summary.txt, tests.tar.gz (each test's log), fixtures.tar.gz,
 # benches.log, spec.tar.gz.
-# Env: PARALLEL (4), TEST_TIMEOUT (150 s), FIXTURES (make_mla_fixtures.py --only list), SPEC.
+# Env: PARALLEL (4), TEST_TIMEOUT (150 s a test), TESTS_TIMEOUT (200 s for all), FIXTURES (make_mla_fixtures.py --only list), SPEC.
 set -uo pipefail
 out=${OUT:-/tmp/rs_gpu_out}
 carry=${CARRY:-.carry/gpu}
@@ -52,7 +52,8 @@ export -f run_test
 export pack
 stamp "tests start"
 ls "$pack/bin" | grep -E '_test$' | grep -v stage_cuda_mla_golden_test |
-  xargs -P "${PARALLEL:-4}" -I{} bash -c 'run_test {}' | tee -a "$summary"
+  timeout "${TESTS_TIMEOUT:-200}" xargs -P "${PARALLEL:-4}" -I{} bash -c 'run_test {}' |
+  tee -a "$summary"
 wait $fixtures_pid
 stamp "fixtures: $(tail -1 /tmp/rs/fixtures.log); $(grep -cE 'tried=' /tmp/rs/fixtures.log) written"
 run_test stage_cuda_mla_golden_test | tee -a "$summary"
