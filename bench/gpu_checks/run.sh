@@ -10,7 +10,7 @@
 #   4. unless SPEC=0, bench/spec/device_run.sh on the trained target.
 # Returns at most 8 files: summary.txt, tests.tar.gz (each test's log), fixtures.tar.gz,
 # benches.log, spec.tar.gz.
-# Env: PARALLEL (4), TEST_TIMEOUT (150 s a test), TESTS_TIMEOUT (200 s for all), FIXTURES (make_mla_fixtures.py --only list), SPEC.
+# Env: TESTS (a regex choosing the tests), PARALLEL (4), TEST_TIMEOUT (150 s a test), TESTS_TIMEOUT (200 s for all), FIXTURES (make_mla_fixtures.py --only list), SPEC.
 set -uo pipefail
 out=${OUT:-/tmp/rs_gpu_out}
 carry=${CARRY:-.carry/gpu}
@@ -19,6 +19,11 @@ tar -xJf "$carry/pack.tar.xz" -C /tmp/rs || exit 1
 pack=/tmp/rs/pack
 export LD_LIBRARY_PATH="$pack/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export RINGSERVE_SOURCE_DIR=$PWD PATH="$pack/bin:$PATH"
+# The ring tests start build/stage/stage and build/coordinator/coordinator under this directory.
+mkdir -p /tmp/rs/bindir/stage /tmp/rs/bindir/coordinator
+ln -sf "$pack/bin/stage" /tmp/rs/bindir/stage/stage
+ln -sf "$pack/bin/coordinator" /tmp/rs/bindir/coordinator/coordinator
+export RINGSERVE_BINARY_DIR=/tmp/rs/bindir
 py=${PYTHON:-/opt/torch/.venv/bin/python}
 summary=$out/summary.txt
 t0=$(date +%s)
@@ -51,7 +56,7 @@ run_test() {  # name
 export -f run_test
 export pack
 stamp "tests start"
-ls "$pack/bin" | grep -E '_test$' | grep -v stage_cuda_mla_golden_test |
+ls "$pack/bin" | grep -E '_test$' | grep -E "${TESTS:-.}" | grep -v stage_cuda_mla_golden_test |
   timeout "${TESTS_TIMEOUT:-200}" xargs -P "${PARALLEL:-4}" -I{} bash -c 'run_test {}' |
   tee -a "$summary"
 wait $fixtures_pid

@@ -6,7 +6,9 @@
 // a mixed step (one sequence's second prefill chunk over its compressed cache beside another's
 // decode), then graphed greedy decode steps of all three, teacher-forced with the CPU's tokens.
 // Tolerance as cuda_model_slice_test's random-weight models: relative L2 of each step's logits
-// <= 5e-2 (bf16 against fp32, init_std 0.1), greedy tokens equal up to bf16 near-ties.
+// <= max(5e-2, 2x the CPU reference's own sensitivity to bf16 weight noise on the same batch:
+// a MoE router's near-tie may flip an expert; testing/bf16_noise_probe.h) (bf16 against fp32,
+// fp32 weights, init_std 0.1), greedy tokens equal up to bf16 near-ties.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -17,6 +19,7 @@
 #include "kernels/cuda/test_util.h"
 #include "stage/cuda/cuda_model_slice.h"
 #include "stage/model/cpu_model_slice.h"
+#include "stage/model/testing/bf16_noise_probe.h"
 #include "stage/sampling/sampler.h"
 
 namespace ringserve::cuda {
@@ -25,6 +28,7 @@ namespace {
 using testing::RelL2;
 
 constexpr double kLogitsTol = 5e-2;
+constexpr double kSensitivityFactor = 2.0;
 constexpr int kBlockSize = 4;
 constexpr int kBlocksPerSeq = 16;
 
@@ -58,6 +62,7 @@ std::string WriteLatent512Model(int q_lora_rank) {
   const std::string dir = ::testing::TempDir() + "/rs_" + shape->name;
   const auto written = WriteRandomModel({.output_dir = dir,
                                          .shape = *shape,
+                                         .dtype = DType::kF32,
                                          .seed = 11,
                                          .init_std = 0.1,
                                          .num_threads = 2,
@@ -80,6 +85,8 @@ TEST_P(CudaMlaSliceTest, PrefillChunksAndGraphedDecodeMatchCpu) {
                              .kv_num_blocks = 3 * kBlocksPerSeq};
   auto cpu = CpuModelSlice::Load(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto probe = ringserve::testing::Bf16NoiseProbe::Load(options);
+  ASSERT_TRUE(probe.ok()) << probe.status();
   auto gpu = CudaModelSlice::Load(options, {.max_batch_tokens = 64, .max_seqs = 8});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const int vocab = config->vocab_size;
@@ -94,8 +101,11 @@ TEST_P(CudaMlaSliceTest, PrefillChunksAndGraphedDecodeMatchCpu) {
     auto got = (*gpu)->Forward(batch, {});
     ASSERT_TRUE(want.ok()) << want.status();
     ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE((*probe)->Forward(batch).ok());
     ASSERT_EQ(got->size(), want->size());
-    EXPECT_LT(RelL2(*got, *want), kLogitsTol);
+    EXPECT_LT(RelL2(*got, *want),
+              std::max(kLogitsTol, kSensitivityFactor * (*probe)->Sensitivity(*want)))
+        << "sensitivity " << (*probe)->Sensitivity(*want);
     int64_t row = 0;
     for (const SequenceChunk& chunk : batch.chunks) {
       row += chunk.logits == LogitsMode::kAllTokens ? chunk.num_tokens : 1;

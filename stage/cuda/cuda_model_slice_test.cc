@@ -168,7 +168,10 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
       ++pos[s];
     }
   }
-  EXPECT_LE(near_ties, 3) << "too many greedy disagreements for bf16 near-ties";
+  // An fp8 cache rounds the two sides' K/V to neighbouring codes now and then, which moves
+  // more near-ties (each still checked above) than bf16 alone.
+  const int max_near_ties = kv_cache_dtype == KvCacheDtype::kFp8E4m3 ? 6 : 3;
+  EXPECT_LE(near_ties, max_near_ties) << "too many greedy disagreements for near-ties";
   EXPECT_GT((*gpu)->num_graphs(), 0);
 }
 

@@ -243,7 +243,9 @@ INSTANTIATE_TEST_SUITE_P(Architectures, GoldenTest,
                                            "mixtral", "qwen2_moe", "glm4_moe", "gpt_oss",
                                            "deepseek_v3", "deepseek_v3_nolora", "deepseek_v2",
                                            "deepseek_v3_moe", "deepseek_v2_moe",
-                                           "deepseek_v2_moe_group"),
+                                           "deepseek_v2_moe_group", "deepseek_v3_latent512",
+                                           "deepseek_v3_moe_latent512",
+                                           "deepseek_v2_moe_latent512"),
                          [](const auto& info) { return info.param; });
 
 // Quantized checkpoints (tests/fixtures/models/quant, scripts/make_quant_fixtures.py): the slice

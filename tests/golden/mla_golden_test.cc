@@ -57,7 +57,9 @@ TEST_P(MlaFixtureTest, SoftmaxScaleAndRopeFactorMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, MlaFixtureTest,
                          ::testing::Values("deepseek_v3", "deepseek_v3_nolora", "deepseek_v2",
                                            "deepseek_v3_moe", "deepseek_v2_moe",
-                                           "deepseek_v2_moe_group"),
+                                           "deepseek_v2_moe_group", "deepseek_v3_latent512",
+                                           "deepseek_v3_moe_latent512",
+                                           "deepseek_v2_moe_latent512"),
                          [](const auto& info) { return info.param; });
 
 class MtpTest : public ::testing::Test {
