@@ -5,12 +5,13 @@
 #      $OUT/fixtures.tar.gz) and, unless SPEC=0, a larger speculation target trained with
 #      scripts/train_small_model.py (bench/spec/device_run.sh's recipe);
 #   2. every carried `gpu` test, PARALLEL at a time (the DeepSeek golden test after the fixtures);
-#   3. the benchmarks named by BENCHES (one line each of bench/gpu_checks/benches.txt style:
-#      "name|command"; default the file), one at a time;
+#   3. the benchmarks of the file BENCHES (default bench/gpu_checks/benches.txt; one line each,
+#      "name|time limit in s|command"), one at a time;
 #   4. unless SPEC=0, bench/spec/device_run.sh on the trained target.
 # Returns at most 8 files: summary.txt, tests.tar.gz (each test's log), fixtures.tar.gz,
 # benches.log, spec.tar.gz.
-# Env: TESTS (a regex choosing the tests), PARALLEL (4), TEST_TIMEOUT (150 s a test), TESTS_TIMEOUT (200 s for all), FIXTURES (make_mla_fixtures.py --only list), SPEC.
+# Env: TESTS (a regex choosing the tests), PARALLEL (4), TEST_TIMEOUT (150 s a test),
+# TESTS_TIMEOUT (200 s for all), FIXTURES (make_mla_fixtures.py --only list), SPEC (0: none).
 set -uo pipefail
 out=${OUT:-/tmp/rs_gpu_out}
 carry=${CARRY:-.carry/gpu}
