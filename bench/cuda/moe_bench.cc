@@ -8,8 +8,13 @@
 //   prefill bound: active matrix FLOPs (attention projections, router, top_k experts per token,
 //     causal attention counted once, one logits row) / peak bf16 tensor throughput.
 //
+// With --quant int4|int8|fp8|fp4 the attention matrices and the routed experts are held
+// quantized (random codes, scales per row and --quant_group columns; cuda_moe_layer.h), and the
+// decode bound counts their codes and scales instead of bf16.
+//
 //   moe_bench [--shape qwen3-30b-a3b] [--layers N] [--bandwidth_tbps 4.28] [--peak_tflops 790]
-//             [--prefill_tokens 8192] [--streams 1,32,64] [--steps 16]
+//             [--prefill_tokens 8192] [--streams 1,32,64] [--steps 16] [--quant fp8]
+//             [--quant_group 128]
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -35,6 +40,8 @@ ABSL_FLAG(int, prefill_tokens, 8192, "prompt length of the prefill row (0: no pr
 ABSL_FLAG(std::string, streams, "1,32,64", "decode stream counts");
 ABSL_FLAG(int, prompt, 128, "prompt tokens of each decode stream");
 ABSL_FLAG(int, steps, 16, "timed decode steps");
+ABSL_FLAG(std::string, quant, "", "int4, int8, fp8 or fp4: attention and routed experts held so");
+ABSL_FLAG(int, quant_group, 128, "columns per scale with --quant");
 
 namespace ringserve::cuda {
 namespace {
@@ -46,19 +53,28 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Bytes of an expert (gate, up, down), and of everything else a decode step reads once.
-double ExpertBytes(const ModelConfig& c) {
-  return 2.0 * 3 * c.moe.expert_intermediate_size * c.hidden_size;
+// Bytes per value of a linear weight held as `quant` ("": bf16) with scales per `group` columns
+// (fp32 scales, and fp32 zero points for integer formats).
+double BytesPerValue(const std::string& quant, int group) {
+  if (quant.empty()) return 2.0;
+  const bool integer = quant == "int4" || quant == "int8";
+  const double bits = quant == "int4" || quant == "fp4" ? 4 : 8;
+  return bits / 8 + (integer ? 8.0 : 4.0) / group;
 }
-double NonExpertBytes(const ModelConfig& c) {
+// Bytes of an expert (gate, up, down), and of everything else a decode step reads once, with the
+// quantizable matrices (attention, routed experts) at `bpv` bytes per value.
+double ExpertBytes(const ModelConfig& c, double bpv) {
+  return bpv * 3 * c.moe.expert_intermediate_size * c.hidden_size;
+}
+double NonExpertBytes(const ModelConfig& c, double bpv) {
   const double h = c.hidden_size, d = c.head_dim;
   double total = 2 * h * c.vocab_size;  // lm_head
   for (int l = 0; l < c.num_layers; ++l) {
-    total += 2 * (h * (c.num_heads + 2 * c.num_kv_heads) * d + c.num_heads * d * h + 2 * h);
+    total += bpv * (h * (c.num_heads + 2 * c.num_kv_heads) * d + c.num_heads * d * h) + 4 * h;
     if (c.moe.IsMoeLayer(l)) {
       total += 4.0 * c.moe.router.num_experts * h + 2.0 * 3 * c.moe.shared_intermediate_size * h;
     } else {
-      total += 2.0 * 3 * c.intermediate_size * h;
+      total += bpv * 3 * c.intermediate_size * h;
     }
   }
   return total;
@@ -82,8 +98,12 @@ double ActiveFlopsPerToken(const ModelConfig& c) {
 
 class MoeBench {
  public:
-  MoeBench(CudaModelSlice& slice, double bandwidth, double peak)
-      : slice_(slice), c_(slice.config()), bandwidth_(bandwidth), peak_(peak) {}
+  MoeBench(CudaModelSlice& slice, double bandwidth, double peak, double bytes_per_value)
+      : slice_(slice),
+        c_(slice.config()),
+        bandwidth_(bandwidth),
+        peak_(peak),
+        bpv_(bytes_per_value) {}
 
   absl::StatusOr<std::vector<int32_t>> Step(const MicroBatch& batch, int rows) {
     const std::vector<RowSampling> sampling(rows, RowSampling{.config = {.temperature = 0.0f}});
@@ -161,7 +181,7 @@ class MoeBench {
     const double mean_touched = static_cast<double>(touched) / steps;
     const double context = prompt + warmup + steps;  // mean over the timed steps, roughly
     const double kv = 2.0 * 2 * c_.num_kv_heads * c_.head_dim * c_.num_layers * context * streams;
-    const double bytes = NonExpertBytes(c_) + mean_touched * ExpertBytes(c_) + kv;
+    const double bytes = NonExpertBytes(c_, bpv_) + mean_touched * ExpertBytes(c_, bpv_) + kv;
     const double bound_s = bytes / bandwidth_;
     int moe_layers = 0;
     for (int l = 0; l < c_.num_layers; ++l) moe_layers += c_.moe.IsMoeLayer(l);
@@ -205,6 +225,7 @@ class MoeBench {
   CudaModelSlice& slice_;
   const ModelConfig& c_;
   double bandwidth_, peak_;
+  double bpv_;  // bytes per value of the quantizable matrices
 };
 
 absl::Status Main() {
@@ -234,17 +255,21 @@ absl::Status Main() {
                                     .kv_num_blocks = blocks},
                                    {.max_batch_tokens = std::max(prefill, max_streams * prompt),
                                     .max_seqs = std::max(256, max_streams),
-                                    .max_model_len = std::max(prefill, prompt + 2 * steps + 8)},
+                                    .max_model_len = std::max(prefill, prompt + 2 * steps + 8),
+                                    .random_quant = absl::GetFlag(FLAGS_quant),
+                                    .random_quant_group = absl::GetFlag(FLAGS_quant_group)},
                                    /*seed=*/1));
   const CudaMemoryReport m = slice->memory();
   fmt::print(
-      "{}: {} layers, {} experts top-{}, weights {:.1f} GiB, activations {:.2f} GiB, "
+      "{}: {} layers, {} experts top-{}, weights {} {:.1f} GiB, activations {:.2f} GiB, "
       "made in {:.1f} s; kernels: {}\n",
       shape.name, config.num_layers, config.moe.router.num_experts, config.moe.router.top_k,
+      absl::GetFlag(FLAGS_quant).empty() ? "bf16" : absl::GetFlag(FLAGS_quant),
       m.weight_bytes / 1073741824.0, m.activation_bytes / 1073741824.0,
       Seconds(start, Clock::now()), slice->kernel_plan().Summary());
   MoeBench bench(*slice, absl::GetFlag(FLAGS_bandwidth_tbps) * 1e12,
-                 absl::GetFlag(FLAGS_peak_tflops) * 1e12);
+                 absl::GetFlag(FLAGS_peak_tflops) * 1e12,
+                 BytesPerValue(absl::GetFlag(FLAGS_quant), absl::GetFlag(FLAGS_quant_group)));
   for (int s : streams) RS_RETURN_IF_ERROR(bench.Decode(s, prompt, steps));
   return prefill > 0 ? bench.Prefill(prefill) : absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/quant_gemv.h"
 #include "ring/moe_config.h"
 
 namespace ringserve::cuda {
@@ -109,6 +110,11 @@ struct MoeGroupedLinear {
   void* out = nullptr;
   bool out_f32 = false;
   MoeActivationParams act{};
+  // LaunchMoeGroupedGemm only: the tiles of groups [group_begin, group_end) run (group_end < 0:
+  // every group), and w holds those groups only (group group_begin first). For weights
+  // dequantized a range of experts at a time (LaunchMoeQuantGroupedGemv's larger steps).
+  int group_begin = 0;
+  int group_end = -1;
 };
 // CUDA cores, one pass over each used group's weights per 8 of its rows (decode-sized steps:
 // only the experts in use are read). Any k; grid sized by n and groups.
@@ -119,6 +125,13 @@ absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream
 // activation (run LaunchMoeActivation on its 2n-wide output).
 absl::Status LaunchMoeGroupedGemm(const MoeGroupedLinear& a, const int32_t* tiles,
                                   const int32_t* num_tiles, int max_tiles, LaunchStream stream);
+// LaunchMoeGroupedGemv with quantized weights: `w` is the groups' weights stacked by rows,
+// [groups * (1 or 2) * n, k] in quant_gemv.h's layout (a.w is ignored); k a multiple of the
+// format's chunk. Each used group's codes are streamed once per 8 of its rows and dequantized in
+// registers (decode-sized steps of quantized MoE checkpoints).
+absl::Status LaunchMoeQuantGroupedGemv(const MoeGroupedLinear& a, const QuantMatrixView& w,
+                                       LaunchStream stream);
+
 // act[r, c] = f(gate_up[r, c], gate_up[r, n + c]) for r < rows, c < n: gate_up [rows, 2n] bf16
 // (biases already added), act [rows, n] bf16. kind != kNone.
 absl::Status LaunchMoeActivation(const bf16* gate_up, bf16* act, int rows, int n,

@@ -10,6 +10,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_device.cuh"
 
 namespace ringserve::cuda {
 namespace {
@@ -20,21 +21,6 @@ constexpr int kGemvWarps = 4;
 constexpr int kColsPerWarp = 2;
 constexpr int kGemvCols = kGemvWarps * kColsPerWarp;  // output columns per block
 constexpr int kChunk = 8;                             // rows per pass over the weights
-
-// stage/model/cpu_moe.cc's activations, on the bf16-rounded gate and up values.
-__device__ __forceinline__ float Activate(const MoeActivationParams& p, float g, float u) {
-  if (p.kind == MoeActivation::kClampedSwiglu) {
-    g = fminf(g, p.limit);
-    u = fminf(fmaxf(u, -p.limit), p.limit);
-    const float glu = g * (1.0f / (1.0f + expf(-g * p.alpha)));
-    return (u + 1.0f) * glu;
-  }
-  return g / (1.0f + expf(-g)) * u;
-}
-
-__device__ __forceinline__ float RoundBf16(float v) {
-  return __bfloat162float(__float2bfloat16(v));
-}
 
 // Block (column block, group): warps own kColsPerWarp output columns each (with an activation,
 // their gate and up rows). For each 8 rows of the group the warp streams its weight rows once
@@ -131,22 +117,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GroupedGemvKernel(MoeGroupedL
         const float s0 = WarpSum(acc[c * P][i]);
         const float s1 = kGated ? WarpSum(acc[c * P + P - 1][i]) : 0.0f;
         if (lane != 0 || col >= n) continue;
-        const int64_t at = static_cast<int64_t>(r0 + i) * n + col;
-        if constexpr (kGated) {
-          const bf16* b = a.bias != nullptr ? a.bias + static_cast<int64_t>(g) * 2 * n : nullptr;
-          const float gate = RoundBf16(s0 + (b ? __bfloat162float(b[col]) : 0.0f));
-          const float up = RoundBf16(s1 + (b ? __bfloat162float(b[n + col]) : 0.0f));
-          static_cast<bf16*>(a.out)[at] = __float2bfloat16(Activate(a.act, gate, up));
-        } else {
-          const float v =
-              s0 + (a.bias != nullptr ? __bfloat162float(a.bias[static_cast<int64_t>(g) * n + col])
-                                      : 0.0f);
-          if (a.out_f32) {
-            static_cast<float*>(a.out)[at] = v;
-          } else {
-            static_cast<bf16*>(a.out)[at] = __float2bfloat16(v);
-          }
-        }
+        StoreGroupedGemvOutput<kGated>(a, g, r0 + i, col, s0, s1);
       }
     }
   }
@@ -175,6 +146,7 @@ __global__ void __launch_bounds__(kGemmThreads)
   if (tiles != nullptr) {
     if (static_cast<int>(blockIdx.x) >= *num_tiles) return;
     g = tiles[2 * blockIdx.x];
+    if (g < a.group_begin || (a.group_end >= 0 && g >= a.group_end)) return;
     m0 = tiles[2 * blockIdx.x + 1];
     end = a.offsets[g + 1];
   } else {
@@ -183,7 +155,7 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
   const int n0 = blockIdx.y * kBN;
   const int n = a.n, k = a.k;
-  const bf16* w = a.w + static_cast<int64_t>(g) * n * k;
+  const bf16* w = a.w + static_cast<int64_t>(g - a.group_begin) * n * k;
   const int tid = threadIdx.x, warp = tid >> 5;
   bf16* pipe = reinterpret_cast<bf16*>(smem);
 
@@ -292,7 +264,7 @@ __global__ void ActivationKernel(const bf16* __restrict__ gate_up, bf16* __restr
     const int c = static_cast<int>(i - r * n);
     const float g = __bfloat162float(gate_up[r * 2 * n + c]);
     const float u = __bfloat162float(gate_up[r * 2 * n + n + c]);
-    act[i] = __float2bfloat16(Activate(p, g, u));
+    act[i] = __float2bfloat16(MoeActivate(p, g, u));
   }
 }
 
@@ -382,7 +354,9 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedLinear& a, const int32_t* tile
                                   const int32_t* num_tiles, int max_tiles, LaunchStream stream) {
   if (a.n <= 0 || a.k <= 0 || a.k % 8 != 0 || a.act.kind != MoeActivation::kNone ||
       (tiles == nullptr) != (a.offsets == nullptr) || (tiles != nullptr && num_tiles == nullptr) ||
-      a.rows < 0 || max_tiles < 0) {
+      a.rows < 0 || max_tiles < 0 || a.group_begin < 0 ||
+      (a.group_end >= 0 && a.group_end < a.group_begin) ||
+      (tiles == nullptr && a.group_begin != 0)) {
     return absl::InvalidArgumentError(
         "LaunchMoeGroupedGemm: bad arguments (k % 8 == 0, no activation, tiles with offsets)");
   }

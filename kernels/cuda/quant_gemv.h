@@ -45,6 +45,10 @@ int64_t QuantScaleBytes(QuantFormat format, int64_t rows, int64_t cols, int64_t 
 // cols and group_cols positive multiples of QuantChunk(format), rows positive.
 bool QuantMatrixSupported(QuantFormat format, int64_t rows, int64_t cols, int64_t group_cols);
 
+// Rows [row0, row0 + rows) of `w` as a view of their own (codes and scales offset; the FP8 GEMM
+// layouts dropped). The codes stay 16-byte aligned since cols is a multiple of the chunk.
+QuantMatrixView QuantRowSlice(const QuantMatrixView& w, int64_t row0, int rows);
+
 // y[m, rows] (bf16) = x[m, cols] (bf16) · W^T for 1 <= m <= kQuantGemvMaxRows: one warp per
 // output row streams the row's codes once (decode).
 inline constexpr int kQuantGemvMaxRows = 8;

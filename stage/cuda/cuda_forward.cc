@@ -399,8 +399,9 @@ absl::Status CudaModelSlice::RunMoeMlp(int l, const Plan& p) {
                                         t, h, c.rms_norm_eps, stream_));
     return moe_[l]->Forward(normed_.as<bf16>(), t, residual, nullptr, *moe_ws_, l, stream_);
   }
-  RS_RETURN_IF_ERROR(gemm_->Linear(attn_.as<bf16>(), w.o, proj_.get(), OutType::kBF16, t, h,
-                                   c.num_heads * c.head_dim, stream_));
+  // RunLinear: a quantized checkpoint's o projection is held quantized (w.o is null then).
+  RS_RETURN_IF_ERROR(RunLinear(l, LayerLinear::kO, attn_.as<bf16>(), w.o, proj_.get(), t, h,
+                               c.num_heads * c.head_dim));
   RS_RETURN_IF_ERROR(LaunchAddRmsNorm(residual, proj_.as<bf16>(), w.o_bias, w.post_norm,
                                       normed_.as<bf16>(), t, h, c.rms_norm_eps, stream_));
   // Left in proj_ for the next layer's (or the slice's final) add, as the dense MLP's output.

@@ -260,7 +260,17 @@ absl::Status CudaModelSlice::RandomizeWeights(uint64_t seed) {
     RS_RETURN_IF_ERROR(fill(w.down, h * inter, 0.0f, lin));
   }
   for (const auto& moe : moe_) {
-    if (moe) RS_RETURN_IF_ERROR(moe->Randomize(++stream_id, stream_));
+    if (!moe) continue;
+    if (cuda_.random_quant.empty()) {
+      RS_RETURN_IF_ERROR(moe->Randomize(++stream_id, stream_));
+      continue;
+    }
+    // random_quant: the routed experts held quantized too.
+    RS_ASSIGN_OR_RETURN(const quant::PackedFormat format,
+                        quant::ParsePackedFormat(cuda_.random_quant));
+    RS_RETURN_IF_ERROR(moe->RandomizeQuantized(++stream_id, static_cast<QuantFormat>(format),
+                                               cuda_.random_quant_group, stream_));
+    quantized_expert_bytes_ += moe->quantized_expert_bytes();
   }
   for (const auto& mla : mla_) {
     if (mla) RS_RETURN_IF_ERROR(mla->Randomize(++stream_id, stream_));
@@ -309,9 +319,13 @@ absl::Status CudaModelSlice::AllocateRuntime() {
   }
   if (std::any_of(moe_.begin(), moe_.end(), [](const auto& m) { return m != nullptr; }) ||
       (mtp_ && mtp_->moe())) {
+    int64_t dequant_scratch = 0;  // for layers holding quantized experts
+    for (const auto& moe : moe_) {
+      if (moe) dequant_scratch = std::max(dequant_scratch, moe->dequant_scratch_bytes());
+    }
     RS_ASSIGN_OR_RETURN(moe_ws_, CudaMoeWorkspace::Create(c.moe, c.hidden_size,
                                                           std::max<int>(t, cuda_.max_graph_batch),
-                                                          options_.layers.size()));
+                                                          options_.layers.size(), dequant_scratch));
     activation_bytes_ += moe_ws_->bytes();
   }
   if (mla_attention_) activation_bytes_ += mla_attention_->scratch_bytes();
@@ -386,7 +400,7 @@ absl::Status CudaModelSlice::AllocateRuntime() {
               c.mla ? " (MLA: compressed latent + rope key, bf16)" : "");
   RS_LOG_INFO(
       "CUDA slice [{}, {}): weights {} MiB, KV {} {} MiB ({} blocks of {}, {} bytes per token), "
-      "activations {} MiB, device free {} / {} MiB{}{}",
+      "activations {} MiB, device free {} / {} MiB{}{}{}",
       options_.layers.first, options_.layers.last, m.weight_bytes >> 20,
       KvCacheDtypeName(options_.kv_cache_dtype), m.kv_bytes >> 20, m.kv_num_blocks,
       options_.kv_block_size, block_bytes / options_.kv_block_size, m.activation_bytes >> 20,
@@ -395,6 +409,10 @@ absl::Status CudaModelSlice::AllocateRuntime() {
           ? fmt::format(" (weights include {} MiB of bf16 experts dequantized from the "
                         "quantized checkpoint)",
                         m.dequantized_expert_bytes >> 20)
+          : std::string(),
+      m.quantized_expert_bytes > 0
+          ? fmt::format(" (weights include {} MiB of routed experts held quantized)",
+                        m.quantized_expert_bytes >> 20)
           : std::string(),
       mtp_ ? fmt::format("; MTP layer {}: weights {} MiB, one more latent KV layer, {} stored "
                          "hidden rows",
@@ -408,6 +426,7 @@ CudaMemoryReport CudaModelSlice::memory() const {
   r.weight_bytes = WeightBytes();
   r.quant_weight_bytes = quant_.bytes();
   r.dequantized_expert_bytes = dequantized_expert_bytes_;
+  r.quantized_expert_bytes = quantized_expert_bytes_;
   r.kv_bytes = static_cast<int64_t>(kv_buffer_.bytes());
   r.activation_bytes = activation_bytes_ + quant_.scratch_bytes();
   size_t free = 0, total = 0;

@@ -74,8 +74,8 @@ struct CudaSliceOptions {
   // Sample; when false they are copied back and sampled on the host.
   bool gpu_sampling = true;
   // CreateRandom only: hold the linear layers quantized ("int4", "int8", "fp8", "fp4";
-  // cuda_quant_linear.h) with random codes, scales per row and group of random_quant_group
-  // columns; empty: bf16.
+  // cuda_quant_linear.h), and the routed experts of MoE layers (cuda_moe_layer.h), with random
+  // codes, scales per row and group of random_quant_group columns; empty: bf16.
   std::string random_quant = "";
   int random_quant_group = 128;
   // A last slice of a DeepSeek checkpoint with an MTP layer (model.layers.{num_layers}.*) loads
@@ -91,6 +91,8 @@ struct CudaMemoryReport {
   // Of weight_bytes: MoE experts (and shared experts) the checkpoint stores quantized, held
   // dequantized in bf16 (quantized experts run as bf16 experts on CUDA).
   int64_t dequantized_expert_bytes = 0;
+  // Of weight_bytes: routed experts held quantized (codes and scales; cuda_moe_layer.h).
+  int64_t quantized_expert_bytes = 0;
   int64_t kv_bytes = 0;
   int64_t activation_bytes = 0;  // activations, metadata, workspaces
   int64_t device_free_bytes = 0;
@@ -309,6 +311,7 @@ class CudaModelSlice : public ModelSlice {
   int64_t meta_capacity_ = 0;  // int32 elements
   int64_t activation_bytes_ = 0;
   int64_t dequantized_expert_bytes_ = 0;  // CudaMemoryReport::dequantized_expert_bytes
+  int64_t quantized_expert_bytes_ = 0;    // CudaMemoryReport::quantized_expert_bytes
 
   std::map<std::pair<int, int>, Graph> graphs_;
   std::unique_ptr<DeviceActivationBuffer> activations_;  // over residual_

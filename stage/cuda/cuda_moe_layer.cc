@@ -5,10 +5,14 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/moe.h"
+#include "stage/cuda/cuda_quant_linear.h"
+#include "stage/model/packed_weights.h"
+#include "stage/model/quantized_weights.h"
 
 namespace ringserve::cuda {
 namespace {
@@ -51,13 +55,45 @@ absl::Status CopyFloats(SafetensorsModel& weights, const TensorSpec& spec, float
   return absl::OkStatus();
 }
 
+// Byte offsets of the quantized expert stacks in one allocation (gate/up codes first).
+struct QuantStacks {
+  int64_t gate_up_scales = 0;
+  int64_t down_codes = 0;
+  int64_t down_scales = 0;
+  int64_t bytes = 0;
+};
+QuantStacks StacksOf(const QuantMatrixView& gate_up, const QuantMatrixView& down) {
+  QuantStacks s;
+  s.gate_up_scales = AlignUp(QuantCodeBytes(gate_up.format, gate_up.rows, gate_up.cols));
+  s.down_codes = s.gate_up_scales + AlignUp(QuantScaleBytes(gate_up.format, gate_up.rows,
+                                                            gate_up.cols, gate_up.group_cols));
+  s.down_codes = AlignUp(s.down_codes);
+  s.down_scales = s.down_codes + AlignUp(QuantCodeBytes(down.format, down.rows, down.cols));
+  s.bytes =
+      s.down_scales + AlignUp(QuantScaleBytes(down.format, down.rows, down.cols, down.group_cols));
+  return s;
+}
+
+// Copies packed matrix `m` into rows [row0, row0 + m.rows) of a stack whose codes and scales
+// start at `codes` and `scales` (device; `stack` gives its format and sizes).
+absl::Status CopyRows(const QuantMatrixView& stack, char* codes, char* scales, int64_t row0,
+                      const quant::PackedMatrix& m) {
+  RS_CUDA_RETURN_IF_ERROR(cudaMemcpy(codes + QuantCodeBytes(stack.format, row0, stack.cols),
+                                     m.codes.data(), m.codes.size(), cudaMemcpyHostToDevice));
+  const std::vector<float> device_scales = DeviceScales(m);
+  RS_CUDA_RETURN_IF_ERROR(cudaMemcpy(
+      scales + QuantScaleBytes(stack.format, row0, stack.cols, stack.group_cols),
+      device_scales.data(), device_scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(const MoeConfig& moe,
-                                                                           int hidden,
-                                                                           int max_tokens,
-                                                                           int num_layers) {
-  if (!moe.enabled() || hidden <= 0 || max_tokens <= 0 || num_layers < 0) {
+absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(
+    const MoeConfig& moe, int hidden, int max_tokens, int num_layers,
+    int64_t dequant_scratch_bytes) {
+  if (!moe.enabled() || hidden <= 0 || max_tokens <= 0 || num_layers < 0 ||
+      dequant_scratch_bytes < 0) {
     return absl::InvalidArgumentError("CudaMoeWorkspace: needs a MoE config and positive sizes");
   }
   std::unique_ptr<CudaMoeWorkspace> ws(new CudaMoeWorkspace());
@@ -85,6 +121,8 @@ absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(const
     ws->act_ = c.Take<bf16>(rows * width);
     ws->expert_out_ = c.Take<bf16>(rows * hidden);
     ws->shared_out_ = moe.shared_intermediate_size > 0 ? c.Take<bf16>(t * hidden) : nullptr;
+    ws->dequant_ = dequant_scratch_bytes > 0 ? c.Take<bf16>(dequant_scratch_bytes / 2) : nullptr;
+    ws->dequant_bytes_ = dequant_scratch_bytes;
     return c.bytes();
   };
   RS_RETURN_IF_ERROR(ws->buffer_.Allocate(carve(nullptr)));
@@ -124,9 +162,7 @@ absl::StatusOr<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::Create(const ModelCo
     l->router_bf16_ = c.Take<bf16>(e * h);
     l->router_bias_bf16_ = m.router_bias ? c.Take<bf16>(e) : nullptr;
     l->correction_bias_ = m.correction_bias ? c.Take<float>(e) : nullptr;
-    l->gate_up_ = c.Take<bf16>(e * 2 * inter * h);
     l->gate_up_bias_ = biases ? c.Take<bf16>(e * 2 * inter) : nullptr;
-    l->down_ = c.Take<bf16>(e * h * inter);
     l->down_bias_ = biases ? c.Take<bf16>(e * h) : nullptr;
     l->shared_gate_up_ = shared > 0 ? c.Take<bf16>(2 * shared * h) : nullptr;
     l->shared_down_ = shared > 0 ? c.Take<bf16>(h * shared) : nullptr;
@@ -138,8 +174,112 @@ absl::StatusOr<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::Create(const ModelCo
   return layer;
 }
 
+absl::Status CudaMoeLayer::AllocateBf16Experts() {
+  const int64_t e = moe_.router.num_experts, inter = moe_.expert_intermediate_size, h = hidden_;
+  quant_gate_up_ = quant_down_ = QuantMatrixView{};
+  const int64_t gate_up_bytes = AlignUp(e * 2 * inter * h * int64_t{sizeof(bf16)});
+  RS_RETURN_IF_ERROR(experts_.Allocate(gate_up_bytes + e * h * inter * int64_t{sizeof(bf16)}));
+  gate_up_ = experts_.as<bf16>();
+  down_ = reinterpret_cast<bf16*>(experts_.as<char>() + gate_up_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeLayer::AllocateQuantizedExperts(const QuantMatrixView& gate_up,
+                                                    const QuantMatrixView& down) {
+  const QuantStacks stacks = StacksOf(gate_up, down);
+  gate_up_ = down_ = nullptr;
+  RS_RETURN_IF_ERROR(experts_.Allocate(stacks.bytes));
+  char* base = experts_.as<char>();
+  quant_gate_up_ = gate_up;
+  quant_gate_up_.codes = reinterpret_cast<const uint8_t*>(base);
+  quant_gate_up_.scales = reinterpret_cast<const float*>(base + stacks.gate_up_scales);
+  quant_down_ = down;
+  quant_down_.codes = reinterpret_cast<const uint8_t*>(base + stacks.down_codes);
+  quant_down_.scales = reinterpret_cast<const float*>(base + stacks.down_scales);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CudaMoeLayer::LoadQuantizedExperts(const ModelConfig& config, int layer,
+                                                               SafetensorsModel& weights,
+                                                               const quant::QuantConfig& quant) {
+  const MoeTensorSpecs specs = MoeLayerTensorSpecs(config, layer);
+  const int64_t e = moe_.router.num_experts, inter = moe_.expert_intermediate_size, h = hidden_;
+  for (int64_t x = 0; x < e; ++x) {
+    for (const TensorSpec* spec : {&specs.gate[x], &specs.up[x], &specs.down[x]}) {
+      if (!IsQuantizedWeight(quant, *spec)) return fmt::format("{} is not quantized", spec->name);
+    }
+  }
+  // Expert x's gate/up rows stacked, and its down matrix; "" or why they cannot be held.
+  const auto pack = [&](int64_t x, quant::PackedMatrix* gate_up,
+                        quant::PackedMatrix* down) -> absl::StatusOr<std::string> {
+    std::vector<quant::PackedMatrix> parts;
+    for (const TensorSpec* spec : {&specs.gate[x], &specs.up[x], &specs.down[x]}) {
+      RS_ASSIGN_OR_RETURN(PackedWeight p, ReadPackedWeight(weights, quant, *spec));
+      if (!p.matrix) return fmt::format("{}: {}", spec->name, p.why_not);
+      parts.push_back(*std::move(p.matrix));
+    }
+    *down = std::move(parts[2]);
+    parts.pop_back();
+    absl::StatusOr<quant::PackedMatrix> stacked = quant::StackRows(parts);
+    if (!stacked.ok()) return std::string(stacked.status().message());
+    *gate_up = *std::move(stacked);
+    return std::string();
+  };
+  // The stack each matrix kind goes into, shaped after expert 0's.
+  const auto stack_of = [](const quant::PackedMatrix& m, int64_t experts) {
+    return QuantMatrixView{.format = static_cast<QuantFormat>(m.format),
+                           .rows = static_cast<int>(m.rows * experts),
+                           .cols = static_cast<int>(m.cols),
+                           .group_cols = static_cast<int>(m.group_cols)};
+  };
+  const auto fits = [](const QuantMatrixView& stack, const quant::PackedMatrix& m,
+                       int64_t experts) {
+    return static_cast<QuantFormat>(m.format) == stack.format && m.cols == stack.cols &&
+           m.group_cols == stack.group_cols && m.rows * experts == stack.rows;
+  };
+  quant::PackedMatrix gate_up, down;
+  RS_ASSIGN_OR_RETURN(std::string why, pack(0, &gate_up, &down));
+  if (!why.empty()) return why;
+  const QuantMatrixView gate_up_stack = stack_of(gate_up, e), down_stack = stack_of(down, e);
+  if (gate_up.rows != 2 * inter || gate_up.cols != h || down.rows != h || down.cols != inter) {
+    return std::string("unexpected expert shapes");
+  }
+  for (const QuantMatrixView& stack : {gate_up_stack, down_stack}) {
+    if (!QuantMatrixSupported(stack.format, stack.rows, stack.cols, stack.group_cols)) {
+      return fmt::format("{} columns in groups of {} are not multiples of {}", stack.cols,
+                         stack.group_cols, QuantChunk(stack.format));
+    }
+  }
+  RS_RETURN_IF_ERROR(AllocateQuantizedExperts(gate_up_stack, down_stack));
+  const QuantStacks stacks = StacksOf(gate_up_stack, down_stack);
+  char* base = experts_.as<char>();
+  for (int64_t x = 0; x < e; ++x) {
+    if (x > 0) {
+      RS_ASSIGN_OR_RETURN(why, pack(x, &gate_up, &down));
+      if (why.empty() && (!fits(gate_up_stack, gate_up, e) || !fits(down_stack, down, e))) {
+        why = fmt::format("expert {} differs from expert 0 in format or group size", x);
+      }
+      if (!why.empty()) {
+        experts_.Reset();
+        quant_gate_up_ = quant_down_ = QuantMatrixView{};
+        return why;
+      }
+    }
+    RS_RETURN_IF_ERROR(
+        CopyRows(gate_up_stack, base, base + stacks.gate_up_scales, x * 2 * inter, gate_up));
+    RS_RETURN_IF_ERROR(
+        CopyRows(down_stack, base + stacks.down_codes, base + stacks.down_scales, x * h, down));
+  }
+  RS_LOG_INFO("layer {}: routed experts held quantized ({} gate/up, {} down; {} MiB)", layer,
+              quant::PackedFormatName(static_cast<quant::PackedFormat>(gate_up_stack.format)),
+              quant::PackedFormatName(static_cast<quant::PackedFormat>(down_stack.format)),
+              experts_.bytes() >> 20);
+  return std::string();
+}
+
 absl::Status CudaMoeLayer::Load(const ModelConfig& config, int layer, SafetensorsModel& weights,
-                                const UploadFn& upload, cudaStream_t stream) {
+                                const UploadFn& upload, cudaStream_t stream,
+                                const quant::QuantConfig* quant) {
   const MoeTensorSpecs specs = MoeLayerTensorSpecs(config, layer);
   const int64_t e = moe_.router.num_experts, inter = moe_.expert_intermediate_size, h = hidden_,
                 shared = moe_.shared_intermediate_size;
@@ -150,7 +290,23 @@ absl::Status CudaMoeLayer::Load(const ModelConfig& config, int layer, Safetensor
   if (specs.correction_bias) {
     RS_RETURN_IF_ERROR(CopyFloats(weights, *specs.correction_bias, correction_bias_, stream));
   }
-  if (moe_.layout == ExpertLayout::kGptOssStacked) {
+  std::string why_bf16 = "not a quantized checkpoint";
+  const char* force_bf16 = std::getenv("RINGSERVE_DEQUANTIZE_EXPERTS");
+  if (quant == nullptr || quant->method == quant::QuantMethod::kNone) {
+  } else if (force_bf16 != nullptr && std::string(force_bf16) == "1") {
+    why_bf16 = "RINGSERVE_DEQUANTIZE_EXPERTS=1";
+  } else if (moe_.layout == ExpertLayout::kGptOssStacked) {
+    why_bf16 = "gpt-oss's stacked experts are dequantized";
+  } else {
+    RS_ASSIGN_OR_RETURN(why_bf16, LoadQuantizedExperts(config, layer, weights, *quant));
+  }
+  if (!why_bf16.empty()) {
+    if (quant != nullptr && quant->method != quant::QuantMethod::kNone) {
+      RS_LOG_INFO("layer {}: routed experts dequantized to bf16 at load ({})", layer, why_bf16);
+    }
+    RS_RETURN_IF_ERROR(AllocateBf16Experts());
+  }
+  if (!why_bf16.empty() && moe_.layout == ExpertLayout::kGptOssStacked) {
     // Input-major, interleaved tensors: uploaded whole, then rearranged on the GPU.
     DeviceBuffer staging;
     RS_RETURN_IF_ERROR(staging.Allocate(e * 2 * inter * h * sizeof(bf16)));
@@ -165,7 +321,7 @@ absl::Status CudaMoeLayer::Load(const ModelConfig& config, int layer, Safetensor
     RS_RETURN_IF_ERROR(LaunchMoeTransposeDown(tmp, down_, e, inter, h, stream));
     RS_RETURN_IF_ERROR(upload(*specs.down_bias, down_bias_));
     RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  } else {
+  } else if (!why_bf16.empty()) {
     for (int64_t x = 0; x < e; ++x) {
       bf16* gu = gate_up_ + x * 2 * inter * h;
       RS_RETURN_IF_ERROR(upload(specs.gate[x], gu));
@@ -199,6 +355,7 @@ absl::Status CudaMoeLayer::Randomize(uint64_t seed, cudaStream_t stream) {
                 shared = moe_.shared_intermediate_size;
   const float lin = 0.02f * std::sqrt(3.0f);
   uint64_t id = seed * 7919u + 17;
+  if (!experts_quantized()) RS_RETURN_IF_ERROR(AllocateBf16Experts());
   auto fill = [&](bf16* p, int64_t n) {
     return p ? LaunchFillRandom(p, n, ++id, 0.0f, lin, stream) : absl::OkStatus();
   };
@@ -223,12 +380,113 @@ absl::Status CudaMoeLayer::Randomize(uint64_t seed, cudaStream_t stream) {
   return MirrorRouter(stream);
 }
 
+int CudaMoeLayer::DequantRangeExperts() const {
+  const int64_t per_expert =
+      int64_t{2} * moe_.expert_intermediate_size * hidden_ * int64_t{sizeof(bf16)};
+  return static_cast<int>(std::clamp<int64_t>(
+      kDequantScratchBytes / std::max<int64_t>(per_expert, 1), 1, moe_.router.num_experts));
+}
+
+int64_t CudaMoeLayer::dequant_scratch_bytes() const {
+  if (!experts_quantized()) return 0;
+  // The larger of a range's gate/up ([2 inter, hidden] each) and down ([hidden, inter]) matrices.
+  return int64_t{DequantRangeExperts()} * 2 * moe_.expert_intermediate_size * hidden_ *
+         int64_t{sizeof(bf16)};
+}
+
+absl::Status CudaMoeLayer::RandomizeQuantized(uint64_t seed, QuantFormat format, int group_cols,
+                                              cudaStream_t stream) {
+  const int64_t e = moe_.router.num_experts, inter = moe_.expert_intermediate_size, h = hidden_;
+  const QuantMatrixView gate_up{.format = format,
+                                .rows = static_cast<int>(e * 2 * inter),
+                                .cols = static_cast<int>(h),
+                                .group_cols = group_cols};
+  const QuantMatrixView down{.format = format,
+                             .rows = static_cast<int>(e * h),
+                             .cols = static_cast<int>(inter),
+                             .group_cols = group_cols};
+  for (const QuantMatrixView& stack : {gate_up, down}) {
+    if (!QuantMatrixSupported(format, stack.rows, stack.cols, group_cols)) {
+      return absl::InvalidArgumentError(fmt::format(
+          "random quantized experts: [{}, {}] in groups of {} not supported (multiples of {})",
+          stack.rows, stack.cols, group_cols, QuantChunk(format)));
+    }
+  }
+  RS_RETURN_IF_ERROR(AllocateQuantizedExperts(gate_up, down));
+  // One expert's random codes and scales (values of about std 0.02), copied to every expert:
+  // the timing does not depend on the values, the routing comes from the random router.
+  const QuantStacks stacks = StacksOf(gate_up, down);
+  char* base = experts_.as<char>();
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  const auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  const float scale = format == QuantFormat::kInt4   ? 0.0043f
+                      : format == QuantFormat::kInt8 ? 0.00027f
+                      : format == QuantFormat::kFp8  ? 1.0e-4f
+                                                     : 0.007f;
+  const auto random_matrix = [&](int64_t rows, int64_t cols) {
+    quant::PackedMatrix m{.format = static_cast<quant::PackedFormat>(format),
+                          .rows = rows,
+                          .cols = cols,
+                          .group_cols = group_cols};
+    m.codes.resize(QuantCodeBytes(format, rows, cols));
+    // Integer codes symmetric about the zero point (no 0: a mean offset would make every token
+    // alike and route them to the same experts); no e4m3 NaN codes.
+    for (uint8_t& b : m.codes) {
+      b = static_cast<uint8_t>(next());
+      if (format == QuantFormat::kFp8 && (b & 0x7f) == 0x7f) b ^= 1;
+      if (format == QuantFormat::kInt8 && b == 0) b = 1;
+      if (format == QuantFormat::kInt4) {
+        if ((b & 0x0f) == 0) b |= 0x01;
+        if ((b & 0xf0) == 0) b |= 0x10;
+      }
+    }
+    m.scales.assign(rows * m.groups(), scale);
+    if (format == QuantFormat::kInt4 || format == QuantFormat::kInt8) {
+      m.zeros.assign(rows * m.groups(), format == QuantFormat::kInt4 ? 8.0f : 128.0f);
+    }
+    return m;
+  };
+  const quant::PackedMatrix one_gate_up = random_matrix(2 * inter, h),
+                            one_down = random_matrix(h, inter);
+  for (int64_t x = 0; x < e; ++x) {
+    RS_RETURN_IF_ERROR(
+        CopyRows(gate_up, base, base + stacks.gate_up_scales, x * 2 * inter, one_gate_up));
+    RS_RETURN_IF_ERROR(
+        CopyRows(down, base + stacks.down_codes, base + stacks.down_scales, x * h, one_down));
+  }
+  return Randomize(seed, stream);
+}
+
+absl::Status CudaMoeLayer::RunDequantizedGemm(MoeGroupedLinear a, const QuantMatrixView& q,
+                                              CudaMoeWorkspace& ws, LaunchStream stream) const {
+  const int range = DequantRangeExperts();
+  if (ws.dequant_ == nullptr ||
+      ws.dequant_bytes_ < int64_t{range} * a.n * a.k * int64_t{sizeof(bf16)}) {
+    return absl::FailedPreconditionError(
+        "CudaMoeLayer: the workspace has no dequantization scratch for quantized experts");
+  }
+  for (int e0 = 0; e0 < a.groups; e0 += range) {
+    const int e1 = std::min(a.groups, e0 + range);
+    RS_RETURN_IF_ERROR(LaunchQuantDequantize(QuantRowSlice(q, int64_t{e0} * a.n, (e1 - e0) * a.n),
+                                             ws.dequant_, stream));
+    a.w = ws.dequant_;
+    a.group_begin = e0;
+    a.group_end = e1;
+    RS_RETURN_IF_ERROR(LaunchMoeGroupedGemm(a, ws.tiles_, ws.num_tiles_, ws.max_tiles_, stream));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
                                       const int32_t* offsets, int rows, int groups,
-                                      const bf16* w_gate_up, const bf16* gate_up_bias,
-                                      const bf16* w_down, const bf16* down_bias, int inter,
-                                      bool grouped_gemv, bf16* out, CudaMoeWorkspace& ws,
-                                      LaunchStream stream) const {
+                                      const ExpertWeights& w, bool grouped_gemv, bf16* out,
+                                      CudaMoeWorkspace& ws, LaunchStream stream) const {
+  const int inter = w.inter;
   const MoeActivationParams act = ActivationOf(moe_);
   const int32_t* tiles = offsets != nullptr ? ws.tiles_ : nullptr;
   const int32_t* num_tiles = offsets != nullptr ? ws.num_tiles_ : nullptr;
@@ -241,20 +499,24 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
                       .groups = groups,
                       .active = active,
                       .max_active = rows,
-                      .w = w_gate_up,
-                      .bias = gate_up_bias,
+                      .w = w.gate_up,
+                      .bias = w.gate_up_bias,
                       .n = inter,
                       .k = hidden_,
                       .out = ws.act_,
                       .out_f32 = false,
                       .act = act};
   if (grouped_gemv) {
-    RS_RETURN_IF_ERROR(LaunchMoeGroupedGemv(up, stream));
+    RS_RETURN_IF_ERROR(w.quant_gate_up != nullptr
+                           ? LaunchMoeQuantGroupedGemv(up, *w.quant_gate_up, stream)
+                           : LaunchMoeGroupedGemv(up, stream));
   } else {
     up.n = 2 * inter;
     up.out = ws.gate_up_;
     up.act = {};
-    RS_RETURN_IF_ERROR(LaunchMoeGroupedGemm(up, tiles, num_tiles, ws.max_tiles_, stream));
+    RS_RETURN_IF_ERROR(w.quant_gate_up != nullptr
+                           ? RunDequantizedGemm(up, *w.quant_gate_up, ws, stream)
+                           : LaunchMoeGroupedGemm(up, tiles, num_tiles, ws.max_tiles_, stream));
     RS_RETURN_IF_ERROR(LaunchMoeActivation(ws.gate_up_, ws.act_, rows, inter, act, stream));
   }
   // The activations are in permuted-row order: the down projection reads them in place.
@@ -265,13 +527,17 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
                               .groups = groups,
                               .active = active,
                               .max_active = rows,
-                              .w = w_down,
-                              .bias = down_bias,
+                              .w = w.down,
+                              .bias = w.down_bias,
                               .n = hidden_,
                               .k = inter,
                               .out = out,
                               .out_f32 = false,
                               .act = {}};
+  if (w.quant_down != nullptr) {
+    return grouped_gemv ? LaunchMoeQuantGroupedGemv(down, *w.quant_down, stream)
+                        : RunDequantizedGemm(down, *w.quant_down, ws, stream);
+  }
   if (grouped_gemv || inter % 8 != 0) return LaunchMoeGroupedGemv(down, stream);
   return LaunchMoeGroupedGemm(down, tiles, num_tiles, ws.max_tiles_, stream);
 }
@@ -328,13 +594,21 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
   // Decode-sized steps (a few rows per expert) stream only the chosen experts' weights; larger
   // ones run the tensor-core GEMM (which re-reads no weight per row).
   const bool gemv = tokens <= gemv_max_tokens_ && rows <= 4 * e;
-  RS_RETURN_IF_ERROR(RunExperts(x, ws.row_token_, ws.offsets_, rows, e, gate_up_, gate_up_bias_,
-                                down_, down_bias_, moe_.expert_intermediate_size, gemv,
-                                ws.expert_out_, ws, stream));
+  const bool quantized = experts_quantized();
+  const ExpertWeights routed{.gate_up = gate_up_,
+                             .gate_up_bias = gate_up_bias_,
+                             .down = down_,
+                             .down_bias = down_bias_,
+                             .quant_gate_up = quantized ? &quant_gate_up_ : nullptr,
+                             .quant_down = quantized ? &quant_down_ : nullptr,
+                             .inter = moe_.expert_intermediate_size};
+  RS_RETURN_IF_ERROR(
+      RunExperts(x, ws.row_token_, ws.offsets_, rows, e, routed, gemv, ws.expert_out_, ws, stream));
   if (shared_gate_up_ != nullptr) {
-    RS_RETURN_IF_ERROR(RunExperts(x, nullptr, nullptr, tokens, 1, shared_gate_up_, nullptr,
-                                  shared_down_, nullptr, moe_.shared_intermediate_size,
-                                  tokens <= 16, ws.shared_out_, ws, stream));
+    const ExpertWeights shared{
+        .gate_up = shared_gate_up_, .down = shared_down_, .inter = moe_.shared_intermediate_size};
+    RS_RETURN_IF_ERROR(RunExperts(x, nullptr, nullptr, tokens, 1, shared, tokens <= 16,
+                                  ws.shared_out_, ws, stream));
   }
   return LaunchMoeCombine({.weights = ws.weights_,
                            .entry_row = ws.entry_row_,

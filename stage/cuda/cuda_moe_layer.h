@@ -15,6 +15,17 @@
 // tensor-core GEMM (kernels/cuda/moe.h). Forward never synchronizes with the host, so it can be
 // captured into a CUDA graph.
 //
+// Quantized checkpoints: routed experts whose every matrix packs exactly into the kernels' layout
+// (stage/model/packed_weights.h: fp8 blocks, compressed-tensors int4/int8/fp8, GPTQ, AWQ; the
+// hub's one-tensor-per-expert layouts) are held quantized, stacked by rows as
+// [E * 2 inter, hidden] and [E * hidden, inter] (kernels/cuda/quant_gemv.h's layout). Decode-sized
+// steps run the quantized grouped GEMV (codes decoded in registers, only the chosen experts'
+// codes read); larger steps dequantize the experts into the workspace's bf16 scratch a range of
+// experts at a time (at most kDequantScratchBytes) and run the grouped GEMM on each range.
+// Anything else (gpt-oss's stacked MXFP4, sizes off the kernels' chunk, mixed formats) is
+// dequantized to bf16 at load, logged with the reason; RINGSERVE_DEQUANTIZE_EXPERTS=1 forces
+// that (a debug switch for A/B runs). Shared experts are always bf16.
+//
 // Not thread-safe; the layer owns its weights, the workspace (shared by a slice's MoE layers,
 // which run one at a time) its buffers. Memory: weight_bytes() / CudaMoeWorkspace::bytes().
 #pragma once
@@ -25,7 +36,10 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/quant_gemv.h"
 #include "ring/model_config.h"
+#include "stage/model/quant/quant_config.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
 
@@ -37,8 +51,10 @@ class CudaMoeWorkspace {
  public:
   // InvalidArgument unless moe.enabled(); ResourceExhausted when the device is full.
   // `num_layers`: MoE layers that record their touched-expert counts (experts_touched()).
-  static absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> Create(const MoeConfig& moe, int hidden,
-                                                                  int max_tokens, int num_layers);
+  // `dequant_scratch_bytes`: the largest CudaMoeLayer::dequant_scratch_bytes() of the layers.
+  static absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> Create(
+      const MoeConfig& moe, int hidden, int max_tokens, int num_layers,
+      int64_t dequant_scratch_bytes = 0);
   int64_t bytes() const { return static_cast<int64_t>(buffer_.bytes()); }
   int max_tokens() const { return max_tokens_; }
   // [num_layers] int32, device: the number of distinct experts the last step's tokens chose in
@@ -70,6 +86,8 @@ class CudaMoeWorkspace {
   bf16* act_ = nullptr;           // [T k, max(inter, shared)]
   bf16* expert_out_ = nullptr;    // [T k, hidden]
   bf16* shared_out_ = nullptr;    // [T, hidden] (with shared experts)
+  bf16* dequant_ = nullptr;       // quantized experts of one range, bf16 (larger steps)
+  int64_t dequant_bytes_ = 0;
 };
 
 class CudaMoeLayer {
@@ -87,12 +105,18 @@ class CudaMoeLayer {
   static absl::StatusOr<std::unique_ptr<CudaMoeLayer>> Create(const ModelConfig& config);
 
   // Loads layer `layer`'s block (MoeLayerTensorSpecs: the CPU loader's names and shapes): the
-  // experts through `upload`, the router, its biases and the shared expert gate as fp32 from
+  // experts held quantized when `quant` is a quantized checkpoint's config and they pack (above),
+  // else through `upload` (bf16); the router, its biases and the shared expert gate as fp32 from
   // `weights`. Errors name the tensor. Synchronizes `stream`.
   absl::Status Load(const ModelConfig& config, int layer, SafetensorsModel& weights,
-                    const UploadFn& upload, cudaStream_t stream);
-  // Random weights (benchmarks): uniform with std 0.02, biases likewise. Synchronizes `stream`.
+                    const UploadFn& upload, cudaStream_t stream,
+                    const quant::QuantConfig* quant = nullptr);
+  // Random weights (benchmarks): uniform with std 0.02, biases likewise; with `format`, the
+  // routed experts held quantized in it (random codes, groups of `group_cols`, scales giving
+  // about the same spread). Synchronizes `stream`.
   absl::Status Randomize(uint64_t seed, cudaStream_t stream);
+  absl::Status RandomizeQuantized(uint64_t seed, QuantFormat format, int group_cols,
+                                  cudaStream_t stream);
 
   // The block on `tokens` rows (tokens <= ws.max_tokens()):
   //   x: [tokens, hidden] bf16, device — the post-attention-norm rows.
@@ -103,30 +127,68 @@ class CudaMoeLayer {
   absl::Status Forward(const bf16* x, int tokens, float* residual, bf16* out, CudaMoeWorkspace& ws,
                        int stats_slot, LaunchStream stream) const;
 
-  int64_t weight_bytes() const { return static_cast<int64_t>(buffer_.bytes()); }
+  int64_t weight_bytes() const { return static_cast<int64_t>(buffer_.bytes() + experts_.bytes()); }
+  // Whether the routed experts are held quantized, and their device bytes (codes and scales).
+  bool experts_quantized() const { return quant_gate_up_.codes != nullptr; }
+  int64_t quantized_expert_bytes() const {
+    return experts_quantized() ? static_cast<int64_t>(experts_.bytes()) : 0;
+  }
+  // The workspace scratch the larger steps dequantize quantized experts into (0 for bf16).
+  int64_t dequant_scratch_bytes() const;
+  // The most a range of dequantized experts takes in the workspace.
+  static constexpr int64_t kDequantScratchBytes = int64_t{256} << 20;
 
  private:
   CudaMoeLayer() = default;
+  // The bf16 routed experts in experts_ (gate_up_, down_).
+  absl::Status AllocateBf16Experts();
+  // experts_ as the quantized stacks shaped `gate_up` and `down` (their pointers ignored).
+  absl::Status AllocateQuantizedExperts(const QuantMatrixView& gate_up,
+                                        const QuantMatrixView& down);
+  // Holds the routed experts quantized (quant_gate_up_, quant_down_) when every expert matrix
+  // packs in one format and group size the kernels run; "" then, else the reason not (the
+  // caller loads them in bf16).
+  absl::StatusOr<std::string> LoadQuantizedExperts(const ModelConfig& config, int layer,
+                                                   SafetensorsModel& weights,
+                                                   const quant::QuantConfig& quant);
+  // Experts per dequantized range (larger steps on quantized experts).
+  int DequantRangeExperts() const;
   // Writes router_bf16_ / router_bias_bf16_ from the fp32 router. Synchronizes `stream`.
   absl::Status MirrorRouter(cudaStream_t stream);
+  // The weights of RunExperts: bf16, or quantized (quant_gate_up / quant_down non-null).
+  struct ExpertWeights {
+    const bf16* gate_up = nullptr;
+    const bf16* gate_up_bias = nullptr;
+    const bf16* down = nullptr;
+    const bf16* down_bias = nullptr;
+    const QuantMatrixView* quant_gate_up = nullptr;
+    const QuantMatrixView* quant_down = nullptr;
+    int inter = 0;
+  };
   // One expert FFN (routed, grouped by `offsets`, or the shared one over every token).
   absl::Status RunExperts(const bf16* x, const int32_t* row_token, const int32_t* offsets, int rows,
-                          int groups, const bf16* w_gate_up, const bf16* gate_up_bias,
-                          const bf16* w_down, const bf16* down_bias, int inter, bool grouped_gemv,
-                          bf16* out, CudaMoeWorkspace& ws, LaunchStream stream) const;
+                          int groups, const ExpertWeights& w, bool grouped_gemv, bf16* out,
+                          CudaMoeWorkspace& ws, LaunchStream stream) const;
+  // The larger steps' grouped GEMM on quantized weights `q` ([groups * n, k]): range by range of
+  // DequantRangeExperts() groups, dequantized into the workspace scratch.
+  absl::Status RunDequantizedGemm(MoeGroupedLinear a, const QuantMatrixView& q,
+                                  CudaMoeWorkspace& ws, LaunchStream stream) const;
 
   MoeConfig moe_;
   int hidden_ = 0;
   int gemv_max_tokens_ = kDefaultGemvMaxTokens;
-  DeviceBuffer buffer_;
-  float* router_ = nullptr;       // [E, hidden]
-  float* router_bias_ = nullptr;  // [E] or null
+  DeviceBuffer buffer_;   // router, biases, shared experts
+  DeviceBuffer experts_;  // routed experts: bf16 gate_up_ and down_, or the quantized stacks
+  QuantMatrixView quant_gate_up_{};  // [E * 2 inter, hidden] when held quantized
+  QuantMatrixView quant_down_{};     // [E * hidden, inter]
+  float* router_ = nullptr;          // [E, hidden]
+  float* router_bias_ = nullptr;     // [E] or null
   // bf16 copies of the router for steps above kMoeSmallRouteTokens tokens: their logits are a
   // tensor-core GEMM (the fp32 CUDA-core product would cost ~10% of a long prefill).
   bf16* router_bf16_ = nullptr;          // [E, hidden]
   bf16* router_bias_bf16_ = nullptr;     // [E] or null
   float* correction_bias_ = nullptr;     // [E] or null
-  bf16* gate_up_ = nullptr;              // [E, 2 inter, hidden]
+  bf16* gate_up_ = nullptr;              // [E, 2 inter, hidden] (bf16 experts)
   bf16* gate_up_bias_ = nullptr;         // [E, 2 inter] or null (gpt-oss)
   bf16* down_ = nullptr;                 // [E, hidden, inter]
   bf16* down_bias_ = nullptr;            // [E, hidden] or null

@@ -1,8 +1,10 @@
 // The GPU MoE kernels and layer against the CPU reference: routing (every scoring rule) against
 // RouteTokens on random logits, exactly for the chosen experts and within fp32 rounding for
 // the weights, plus the grouping's invariants; the grouped GEMV and tensor-core GEMM against a
-// host product; and whole MoE blocks of the golden fixtures (tests/fixtures/models) against
-// CpuMoeForward on random bf16 rows (relative L2 <= 1e-2: bf16 weights and activations).
+// host product; the quantized grouped GEMV (every format) and the GEMM over group ranges of
+// dequantized weights against a host product on the dequantized values; and whole MoE blocks of the
+// golden fixtures (tests/fixtures/models) against CpuMoeForward on random bf16 rows (relative L2 <=
+// 1e-2: bf16 weights and activations).
 #include "stage/cuda/cuda_moe_layer.h"
 
 #include <algorithm>
@@ -16,8 +18,10 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/test_util.h"
+#include "stage/cuda/cuda_quant_linear.h"
 #include "stage/model/cpu_moe.h"
 #include "stage/model/moe_router.h"
+#include "stage/model/quant/packed_matrix.h"
 
 namespace ringserve::cuda {
 namespace {
@@ -279,6 +283,141 @@ TEST(CudaMoeGroupedLinearTest, GemvAndGemmMatchHostProduct) {
   }
   EXPECT_LT(RelL2(got_act, want_act), 1e-2);
 }
+
+// Quantized expert weights [groups * 2n, k] (random, QuantizeMatrix's rule) in each format:
+// LaunchMoeQuantGroupedGemv (plain, over the active list, gated) against the host product on the
+// dequantized values, and LaunchMoeGroupedGemm over two group ranges dequantized on the device
+// (QuantRowSlice + LaunchQuantDequantize, as CudaMoeLayer's larger steps run).
+class CudaMoeQuantGroupedTest : public ::testing::TestWithParam<quant::PackedFormat> {};
+
+TEST_P(CudaMoeQuantGroupedTest, GemvAndRangeGemmMatchHostProduct) {
+  RS_SKIP_WITHOUT_GPU();
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const int groups = 5, tokens = 40, n = 48, k = 160, group_cols = 32;
+  const std::vector<int32_t> offsets = {0, 0, 3, 19, 21, 30};
+  const int rows = offsets.back();
+  std::vector<int32_t> row_token(rows);
+  for (int& t : row_token) t = static_cast<int>(rng() % tokens);
+  std::vector<float> x(tokens * k);
+  for (float& f : x) f = uni(rng);
+  x = RoundBf16(x);
+  std::vector<float> w(int64_t{groups} * 2 * n * k);
+  for (float& f : w) f = 0.1f * uni(rng);
+  const quant::PackedMatrix packed =
+      quant::QuantizeMatrix(w, groups * 2 * n, k, GetParam(), group_cols);
+  const std::vector<float> wq = quant::UnpackMatrix(packed);  // the values the kernels must use
+  auto dx = Upload(ToBf16(x));
+  auto dcodes = Upload(packed.codes);
+  auto dscales = Upload(DeviceScales(packed));
+  auto doff = Upload(offsets);
+  auto dtok = Upload(row_token);
+  ASSERT_TRUE(dx.ok() && dcodes.ok() && dscales.ok() && doff.ok() && dtok.ok());
+  const QuantMatrixView view{.format = static_cast<QuantFormat>(GetParam()),
+                             .rows = groups * 2 * n,
+                             .cols = k,
+                             .group_cols = group_cols,
+                             .codes = dcodes->as<uint8_t>(),
+                             .scales = dscales->as<float>()};
+  std::vector<float> want(int64_t{rows} * 2 * n);  // fp32 host product, 2n columns
+  for (int g = 0; g < groups; ++g) {
+    for (int r = offsets[g]; r < offsets[g + 1]; ++r) {
+      for (int c = 0; c < 2 * n; ++c) {
+        double sum = 0;
+        for (int i = 0; i < k; ++i) {
+          sum += double{x[int64_t{row_token[r]} * k + i]} * wq[(int64_t{g} * 2 * n + c) * k + i];
+        }
+        want[int64_t{r} * 2 * n + c] = static_cast<float>(sum);
+      }
+    }
+  }
+  DeviceBuffer out;
+  ASSERT_TRUE(out.Allocate(int64_t{rows} * 2 * n * 4).ok());
+  auto dactive = Upload(std::vector<int32_t>{1, 2, 3, 4, -1});  // group 0 has no rows
+  ASSERT_TRUE(dactive.ok());
+  MoeGroupedLinear a{.x = dx->as<bf16>(),
+                     .row_token = dtok->as<int32_t>(),
+                     .offsets = doff->as<int32_t>(),
+                     .groups = groups,
+                     .n = 2 * n,
+                     .k = k,
+                     .out = out.get(),
+                     .out_f32 = true};
+  for (const bool over_active : {false, true}) {
+    SCOPED_TRACE(over_active ? "gemv over the active list" : "gemv");
+    a.active = over_active ? dactive->as<int32_t>() : nullptr;
+    a.max_active = over_active ? 4 : 0;
+    ASSERT_EQ(cudaMemset(out.get(), 0, out.bytes()), cudaSuccess);
+    const absl::Status s = LaunchMoeQuantGroupedGemv(a, view, nullptr);
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_LT(RelL2(Download<float>(out, want.size()), want), 1e-5);
+  }
+  // The grouped GEMM on ranges [0, 2) and [2, 5) of bf16 weights dequantized on the device.
+  std::vector<int32_t> tiles;
+  for (int g = 0; g < groups; ++g) {
+    for (int r = offsets[g]; r < offsets[g + 1]; r += kMoeTileRows)
+      tiles.insert(tiles.end(), {g, r});
+  }
+  const std::vector<int32_t> num_tiles = {static_cast<int32_t>(tiles.size() / 2)};
+  const int max_tiles = static_cast<int>(MoeMaxTiles(rows, groups));
+  tiles.resize(2 * max_tiles, 0);
+  auto dtiles = Upload(tiles);
+  auto dnum = Upload(num_tiles);
+  DeviceBuffer scratch;
+  ASSERT_TRUE(dtiles.ok() && dnum.ok() && scratch.Allocate(int64_t{3} * 2 * n * k * 2).ok());
+  a.active = nullptr;
+  a.max_active = 0;
+  ASSERT_EQ(cudaMemset(out.get(), 0, out.bytes()), cudaSuccess);
+  for (const auto& [begin, end] : {std::pair{0, 2}, std::pair{2, 5}}) {
+    ASSERT_TRUE(
+        LaunchQuantDequantize(QuantRowSlice(view, int64_t{begin} * 2 * n, (end - begin) * 2 * n),
+                              scratch.as<bf16>(), nullptr)
+            .ok());
+    a.w = scratch.as<bf16>();
+    a.group_begin = begin;
+    a.group_end = end;
+    ASSERT_TRUE(
+        LaunchMoeGroupedGemm(a, dtiles->as<int32_t>(), dnum->as<int32_t>(), max_tiles, nullptr)
+            .ok());
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // The GEMM reads the weights rounded to bf16 once.
+  EXPECT_LT(RelL2(Download<float>(out, want.size()), want), 1e-2);
+  // The gated GEMV: silu(bf16(gate)) * bf16(up) over n columns, bf16 out.
+  a.w = nullptr;
+  a.group_begin = 0;
+  a.group_end = -1;
+  a.n = n;
+  a.out_f32 = false;
+  a.act = {.kind = MoeActivation::kSiluMul};
+  ASSERT_TRUE(LaunchMoeQuantGroupedGemv(a, view, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<bf16> act = Download<bf16>(out, int64_t{rows} * n);
+  std::vector<float> got_act, want_act;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < n; ++c) {
+      const float g = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + c]));
+      const float u = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + n + c]));
+      want_act.push_back(g / (1.0f + std::exp(-g)) * u);
+      got_act.push_back(__bfloat162float(act[int64_t{r} * n + c]));
+    }
+  }
+  EXPECT_LT(RelL2(got_act, want_act), 1e-2);
+  // A weight stack of the wrong height is refused.
+  QuantMatrixView short_view = view;
+  short_view.rows -= 2 * n;
+  EXPECT_FALSE(LaunchMoeQuantGroupedGemv(a, short_view, nullptr).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaMoeQuantGroupedTest,
+                         ::testing::Values(quant::PackedFormat::kInt4, quant::PackedFormat::kInt8,
+                                           quant::PackedFormat::kFp8, quant::PackedFormat::kFp4),
+                         [](const ::testing::TestParamInfo<quant::PackedFormat>& info) {
+                           return std::string(quant::PackedFormatName(info.param));
+                         });
 
 // The block of each fixture's first MoE layer on random rows, through the GEMV (3 tokens) and
 // the tensor-core GEMM (40 tokens; 100 with the router on tensor cores too) paths, against

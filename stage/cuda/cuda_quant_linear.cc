@@ -86,6 +86,16 @@ uint64_t SplitMix(uint64_t& state) {
 
 }  // namespace
 
+std::vector<float> DeviceScales(const quant::PackedMatrix& m) {
+  if (!quant::IsIntegerFormat(m.format)) return m.scales;
+  std::vector<float> scales(2 * m.scales.size());
+  for (size_t g = 0; g < m.scales.size(); ++g) {
+    scales[2 * g] = m.scales[g];
+    scales[2 * g + 1] = m.zeros[g];
+  }
+  return scales;
+}
+
 absl::StatusOr<QuantLinears> QuantLinears::Load(const ModelConfig& config,
                                                 const SliceOptions& options, cudaStream_t stream) {
   QuantLinears out;
@@ -164,6 +174,11 @@ absl::StatusOr<QuantLinears> QuantLinears::Random(const ModelConfig& config,
   uint64_t state = seed;
   for (int i = 0; i < options.layers.size(); ++i) {
     for (int which = 0; which < kLayerLinears; ++which) {
+      // A MoE layer's experts are the MoE layer's (CudaMoeLayer::RandomizeQuantized).
+      if (config.moe.IsMoeLayer(options.layers.first + i) &&
+          which >= static_cast<int>(LayerLinear::kGateUp)) {
+        continue;
+      }
       int64_t rows = 0, cols = 0;
       for (const auto& [r, c] : PartShapes(config, which)) {
         rows += r;
@@ -199,16 +214,7 @@ absl::Status QuantLinears::Add(int layer, LayerLinear which, const quant::Packed
   const int64_t code_bytes = QuantCodeBytes(format, m.rows, m.cols);
   const int64_t scale_bytes = QuantScaleBytes(format, m.rows, m.cols, m.group_cols);
   const int64_t scale_at = (code_bytes + kAlign - 1) / kAlign * kAlign;
-  std::vector<float> scales;
-  if (quant::IsIntegerFormat(m.format)) {
-    scales.resize(2 * m.scales.size());
-    for (size_t g = 0; g < m.scales.size(); ++g) {
-      scales[2 * g] = m.scales[g];
-      scales[2 * g + 1] = m.zeros[g];
-    }
-  } else {
-    scales = m.scales;
-  }
+  const std::vector<float> scales = DeviceScales(m);
   Held held;
   RS_RETURN_IF_ERROR(held.memory.Allocate(scale_at + scale_bytes));
   RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(held.memory.get(), m.codes.data(), code_bytes,

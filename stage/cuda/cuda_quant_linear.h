@@ -32,6 +32,10 @@
 
 namespace ringserve::cuda {
 
+// A packed matrix's scales as the kernels read them (quant_gemv.h): per row and group, {scale,
+// zero} pairs for integer formats, the scale alone otherwise.
+std::vector<float> DeviceScales(const quant::PackedMatrix& m);
+
 enum class LayerLinear { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
 inline constexpr int kLayerLinears = 4;
 

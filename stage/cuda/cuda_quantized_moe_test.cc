@@ -1,9 +1,13 @@
-// The CUDA slice on quantized MoE checkpoints (C++-written copies of the MoE fixtures:
-// stage/model/testing/quantized_copy.h) against the CPU slice on the same checkpoint: experts
-// are dequantized to bf16 at load, so the comparison is the dense GPU tests' (bf16 against the
-// fp32 CPU reference): relative L2 of the prefill logits and of each graphed greedy decode step
-// <= max(3e-2, 2 x the CPU reference's bf16-noise sensitivity, measured on the dequantized float
-// copy: testing/bf16_noise_probe.h). The memory report must count the dequantized experts.
+// The CUDA slice on quantized MoE checkpoints (C++-written copies of the MoE fixtures and of tiny
+// random MoE models: stage/model/testing/quantized_copy.h) against the CPU slice on the same
+// checkpoint. Routed experts are held quantized where they pack (cuda_moe_layer.h: sizes that are
+// multiples of the kernels' chunk), else dequantized to bf16 at load; each case states which,
+// and the memory report must count them so. The GPU's activations are bf16 either way, so the
+// comparison is the dense GPU tests' (bf16 against the fp32 CPU reference): relative L2 of the
+// prefill logits and of each graphed greedy decode step <= max(3e-2, 2 x the CPU reference's
+// bf16-noise sensitivity, measured on the dequantized float copy: testing/bf16_noise_probe.h).
+// The prefill (20 tokens) runs the grouped GEMM on models of 8 experts (more than 4 rows per
+// expert: the quantized experts dequantized range by range), the decode steps the grouped GEMV.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -30,6 +34,24 @@ constexpr double kSensitivityFactor = 2.0;
 std::string Fixture(const std::string& name) {
   const char* root = std::getenv("RINGSERVE_SOURCE_DIR");
   return std::string(root != nullptr ? root : ".") + "/tests/fixtures/models/" + name;
+}
+
+// A tiny random MoE model of make_random_model's shape `name` (experts of 32 values, which every
+// quantized format's kernels hold) with a 128-token vocabulary.
+absl::Status WriteTinyMoe(const std::string& name, const std::string& dir) {
+  auto shape = FindShape(name);
+  if (!shape.ok()) return shape.status();
+  shape->vocab_size = 128;
+  shape->max_position_embeddings = 128;
+  shape->bos_token_id = 1;
+  shape->eos_token_ids = {2};
+  return WriteRandomModel({.output_dir = dir,
+                           .shape = *shape,
+                           .seed = 5,
+                           .init_std = 0.1,
+                           .num_threads = 2,
+                           .tokenizers_dir = ""})
+      .status();
 }
 
 // DeepSeek-V3 at the latent sizes the CUDA MLA kernels run (kv_lora_rank 512, rope 64; the
@@ -66,9 +88,11 @@ absl::Status WriteLatent512Moe(const std::string& dir) {
 
 struct Case {
   std::string name;
-  // tests/fixtures/models/<fixture>, "gpt_oss_wide" (MXFP4-ready) or "deepseek_latent512"
+  // tests/fixtures/models/<fixture>, "gpt_oss_wide" (MXFP4-ready), "deepseek_latent512" or
+  // "random:<make_random_model shape>" (WriteTinyMoe)
   std::string fixture;
   CopyOptions options;
+  bool experts_held_quantized = false;  // else dequantized to bf16 at load
 };
 
 class CudaQuantizedMoeTest : public ::testing::TestWithParam<Case> {};
@@ -85,6 +109,10 @@ TEST_P(CudaQuantizedMoeTest, GpuSliceMatchesTheCpuSliceOnTheQuantizedCheckpoint)
     src = tmp.path() + "/src";
     const absl::Status written = WriteLatent512Moe(src);
     ASSERT_TRUE(written.ok()) << written;
+  } else if (c.fixture.starts_with("random:")) {
+    src = tmp.path() + "/src";
+    const absl::Status written = WriteTinyMoe(c.fixture.substr(7), src);
+    ASSERT_TRUE(written.ok()) << written;
   }
   const std::string dir = tmp.path() + "/quant", float_dir = tmp.path() + "/float";
   auto copy = ringserve::testing::WriteQuantizedCopy(src, c.options, dir, float_dir);
@@ -96,7 +124,12 @@ TEST_P(CudaQuantizedMoeTest, GpuSliceMatchesTheCpuSliceOnTheQuantizedCheckpoint)
       {.model_dir = dir, .layers = all, .kv_block_size = 4, .kv_num_blocks = 64},
       {.max_batch_tokens = 64, .max_seqs = 8});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  EXPECT_GT((*gpu)->memory().dequantized_expert_bytes, 0);
+  if (c.experts_held_quantized) {
+    EXPECT_GT((*gpu)->memory().quantized_expert_bytes, 0);
+  } else {
+    EXPECT_EQ((*gpu)->memory().quantized_expert_bytes, 0);
+    EXPECT_GT((*gpu)->memory().dequantized_expert_bytes, 0);
+  }
   auto cpu = CpuModelSlice::Load(
       {.model_dir = dir, .layers = all, .kv_block_size = 4, .kv_num_blocks = 64});
   ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -119,17 +152,17 @@ TEST_P(CudaQuantizedMoeTest, GpuSliceMatchesTheCpuSliceOnTheQuantizedCheckpoint)
   MicroBatch prefill;
   prefill.chunks.push_back({.seq_id = 1,
                             .start_position = 0,
-                            .num_tokens = 11,
+                            .num_tokens = 20,
                             .block_table = table,
                             .logits = LogitsMode::kAllTokens});
-  prefill.token_ids = {5, 17, 99, 3, 42, 64, 8, 120, 31, 77, 2};
+  prefill.token_ids = {5, 17, 99, 3, 42, 64, 8, 120, 31, 77, 2, 14, 90, 61, 7, 33, 101, 45, 12, 88};
   std::vector<float> logits = check(prefill);
   ASSERT_FALSE(logits.empty());
   std::vector<float> last(logits.end() - config->vocab_size, logits.end());
   for (int step = 0; step < 6; ++step) {
     MicroBatch decode;
     decode.chunks.push_back({.seq_id = 1,
-                             .start_position = 11 + step,
+                             .start_position = 20 + step,
                              .num_tokens = 1,
                              .block_table = table,
                              .logits = LogitsMode::kLastToken});
@@ -141,16 +174,26 @@ TEST_P(CudaQuantizedMoeTest, GpuSliceMatchesTheCpuSliceOnTheQuantizedCheckpoint)
 }
 
 CopyOptions Opt(CopyFormat format, int block) { return {.format = format, .block = block}; }
+constexpr bool kHeld = true;
 
 INSTANTIATE_TEST_SUITE_P(
     Formats, CudaQuantizedMoeTest,
-    ::testing::Values(Case{"Qwen3MoeFp8Block", "qwen3_moe", Opt(CopyFormat::kFp8Block, 16)},
-                      Case{"Glm4MoeFp8BlockUe8m0", "glm4_moe", Opt(CopyFormat::kFp8BlockUe8m0, 16)},
-                      Case{"DeepseekV3Fp8Block128", "deepseek_latent512",
-                           Opt(CopyFormat::kFp8Block, 128)},
-                      Case{"MixtralCompressedInt4", "mixtral", Opt(CopyFormat::kCompressedInt4, 8)},
-                      Case{"DeepseekV3Awq", "deepseek_latent512", Opt(CopyFormat::kAwq4, 8)},
-                      Case{"GptOssMxfp4", "gpt_oss_wide", Opt(CopyFormat::kMxfp4, 32)}),
+    ::testing::Values(
+        // The fixtures' experts of 12 values are no multiple of a chunk: dequantized at load.
+        Case{"Qwen3MoeFp8Block", "qwen3_moe", Opt(CopyFormat::kFp8Block, 16)},
+        Case{"Glm4MoeFp8BlockUe8m0", "glm4_moe", Opt(CopyFormat::kFp8BlockUe8m0, 16)},
+        Case{"MixtralCompressedInt4", "mixtral", Opt(CopyFormat::kCompressedInt4, 8)},
+        Case{"DeepseekV3Awq", "deepseek_latent512", Opt(CopyFormat::kAwq4, 8)},
+        Case{"GptOssMxfp4", "gpt_oss_wide", Opt(CopyFormat::kMxfp4, 32)},
+        // Held quantized.
+        Case{"DeepseekV3Fp8Block128", "deepseek_latent512", Opt(CopyFormat::kFp8Block, 128), kHeld},
+        Case{"TinyQwen3MoeCompressedInt4", "random:tiny-qwen3-moe",
+             Opt(CopyFormat::kCompressedInt4, 32), kHeld},
+        Case{"TinyQwen3MoeGptq", "random:tiny-qwen3-moe", Opt(CopyFormat::kGptq4, 32), kHeld},
+        Case{"TinyQwen3MoeCompressedFp8", "random:tiny-qwen3-moe",
+             Opt(CopyFormat::kCompressedFp8, 32), kHeld},
+        Case{"TinyGlm4MoeFp8Block", "random:tiny-glm4-moe", Opt(CopyFormat::kFp8Block, 32), kHeld},
+        Case{"TinyGlm4MoeAwq", "random:tiny-glm4-moe", Opt(CopyFormat::kAwq4, 32), kHeld}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

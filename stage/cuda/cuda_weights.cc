@@ -4,8 +4,9 @@
 // Quantized linear weights that QuantLinears holds quantized (cuda_quant_linear.h) are skipped
 // here; the others are dequantized on the host by the shared loader
 // (stage/model/quantized_weights.h), one tensor at a time, and uploaded as fp32 -> bf16. Quantized
-// MoE experts (every format the loader reads, gpt-oss MXFP4 included) take that path too: they
-// run as bf16 experts, and the memory report counts them (dequantized_expert_bytes).
+// MoE routed experts are held quantized by the MoE layer where they pack (cuda_moe_layer.h;
+// quantized_expert_bytes); the rest (gpt-oss MXFP4, shared experts, sizes off the kernels' chunk)
+// take the dequantizing path and the memory report counts them (dequantized_expert_bytes).
 #include <cstring>
 #include <map>
 #include <set>
@@ -146,16 +147,23 @@ absl::Status CudaModelSlice::LoadWeights() {
       for (const TensorSpec& spec : MoeLayerTensorSpecs(c, layer).All()) {
         moe_tensors.insert(spec.name);
       }
+      RS_RETURN_IF_ERROR(moe_[i]->Load(c, layer, *weights, load, stream_, &quant));
+      const MoeTensorSpecs moe_specs = MoeLayerTensorSpecs(c, layer);
+      std::set<std::string> routed;  // the per-expert tensors the layer may hold quantized
+      for (const auto* specs : {&moe_specs.gate, &moe_specs.up, &moe_specs.down}) {
+        for (const TensorSpec& spec : *specs) routed.insert(spec.name);
+      }
       int64_t dequantized = 0;
-      for (const TensorSpec& spec : MoeLayerTensorSpecs(c, layer).All()) {
+      for (const TensorSpec& spec : moe_specs.All()) {
+        if (moe_[i]->experts_quantized() && routed.count(spec.name) > 0) continue;
         if (IsQuantizedWeight(quant, spec)) dequantized += TensorBytes({spec}, sizeof(bf16));
       }
-      RS_RETURN_IF_ERROR(moe_[i]->Load(c, layer, *weights, load, stream_));
       if (dequantized > 0) {
         RS_LOG_INFO("layer {}: {} MiB of {} experts dequantized to bf16 at load", layer,
                     dequantized >> 20, quant::QuantMethodName(quant.method));
       }
       dequantized_expert_bytes_ += dequantized;
+      quantized_expert_bytes_ += moe_[i]->quantized_expert_bytes();
     }
     // DeepSeek: the attention tensors, loaded by mla_[i] (skipped below as the MoE ones are).
     if (!mla_.empty() && mla_[i] != nullptr) {

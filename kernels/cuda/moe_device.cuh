@@ -1,0 +1,50 @@
+// Device-side pieces shared by the grouped expert kernels (moe_gemm.cu, moe_quant.cu). Not for
+// host code.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/moe.h"
+
+namespace ringserve::cuda {
+
+// stage/model/cpu_moe.cc's activations, on the bf16-rounded gate and up values.
+__device__ __forceinline__ float MoeActivate(const MoeActivationParams& p, float g, float u) {
+  if (p.kind == MoeActivation::kClampedSwiglu) {
+    g = fminf(g, p.limit);
+    u = fminf(fmaxf(u, -p.limit), p.limit);
+    const float glu = g * (1.0f / (1.0f + expf(-g * p.alpha)));
+    return (u + 1.0f) * glu;
+  }
+  return g / (1.0f + expf(-g)) * u;
+}
+
+__device__ __forceinline__ float RoundBf16(float v) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+
+// The grouped GEMV's output of (row, col) of group g from the warp sums s0 (and, gated, the up
+// row's s1), biases added: act(bf16(gate), bf16(up)) as bf16 when kGated, else fp32 or bf16.
+template <bool kGated>
+__device__ __forceinline__ void StoreGroupedGemvOutput(const MoeGroupedLinear& a, int g, int row,
+                                                       int col, float s0, float s1) {
+  const int n = a.n;
+  const int64_t at = static_cast<int64_t>(row) * n + col;
+  if constexpr (kGated) {
+    const bf16* b = a.bias != nullptr ? a.bias + static_cast<int64_t>(g) * 2 * n : nullptr;
+    const float gate = RoundBf16(s0 + (b ? __bfloat162float(b[col]) : 0.0f));
+    const float up = RoundBf16(s1 + (b ? __bfloat162float(b[n + col]) : 0.0f));
+    static_cast<bf16*>(a.out)[at] = __float2bfloat16(MoeActivate(a.act, gate, up));
+  } else {
+    const float v =
+        s0 +
+        (a.bias != nullptr ? __bfloat162float(a.bias[static_cast<int64_t>(g) * n + col]) : 0.0f);
+    if (a.out_f32) {
+      static_cast<float*>(a.out)[at] = v;
+    } else {
+      static_cast<bf16*>(a.out)[at] = __float2bfloat16(v);
+    }
+  }
+}
+
+}  // namespace ringserve::cuda
