@@ -67,7 +67,6 @@ QuantStacks StacksOf(const QuantMatrixView& gate_up, const QuantMatrixView& down
   s.gate_up_scales = AlignUp(QuantCodeBytes(gate_up.format, gate_up.rows, gate_up.cols));
   s.down_codes = s.gate_up_scales + AlignUp(QuantScaleBytes(gate_up.format, gate_up.rows,
                                                             gate_up.cols, gate_up.group_cols));
-  s.down_codes = AlignUp(s.down_codes);
   s.down_scales = s.down_codes + AlignUp(QuantCodeBytes(down.format, down.rows, down.cols));
   s.bytes =
       s.down_scales + AlignUp(QuantScaleBytes(down.format, down.rows, down.cols, down.group_cols));

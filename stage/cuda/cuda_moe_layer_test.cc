@@ -56,6 +56,22 @@ std::vector<float> RoundBf16(std::vector<float> v) {
   return v;
 }
 
+// The gated GEMV's bf16 output in `out` ([rows, n]) against silu(bf16(gate)) * bf16(up) of the
+// host product `want` ([rows, 2n]: gate columns, then up columns).
+void ExpectGatedOutput(const DeviceBuffer& out, const std::vector<float>& want, int rows, int n) {
+  const std::vector<bf16> act = Download<bf16>(out, int64_t{rows} * n);
+  std::vector<float> got_act, want_act;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < n; ++c) {
+      const float g = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + c]));
+      const float u = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + n + c]));
+      want_act.push_back(g / (1.0f + std::exp(-g)) * u);
+      got_act.push_back(__bfloat162float(act[int64_t{r} * n + c]));
+    }
+  }
+  EXPECT_LT(RelL2(got_act, want_act), 1e-2);
+}
+
 struct RouteCase {
   std::string name;
   RouterOptions options;
@@ -271,17 +287,7 @@ TEST(CudaMoeGroupedLinearTest, GemvAndGemmMatchHostProduct) {
   a.act = {.kind = MoeActivation::kSiluMul};
   ASSERT_TRUE(LaunchMoeGroupedGemv(a, nullptr).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<bf16> act = Download<bf16>(out, int64_t{rows} * n);
-  std::vector<float> got_act, want_act;
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < n; ++c) {
-      const float g = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + c]));
-      const float u = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + n + c]));
-      want_act.push_back(g / (1.0f + std::exp(-g)) * u);
-      got_act.push_back(__bfloat162float(act[int64_t{r} * n + c]));
-    }
-  }
-  EXPECT_LT(RelL2(got_act, want_act), 1e-2);
+  ExpectGatedOutput(out, want, rows, n);
 }
 
 // Quantized expert weights [groups * 2n, k] (random, QuantizeMatrix's rule) in each format:
@@ -395,17 +401,7 @@ TEST_P(CudaMoeQuantGroupedTest, GemvAndRangeGemmMatchHostProduct) {
   a.act = {.kind = MoeActivation::kSiluMul};
   ASSERT_TRUE(LaunchMoeQuantGroupedGemv(a, view, nullptr).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<bf16> act = Download<bf16>(out, int64_t{rows} * n);
-  std::vector<float> got_act, want_act;
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < n; ++c) {
-      const float g = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + c]));
-      const float u = __bfloat162float(__float2bfloat16(want[int64_t{r} * 2 * n + n + c]));
-      want_act.push_back(g / (1.0f + std::exp(-g)) * u);
-      got_act.push_back(__bfloat162float(act[int64_t{r} * n + c]));
-    }
-  }
-  EXPECT_LT(RelL2(got_act, want_act), 1e-2);
+  ExpectGatedOutput(out, want, rows, n);
   // A weight stack of the wrong height is refused.
   QuantMatrixView short_view = view;
   short_view.rows -= 2 * n;
