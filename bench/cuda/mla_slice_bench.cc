@@ -6,10 +6,13 @@
 // streams x context x 1,152 bytes per layer). The bound uses the device-to-device copy
 // bandwidth measured at start (and the datasheet figure beside it). Contexts are reached
 // without prefill: each stream decodes at position context - 1 over blocks the pool holds
-// (zero latents), which reads the same bytes as a filled cache.
+// (zero latents), which reads the same bytes as a filled cache. With --quant the routed experts
+// are held quantized (random codes; fp8 with --quant_group 128 is DeepSeek-V3's own checkpoint
+// format) and counted at their device bytes (codes and scales); attention and the shared expert
+// stay bf16, as a quantized DeepSeek checkpoint loads.
 //
 //   mla_slice_bench [--first_layer 3 --layers 4] [--streams 1,32] [--contexts 128,32768]
-//                   [--steps 20] [--datasheet_tbps 4.8]
+//                   [--steps 20] [--datasheet_tbps 4.8] [--quant fp8 --quant_group 128]
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -33,6 +36,8 @@ ABSL_FLAG(std::vector<std::string>, contexts, std::vector<std::string>({"128", "
           "context of every stream");
 ABSL_FLAG(int, steps, 20, "timed decode steps per row");
 ABSL_FLAG(double, datasheet_tbps, 4.8, "the device's datasheet HBM bandwidth, TB/s");
+ABSL_FLAG(std::string, quant, "", "int4, int8, fp8 or fp4: routed experts held so");
+ABSL_FLAG(int, quant_group, 128, "columns per scale with --quant");
 
 namespace ringserve::cuda {
 namespace {
@@ -53,7 +58,12 @@ double FixedLayerBytes(const ModelConfig& c) {
   return 2 * attn + router + shared;
 }
 
-double ExpertBytes(const ModelConfig& c) {
+// One routed expert's bytes: bf16, or the quantized stacks' share (codes and scales).
+double ExpertBytes(const ModelConfig& c, const CudaMemoryReport& mem, int moe_layers) {
+  if (mem.quantized_expert_bytes > 0) {
+    return static_cast<double>(mem.quantized_expert_bytes) /
+           (static_cast<double>(moe_layers) * c.moe.router.num_experts);
+  }
   return 2.0 * 3 * c.hidden_size * c.moe.expert_intermediate_size;
 }
 
@@ -87,15 +97,18 @@ absl::Status Run() {
   std::unique_ptr<CudaModelSlice> slice;
   int layers = absl::GetFlag(FLAGS_layers);
   for (; layers >= 1; --layers) {
-    auto made = CudaModelSlice::CreateRandom(config,
-                                             {.model_dir = "",
-                                              .layers = {first, first + layers},
-                                              .kv_block_size = kBlockSize,
-                                              .kv_num_blocks = max_streams * blocks_per_seq + 1},
-                                             {.max_batch_tokens = std::max(64, max_streams),
-                                              .max_seqs = std::max(64, max_streams),
-                                              .max_model_len = max_context},
-                                             /*seed=*/7);
+    auto made =
+        CudaModelSlice::CreateRandom(config,
+                                     {.model_dir = "",
+                                      .layers = {first, first + layers},
+                                      .kv_block_size = kBlockSize,
+                                      .kv_num_blocks = max_streams * blocks_per_seq + 1},
+                                     {.max_batch_tokens = std::max(64, max_streams),
+                                      .max_seqs = std::max(64, max_streams),
+                                      .max_model_len = max_context,
+                                      .random_quant = absl::GetFlag(FLAGS_quant),
+                                      .random_quant_group = absl::GetFlag(FLAGS_quant_group)},
+                                     /*seed=*/7);
     if (made.ok()) {
       slice = *std::move(made);
       break;
@@ -108,9 +121,15 @@ absl::Status Run() {
   }
   if (slice == nullptr) return absl::ResourceExhaustedError("not even one layer fits");
   const CudaMemoryReport mem = slice->memory();
+  int moe_layers = 0;
+  for (int l = first; l < first + layers; ++l) moe_layers += config.moe.IsMoeLayer(l) ? 1 : 0;
+  const double expert_bytes = ExpertBytes(config, mem, std::max(1, moe_layers));
   fmt::print(
-      "layers [{}, {}): weights {:.1f} GB, KV pool {:.2f} GB ({} bytes per token and layer)\n",
-      first, first + layers, mem.weight_bytes / 1e9, mem.kv_bytes / 1e9,
+      "layers [{}, {}): weights {:.1f} GB (routed experts {}: {:.1f} GB), KV pool {:.2f} GB ({} "
+      "bytes per token and layer)\n",
+      first, first + layers, mem.weight_bytes / 1e9,
+      absl::GetFlag(FLAGS_quant).empty() ? "bf16" : absl::GetFlag(FLAGS_quant),
+      expert_bytes * moe_layers * config.moe.router.num_experts / 1e9, mem.kv_bytes / 1e9,
       config.kv_values_per_token_layer() * 2);
   const int h = config.hidden_size;
   std::mt19937 rng(5);
@@ -156,7 +175,7 @@ absl::Status Run() {
       const double step_s = micros * 1e-6 / steps;
       const double experts = touched / steps;  // over the stage's layers
       const double kv = static_cast<double>(s) * context * config.kv_values_per_token_layer() * 2;
-      const double bytes = layers * (FixedLayerBytes(config) + kv) + experts * ExpertBytes(config);
+      const double bytes = layers * (FixedLayerBytes(config) + kv) + experts * expert_bytes;
       const double bound_copy = bytes / copy_bw;
       const double bound_sheet = bytes / (absl::GetFlag(FLAGS_datasheet_tbps) * 1e12);
       fmt::print(

@@ -88,7 +88,13 @@ void ExpectDecodeMatchesCpu(const std::string& dir, const std::vector<int>& leng
                                      .kernels = {.fuse_decode_kernels = fuse_decode_kernels}});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
 
-  const uint32_t seed = std::random_device{}();
+  // Fixed prompts: random ones now and then land a MoE router near-tie (two experts' scores
+  // within bf16 rounding of each other on a tiny random model), where the GPU legitimately routes
+  // a token to the other expert and its logits leave any tolerance. RINGSERVE_TEST_SEED picks
+  // other prompts (explorations; a failure then names its seed).
+  const char* seed_env = std::getenv("RINGSERVE_TEST_SEED");
+  const uint32_t seed =
+      seed_env != nullptr ? static_cast<uint32_t>(std::strtoul(seed_env, nullptr, 10)) : 20261205u;
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> token(0, config->vocab_size - 1);

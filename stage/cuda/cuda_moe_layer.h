@@ -22,8 +22,10 @@
 // steps run the quantized grouped GEMV (codes decoded in registers, only the chosen experts'
 // codes read); larger steps dequantize the experts into the workspace's bf16 scratch a range of
 // experts at a time (at most kDequantScratchBytes) and run the grouped GEMM on each range.
-// Anything else (gpt-oss's stacked MXFP4, sizes off the kernels' chunk, mixed formats) is
-// dequantized to bf16 at load, logged with the reason; RINGSERVE_DEQUANTIZE_EXPERTS=1 forces
+// gpt-oss's stacked MXFP4 experts are held as fp4 with their e8m0 block scales (as fp32 per row
+// and 32 columns), gate and up rows deinterleaved. Anything else (sizes off the kernels' chunk,
+// mixed formats, values a format cannot hold exactly) is dequantized to bf16 at load, logged
+// with the reason; RINGSERVE_DEQUANTIZE_EXPERTS=1 forces
 // that (a debug switch for A/B runs). Shared experts are always bf16.
 //
 // Not thread-safe; the layer owns its weights, the workspace (shared by a slice's MoE layers,
@@ -39,6 +41,7 @@
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/quant_gemv.h"
 #include "ring/model_config.h"
+#include "stage/model/quant/packed_matrix.h"
 #include "stage/model/quant/quant_config.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
@@ -151,6 +154,21 @@ class CudaMoeLayer {
   absl::StatusOr<std::string> LoadQuantizedExperts(const ModelConfig& config, int layer,
                                                    SafetensorsModel& weights,
                                                    const quant::QuantConfig& quant);
+  // The same for gpt-oss's stacked MXFP4 experts (fp4, groups of 32; gate/up deinterleaved).
+  absl::StatusOr<std::string> LoadQuantizedStackedExperts(const ModelConfig& config, int layer,
+                                                          SafetensorsModel& weights,
+                                                          const quant::QuantConfig& quant);
+  // Packs expert x's [2 inter, hidden] gate/up (gate rows first) and [hidden, inter] down
+  // matrices; "" or the reason they cannot be held quantized.
+  using ExpertPacker = std::function<absl::StatusOr<std::string>(
+      int64_t x, quant::PackedMatrix* gate_up, quant::PackedMatrix* down)>;
+  // Holds every expert `pack` gives in the quantized stacks when all share expert 0's format,
+  // group size and the kernels' sizes; "" then, else the reason (nothing held).
+  absl::StatusOr<std::string> StoreQuantizedExperts(int layer, const ExpertPacker& pack);
+  // gpt-oss's stacked experts: the bf16 weights (when `weights`) and always the biases, through
+  // `upload`, rearranged on the GPU into the kernels' layout. Synchronizes `stream`.
+  absl::Status UploadStackedExperts(const MoeTensorSpecs& specs, const UploadFn& upload,
+                                    bool weights, cudaStream_t stream);
   // Experts per dequantized range (larger steps on quantized experts).
   int DequantRangeExperts() const;
   // Writes router_bf16_ / router_bias_bf16_ from the fp32 router. Synchronizes `stream`.

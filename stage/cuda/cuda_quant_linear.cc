@@ -166,6 +166,8 @@ absl::StatusOr<QuantLinears> QuantLinears::Random(const ModelConfig& config,
                                                   uint64_t seed, cudaStream_t stream) {
   QuantLinears out;
   out.layers_.resize(options.layers.size());
+  // As Load: latent attention and DeepSeek's dense MLPs run in bf16.
+  if (config.mla) return out;
   // Random codes (no e4m3 NaN: bit 3 cleared), scales giving weights of std ~0.02.
   const float scale = format == quant::PackedFormat::kInt4   ? 0.02f / 4.6f
                       : format == quant::PackedFormat::kInt8 ? 0.02f / 74.0f

@@ -184,8 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Glm4MoeFp8BlockUe8m0", "glm4_moe", Opt(CopyFormat::kFp8BlockUe8m0, 16)},
         Case{"MixtralCompressedInt4", "mixtral", Opt(CopyFormat::kCompressedInt4, 8)},
         Case{"DeepseekV3Awq", "deepseek_latent512", Opt(CopyFormat::kAwq4, 8)},
-        Case{"GptOssMxfp4", "gpt_oss_wide", Opt(CopyFormat::kMxfp4, 32)},
-        // Held quantized.
+        // Held quantized (gpt-oss's MXFP4 experts as fp4, gate/up deinterleaved).
+        Case{"GptOssMxfp4", "gpt_oss_wide", Opt(CopyFormat::kMxfp4, 32), kHeld},
         Case{"DeepseekV3Fp8Block128", "deepseek_latent512", Opt(CopyFormat::kFp8Block, 128), kHeld},
         Case{"TinyQwen3MoeCompressedInt4", "random:tiny-qwen3-moe",
              Opt(CopyFormat::kCompressedInt4, 32), kHeld},

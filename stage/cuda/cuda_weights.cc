@@ -4,9 +4,10 @@
 // Quantized linear weights that QuantLinears holds quantized (cuda_quant_linear.h) are skipped
 // here; the others are dequantized on the host by the shared loader
 // (stage/model/quantized_weights.h), one tensor at a time, and uploaded as fp32 -> bf16. Quantized
-// MoE routed experts are held quantized by the MoE layer where they pack (cuda_moe_layer.h;
-// quantized_expert_bytes); the rest (gpt-oss MXFP4, shared experts, sizes off the kernels' chunk)
-// take the dequantizing path and the memory report counts them (dequantized_expert_bytes).
+// MoE routed experts (gpt-oss's stacked MXFP4 too) are held quantized by the MoE layer where they
+// pack (cuda_moe_layer.h; quantized_expert_bytes); the rest (shared experts, sizes off the
+// kernels' chunk) take the dequantizing path and the memory report counts them
+// (dequantized_expert_bytes).
 #include <cstring>
 #include <map>
 #include <set>
@@ -152,6 +153,9 @@ absl::Status CudaModelSlice::LoadWeights() {
       std::set<std::string> routed;  // the per-expert tensors the layer may hold quantized
       for (const auto* specs : {&moe_specs.gate, &moe_specs.up, &moe_specs.down}) {
         for (const TensorSpec& spec : *specs) routed.insert(spec.name);
+      }
+      for (const auto* spec : {&moe_specs.gate_up, &moe_specs.stacked_down}) {
+        if (spec->has_value()) routed.insert((*spec)->name);  // gpt-oss's stacked experts
       }
       int64_t dequantized = 0;
       for (const TensorSpec& spec : moe_specs.All()) {

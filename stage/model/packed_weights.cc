@@ -1,8 +1,12 @@
 #include "stage/model/packed_weights.h"
 
+#include <cmath>
+
 #include "absl/status/status.h"
+#include "common/dtype.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
+#include "stage/model/quant/mxfp4.h"
 #include "stage/model/quant/quant_tensor.h"
 #include "stage/model/quantized_weights.h"
 
@@ -100,6 +104,30 @@ absl::StatusOr<PackedWeight> ReadPackedWeight(SafetensorsModel& weights,
   }
   absl::StatusOr<quant::PackedMatrix> packed =
       quant::PackExact(w, out, in, source->format, source->block_cols, scales);
+  if (packed.status().code() == absl::StatusCode::kFailedPrecondition) {
+    result.why_not = std::string(packed.status().message());
+    return result;
+  }
+  RS_RETURN_IF_ERROR(packed.status());
+  result.matrix = *std::move(packed);
+  return result;
+}
+
+absl::StatusOr<PackedWeight> ReadPackedMxfp4Expert(SafetensorsModel& weights,
+                                                   const TensorSpec& spec, int64_t expert) {
+  RS_ASSIGN_OR_RETURN(Mxfp4Expert stored, Mxfp4ExpertTensors(weights, spec, expert));
+  const int64_t out = stored.blocks.shape[0], in = stored.blocks.shape[1] * 32;
+  RS_ASSIGN_OR_RETURN(std::vector<float> w, quant::DequantizeMxfp4(stored.blocks, stored.scales));
+  std::vector<float> scales(stored.scales.bytes.size());
+  // e8m0 255 (NaN) held as 0: its block packs only if all its values are 0 (the rule gives 0 for
+  // the code 0 and infinities otherwise), so that the kernels never multiply by NaN.
+  for (size_t i = 0; i < scales.size(); ++i) {
+    const float v = E8M0ToFloat(stored.scales.bytes[i]);
+    scales[i] = std::isfinite(v) ? v : 0.0f;
+  }
+  PackedWeight result;
+  absl::StatusOr<quant::PackedMatrix> packed =
+      quant::PackExact(w, out, in, PackedFormat::kFp4, 32, scales);
   if (packed.status().code() == absl::StatusCode::kFailedPrecondition) {
     result.why_not = std::string(packed.status().message());
     return result;

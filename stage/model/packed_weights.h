@@ -7,6 +7,7 @@
 //   fp8 (block) and compressed-tensors float   -> fp8, scales per row and block column
 //   compressed-tensors int 4 / 8 bits          -> int4 / int8, scales per row and group
 //   gptq 4 / 8 bits, awq                       -> int4 / int8, scales [group, out] transposed
+//   mxfp4 (gpt-oss's stacked experts)         -> fp4, e8m0 scales per row and 32 columns
 // Anything else (gptq 2 bits, other compressed-tensors widths, activation order whose groups are
 // not contiguous columns, ...) is returned as nullopt: the caller keeps the dequantized matrix.
 #pragma once
@@ -31,5 +32,12 @@ struct PackedWeight {
 absl::StatusOr<PackedWeight> ReadPackedWeight(SafetensorsModel& weights,
                                               const quant::QuantConfig& quant,
                                               const TensorSpec& spec);
+
+// Expert `expert` of gpt-oss's stacked MXFP4 experts `spec` (quant_method mxfp4,
+// spec.stacked_experts, shape [E, in, out]) packed as its stored [out, in] rows (gate_up: gate
+// and up rows interleaved, as stored). nullopt with the reason when a value is not exactly
+// representable (an e8m0 scale of 255, NaN); errors as Mxfp4ExpertTensors'.
+absl::StatusOr<PackedWeight> ReadPackedMxfp4Expert(SafetensorsModel& weights,
+                                                   const TensorSpec& spec, int64_t expert);
 
 }  // namespace ringserve

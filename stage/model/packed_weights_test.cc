@@ -135,5 +135,25 @@ TEST(PackedMatrixTest, StackRowsRefusesMismatchedMatrices) {
   EXPECT_EQ(quant::ParsePackedFormat("int3").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(PackedMatrixTest, SelectRowsTakesRowsInTheGivenOrder) {
+  const std::vector<float> w = RandomMatrix(4 * 64, 5);
+  for (const PackedFormat f : {PackedFormat::kInt4, PackedFormat::kFp4, PackedFormat::kInt8}) {
+    const auto m = quant::QuantizeMatrix(w, 4, 64, f, 32);
+    const std::vector<int64_t> order = {2, 0, 3, 1, 2};
+    auto picked = quant::SelectRows(m, order);
+    ASSERT_TRUE(picked.ok()) << picked.status();
+    ASSERT_EQ(picked->rows, 5);
+    const std::vector<float> all = quant::UnpackMatrix(m), got = quant::UnpackMatrix(*picked);
+    for (size_t r = 0; r < order.size(); ++r) {
+      for (int64_t c = 0; c < 64; ++c) {
+        ASSERT_EQ(got[r * 64 + c], all[order[r] * 64 + c]) << quant::PackedFormatName(f);
+      }
+    }
+    const std::vector<int64_t> out_of_range = {4};
+    EXPECT_EQ(quant::SelectRows(m, out_of_range).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 }  // namespace
 }  // namespace ringserve

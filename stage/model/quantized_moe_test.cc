@@ -24,6 +24,7 @@
 #include "stage/model/cpu_model_slice.h"
 #include "stage/model/cpu_moe.h"
 #include "stage/model/cpu_mtp_layer.h"
+#include "stage/model/packed_weights.h"
 #include "stage/model/quantized_weights.h"
 #include "stage/model/slice_weights.h"
 #include "stage/model/testing/quantized_copy.h"
@@ -331,6 +332,53 @@ TEST(QuantizedMoeRefusalTest, StackedExpertsOtherThanMxfp4AndMxfp4ElsewhereAreRe
   nlohmann::json q = nlohmann::json::parse(qwen_text.str());
   q["quantization_config"] = {{"quant_method", "mxfp4"}};
   EXPECT_THAT(ParseModelConfig(q.dump()).status().message(), HasSubstr("quant_method \"mxfp4\""));
+}
+
+// gpt-oss's MXFP4 experts packed for the CUDA kernels (ReadPackedMxfp4Expert): each expert's
+// stored [out, in] rows unpack to exactly the transpose of the [in, out] values the loader
+// dequantizes, for gate_up and down of every layer.
+TEST(QuantizedMoeMxfp4PackTest, ExpertsPackToTheDequantizedValues) {
+  ringserve::testing::TempDir tmp;
+  ASSERT_TRUE(WriteWideGptOss(tmp.path() + "/src").ok());
+  auto copy = testing::WriteQuantizedCopy(tmp.path() + "/src", Opt(CopyFormat::kMxfp4, 32),
+                                          tmp.path() + "/quant", tmp.path() + "/float");
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  auto config = LoadModelConfig(tmp.path() + "/quant");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto quant = quant::LoadQuantConfig(tmp.path() + "/quant");
+  ASSERT_TRUE(quant.ok()) << quant.status();
+  auto weights = SafetensorsModel::Open(tmp.path() + "/quant");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  int checked = 0;
+  for (int layer = 0; layer < config->num_layers; ++layer) {
+    const MoeTensorSpecs specs = MoeLayerTensorSpecs(*config, layer);
+    for (const TensorSpec* spec : {&*specs.gate_up, &*specs.stacked_down}) {
+      auto want = ReadWeightFloat(**weights, *quant, *spec);
+      ASSERT_TRUE(want.ok()) << want.status();
+      const int64_t e = spec->shape[0], in = spec->shape[1], out = spec->shape[2];
+      for (int64_t x = 0; x < e; ++x) {
+        auto packed = ReadPackedMxfp4Expert(**weights, *spec, x);
+        ASSERT_TRUE(packed.ok()) << packed.status();
+        ASSERT_TRUE(packed->matrix.has_value()) << packed->why_not;
+        ASSERT_EQ(packed->matrix->format, quant::PackedFormat::kFp4);
+        ASSERT_EQ(packed->matrix->rows, out);
+        ASSERT_EQ(packed->matrix->cols, in);
+        const std::vector<float> got = quant::UnpackMatrix(*packed->matrix);
+        for (int64_t o = 0; o < out; ++o) {
+          for (int64_t i = 0; i < in; ++i) {
+            ASSERT_EQ(got[o * in + i], (*want)[(x * in + i) * out + o])
+                << spec->name << " expert " << x << " [" << o << ", " << i << "]";
+          }
+        }
+        ++checked;
+      }
+    }
+    EXPECT_EQ(ReadPackedMxfp4Expert(**weights, *specs.gate_up, config->moe.router.num_experts)
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(checked, config->num_layers * 2 * config->moe.router.num_experts);
 }
 
 // A quantized expert missing from the checkpoint fails naming the tensor and the format.

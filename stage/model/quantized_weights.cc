@@ -138,31 +138,11 @@ absl::StatusOr<std::vector<float>> ReadCompressed(ModuleReader& m, const Compres
 absl::StatusOr<std::vector<float>> ReadMxfp4Experts(SafetensorsModel& weights,
                                                     const TensorSpec& spec) {
   const int64_t e = spec.shape[0], in = spec.shape[1], out = spec.shape[2];
-  const std::vector<int64_t> stored = {e, out, in};
-  RS_ASSIGN_OR_RETURN(TensorView blocks_view, weights.GetAnyShape(spec.name + "_blocks"));
-  RS_ASSIGN_OR_RETURN(TensorView scales_view, weights.GetAnyShape(spec.name + "_scales"));
-  const std::vector<int64_t>& bshape = blocks_view.info->shape;
-  const std::vector<int64_t>& sshape = scales_view.info->shape;
-  if (DTypeSize(blocks_view.info->dtype) != 1 || DTypeSize(scales_view.info->dtype) != 1 ||
-      bshape.size() != 4 || bshape[0] != e || bshape[1] != out || bshape[2] * 32 != in ||
-      bshape[3] != 16 || sshape != std::vector<int64_t>{e, out, bshape[2]}) {
-    return absl::InvalidArgumentError(fmt::format(
-        "MXFP4 tensors \"{0}_blocks\" [{1}] / \"{0}_scales\" [{2}] do not hold [{3}] as "
-        "[E, out, in / 32, 16] / [E, out, in / 32] of U8",
-        spec.name, fmt::join(bshape, ", "), fmt::join(sshape, ", "), fmt::join(stored, ", ")));
-  }
-  const int64_t block_bytes = out * bshape[2] * 16, scale_bytes = out * bshape[2];
   std::vector<float> w(static_cast<size_t>(e * in * out));
   for (int64_t x = 0; x < e; ++x) {
-    const QTensor blocks{.name = blocks_view.info->name,
-                         .dtype = blocks_view.info->dtype,
-                         .shape = {out, bshape[2], 16},
-                         .bytes = blocks_view.bytes.subspan(x * block_bytes, block_bytes)};
-    const QTensor scales{.name = scales_view.info->name,
-                         .dtype = scales_view.info->dtype,
-                         .shape = {out, bshape[2]},
-                         .bytes = scales_view.bytes.subspan(x * scale_bytes, scale_bytes)};
-    RS_ASSIGN_OR_RETURN(std::vector<float> rows_first, quant::DequantizeMxfp4(blocks, scales));
+    RS_ASSIGN_OR_RETURN(Mxfp4Expert stored, Mxfp4ExpertTensors(weights, spec, x));
+    RS_ASSIGN_OR_RETURN(std::vector<float> rows_first,
+                        quant::DequantizeMxfp4(stored.blocks, stored.scales));
     float* dst = w.data() + x * in * out;
     for (int64_t o = 0; o < out; ++o) {
       for (int64_t i = 0; i < in; ++i) dst[i * out + o] = rows_first[o * in + i];
@@ -249,6 +229,37 @@ absl::StatusOr<std::vector<float>> ReadWeightFloat(SafetensorsModel& weights,
                     storage.scheme ? storage.scheme->group_name : ""));
   }
   return w;
+}
+
+absl::StatusOr<Mxfp4Expert> Mxfp4ExpertTensors(SafetensorsModel& weights, const TensorSpec& spec,
+                                               int64_t expert) {
+  const int64_t e = spec.shape[0], in = spec.shape[1], out = spec.shape[2];
+  RS_ASSIGN_OR_RETURN(TensorView blocks_view, weights.GetAnyShape(spec.name + "_blocks"));
+  RS_ASSIGN_OR_RETURN(TensorView scales_view, weights.GetAnyShape(spec.name + "_scales"));
+  const std::vector<int64_t>& bshape = blocks_view.info->shape;
+  const std::vector<int64_t>& sshape = scales_view.info->shape;
+  if (DTypeSize(blocks_view.info->dtype) != 1 || DTypeSize(scales_view.info->dtype) != 1 ||
+      bshape.size() != 4 || bshape[0] != e || bshape[1] != out || bshape[2] * 32 != in ||
+      bshape[3] != 16 || sshape != std::vector<int64_t>{e, out, bshape[2]}) {
+    return absl::InvalidArgumentError(fmt::format(
+        "MXFP4 tensors \"{0}_blocks\" [{1}] / \"{0}_scales\" [{2}] do not hold [{3}, {4}, {5}] "
+        "as [E, out, in / 32, 16] / [E, out, in / 32] of U8",
+        spec.name, fmt::join(bshape, ", "), fmt::join(sshape, ", "), e, out, in));
+  }
+  if (expert < 0 || expert >= e) {
+    return absl::InvalidArgumentError(
+        fmt::format("MXFP4 tensor \"{}\": expert {} of {}", spec.name, expert, e));
+  }
+  const int64_t block_bytes = out * bshape[2] * 16, scale_bytes = out * bshape[2];
+  return Mxfp4Expert{
+      .blocks = {.name = blocks_view.info->name,
+                 .dtype = blocks_view.info->dtype,
+                 .shape = {out, bshape[2], 16},
+                 .bytes = blocks_view.bytes.subspan(expert * block_bytes, block_bytes)},
+      .scales = {.name = scales_view.info->name,
+                 .dtype = scales_view.info->dtype,
+                 .shape = {out, bshape[2]},
+                 .bytes = scales_view.bytes.subspan(expert * scale_bytes, scale_bytes)}};
 }
 
 absl::StatusOr<std::vector<float>> ReadMxfp4Float(SafetensorsModel& weights,

@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "stage/model/quant/fp8_block.h"
 #include "stage/model/quant/quant_config.h"
+#include "stage/model/quant/quant_tensor.h"
 #include "stage/model/safetensors.h"
 #include "stage/model/slice_weights.h"
 
@@ -59,5 +60,16 @@ quant::Fp8BlockGrid GridOf(const quant::CompressedScheme& scheme, int64_t out, i
 absl::StatusOr<std::vector<float>> ReadMxfp4Float(SafetensorsModel& weights,
                                                   const std::string& name,
                                                   std::span<const int64_t> expected_shape);
+
+// Expert `expert` of gpt-oss's stacked MXFP4 tensor `spec` (spec.shape [E, in, out], the bf16
+// checkpoint's): its stored blocks [out, in / 32, 16] and scales [out, in / 32], viewing the
+// checkpoint's bytes (valid while `weights` is). InvalidArgument naming the tensor for shapes or
+// dtypes that do not match, NotFound for a missing tensor.
+struct Mxfp4Expert {
+  quant::QTensor blocks;
+  quant::QTensor scales;
+};
+absl::StatusOr<Mxfp4Expert> Mxfp4ExpertTensors(SafetensorsModel& weights, const TensorSpec& spec,
+                                               int64_t expert);
 
 }  // namespace ringserve

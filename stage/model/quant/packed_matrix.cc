@@ -258,4 +258,24 @@ absl::StatusOr<PackedMatrix> StackRows(std::span<const PackedMatrix> parts) {
   return out;
 }
 
+absl::StatusOr<PackedMatrix> SelectRows(const PackedMatrix& m, std::span<const int64_t> rows) {
+  PackedMatrix out{.format = m.format,
+                   .rows = static_cast<int64_t>(rows.size()),
+                   .cols = m.cols,
+                   .group_cols = m.group_cols};
+  const int64_t row_bytes = m.cols * PackedBits(m.format) / 8, groups = m.groups();
+  for (const int64_t r : rows) {
+    if (r < 0 || r >= m.rows) {
+      return absl::InvalidArgumentError(fmt::format("row {} of a {}-row matrix", r, m.rows));
+    }
+    const auto take = [&](const auto& from, auto& to, int64_t width) {
+      to.insert(to.end(), from.begin() + r * width, from.begin() + (r + 1) * width);
+    };
+    take(m.codes, out.codes, row_bytes);
+    take(m.scales, out.scales, groups);
+    if (!m.zeros.empty()) take(m.zeros, out.zeros, groups);
+  }
+  return out;
+}
+
 }  // namespace ringserve::quant

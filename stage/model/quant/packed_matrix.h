@@ -76,4 +76,8 @@ std::vector<float> UnpackMatrix(const PackedMatrix& m);
 // `parts` stacked by rows (same format, cols and group_cols). InvalidArgument otherwise.
 absl::StatusOr<PackedMatrix> StackRows(std::span<const PackedMatrix> parts);
 
+// The rows `rows` of `m` in that order (codes, scales and zeros). InvalidArgument for a row out
+// of range.
+absl::StatusOr<PackedMatrix> SelectRows(const PackedMatrix& m, std::span<const int64_t> rows);
+
 }  // namespace ringserve::quant
