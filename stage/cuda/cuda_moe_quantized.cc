@@ -224,17 +224,8 @@ absl::Status CudaMoeLayer::RandomizeQuantized(uint64_t seed, QuantFormat format,
                           .cols = cols,
                           .group_cols = group_cols};
     m.codes.resize(QuantCodeBytes(format, rows, cols));
-    // Integer codes symmetric about the zero point (no 0: a mean offset would make every token
-    // alike and route them to the same experts); no e4m3 NaN codes.
-    for (uint8_t& b : m.codes) {
-      b = static_cast<uint8_t>(next());
-      if (format == QuantFormat::kFp8 && (b & 0x7f) == 0x7f) b ^= 1;
-      if (format == QuantFormat::kInt8 && b == 0) b = 1;
-      if (format == QuantFormat::kInt4) {
-        if ((b & 0x0f) == 0) b |= 0x01;
-        if ((b & 0xf0) == 0) b |= 0x10;
-      }
-    }
+    for (uint8_t& b : m.codes) b = static_cast<uint8_t>(next());
+    MakeRandomCodesUsable(static_cast<quant::PackedFormat>(format), m.codes);
     m.scales.assign(rows * m.groups(), scale);
     if (format == QuantFormat::kInt4 || format == QuantFormat::kInt8) {
       m.zeros.assign(rows * m.groups(), format == QuantFormat::kInt4 ? 8.0f : 128.0f);

@@ -96,6 +96,25 @@ std::vector<float> DeviceScales(const quant::PackedMatrix& m) {
   return scales;
 }
 
+void MakeRandomCodesUsable(quant::PackedFormat format, std::span<uint8_t> codes) {
+  for (uint8_t& b : codes) {
+    switch (format) {
+      case quant::PackedFormat::kFp8:
+        if ((b & 0x7f) == 0x7f) b ^= 1;  // e4m3 NaN
+        break;
+      case quant::PackedFormat::kInt8:
+        if (b == 0) b = 1;
+        break;
+      case quant::PackedFormat::kInt4:
+        if ((b & 0x0f) == 0) b |= 0x01;
+        if ((b & 0xf0) == 0) b |= 0x10;
+        break;
+      case quant::PackedFormat::kFp4:
+        break;
+    }
+  }
+}
+
 absl::StatusOr<QuantLinears> QuantLinears::Load(const ModelConfig& config,
                                                 const SliceOptions& options, cudaStream_t stream) {
   QuantLinears out;
@@ -168,7 +187,7 @@ absl::StatusOr<QuantLinears> QuantLinears::Random(const ModelConfig& config,
   out.layers_.resize(options.layers.size());
   // As Load: latent attention and DeepSeek's dense MLPs run in bf16.
   if (config.mla) return out;
-  // Random codes (no e4m3 NaN: bit 3 cleared), scales giving weights of std ~0.02.
+  // Random codes (MakeRandomCodesUsable), scales giving weights of std ~0.02.
   const float scale = format == quant::PackedFormat::kInt4   ? 0.02f / 4.6f
                       : format == quant::PackedFormat::kInt8 ? 0.02f / 74.0f
                       : format == quant::PackedFormat::kFp8  ? 2e-4f
@@ -190,10 +209,10 @@ absl::StatusOr<QuantLinears> QuantLinears::Random(const ModelConfig& config,
       quant::PackedMatrix m{.format = format, .rows = rows, .cols = cols, .group_cols = g};
       m.codes.resize(rows * cols * quant::PackedBits(format) / 8);
       for (size_t b = 0; b < m.codes.size(); b += 8) {
-        uint64_t word = SplitMix(state);
-        if (format == quant::PackedFormat::kFp8) word &= 0xf7f7f7f7f7f7f7f7ull;
+        const uint64_t word = SplitMix(state);
         std::memcpy(m.codes.data() + b, &word, std::min<size_t>(8, m.codes.size() - b));
       }
+      MakeRandomCodesUsable(format, m.codes);
       m.scales.assign(rows * m.groups(), scale);
       if (quant::IsIntegerFormat(format)) {
         m.zeros.assign(rows * m.groups(), format == quant::PackedFormat::kInt4 ? 8.0f : 128.0f);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ namespace ringserve::cuda {
 // A packed matrix's scales as the kernels read them (quant_gemv.h): per row and group, {scale,
 // zero} pairs for integer formats, the scale alone otherwise.
 std::vector<float> DeviceScales(const quant::PackedMatrix& m);
+
+// Random code bytes made fit for random weights (benchmarks): integer codes symmetric about the
+// zero point 8 / 128 (the code 0 becomes 1: a mean offset would make every token's hidden state
+// alike, and a MoE router would send them all to the same experts), no e4m3 NaN codes.
+void MakeRandomCodesUsable(quant::PackedFormat format, std::span<uint8_t> codes);
 
 enum class LayerLinear { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
 inline constexpr int kLayerLinears = 4;
