@@ -5,7 +5,11 @@
 // and the memory report must count them so. The GPU's activations are bf16 either way, so the
 // comparison is the dense GPU tests' (bf16 against the fp32 CPU reference): relative L2 of the
 // prefill logits and of each graphed greedy decode step <= max(3e-2, 2 x the CPU reference's
-// bf16-noise sensitivity, measured on the dequantized float copy: testing/bf16_noise_probe.h).
+// bf16-noise sensitivity, measured on the dequantized float copy: testing/bf16_noise_probe.h,
+// 1.5 x the GPU slice's own distance on that float copy). The last term is the bf16 GPU on the
+// same weights: a tiny random model can sit on a router near-tie the probe does not see (the
+// AWQ copy of tiny-glm4-moe: GPU float copy 0.064 from the CPU, quantized path 0.047), and the
+// quantized path must then be no worse than bf16 on the dequantized weights.
 // The prefill (20 tokens) runs the grouped GEMM on models of 8 experts (more than 4 rows per
 // expert: the quantized experts dequantized range by range), the decode steps the grouped GEMV.
 #include <algorithm>
@@ -30,6 +34,7 @@ using testing::RelL2;
 
 constexpr double kLogitsTol = 3e-2;
 constexpr double kSensitivityFactor = 2.0;
+constexpr double kFloatCopyFactor = 1.5;
 
 std::string Fixture(const std::string& name) {
   const char* root = std::getenv("RINGSERVE_SOURCE_DIR");
@@ -93,9 +98,6 @@ struct Case {
   std::string fixture;
   CopyOptions options;
   bool experts_held_quantized = false;  // else dequantized to bf16 at load
-  // The GPU slice reads the dequantized float copy instead (the same model: a discrepancy that
-  // remains there is the model's sensitivity, not the quantized path).
-  bool gpu_reads_float_copy = false;
 };
 
 class CudaQuantizedMoeTest : public ::testing::TestWithParam<Case> {};
@@ -123,15 +125,15 @@ TEST_P(CudaQuantizedMoeTest, GpuSliceMatchesTheCpuSliceOnTheQuantizedCheckpoint)
   auto config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status();
   const LayerRange all{0, config->num_layers};
-  auto gpu = CudaModelSlice::Load({.model_dir = c.gpu_reads_float_copy ? float_dir : dir,
-                                   .layers = all,
-                                   .kv_block_size = 4,
-                                   .kv_num_blocks = 64},
-                                  {.max_batch_tokens = 64, .max_seqs = 8});
+  auto gpu = CudaModelSlice::Load(
+      {.model_dir = dir, .layers = all, .kv_block_size = 4, .kv_num_blocks = 64},
+      {.max_batch_tokens = 64, .max_seqs = 8});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  if (c.gpu_reads_float_copy) {
-    EXPECT_EQ((*gpu)->memory().quantized_expert_bytes, 0);
-  } else if (c.experts_held_quantized) {
+  auto gpu_float = CudaModelSlice::Load(
+      {.model_dir = float_dir, .layers = all, .kv_block_size = 4, .kv_num_blocks = 64},
+      {.max_batch_tokens = 64, .max_seqs = 8});
+  ASSERT_TRUE(gpu_float.ok()) << gpu_float.status();
+  if (c.experts_held_quantized) {
     EXPECT_GT((*gpu)->memory().quantized_expert_bytes, 0);
   } else {
     EXPECT_EQ((*gpu)->memory().quantized_expert_bytes, 0);
@@ -149,9 +151,13 @@ TEST_P(CudaQuantizedMoeTest, GpuSliceMatchesTheCpuSliceOnTheQuantizedCheckpoint)
     EXPECT_TRUE((*probe)->Forward(batch).ok());
     auto got = (*gpu)->Forward(batch, {});
     EXPECT_TRUE(got.ok()) << got.status();
-    if (!want.ok() || !got.ok()) return {};
-    const double bound = std::max(kLogitsTol, kSensitivityFactor * (*probe)->Sensitivity(*want));
-    EXPECT_LT(RelL2(*got, *want), bound);
+    auto bf16_got = (*gpu_float)->Forward(batch, {});
+    EXPECT_TRUE(bf16_got.ok()) << bf16_got.status();
+    if (!want.ok() || !got.ok() || !bf16_got.ok()) return {};
+    const double float_copy = RelL2(*bf16_got, *want);
+    const double bound = std::max({kLogitsTol, kSensitivityFactor * (*probe)->Sensitivity(*want),
+                                   kFloatCopyFactor * float_copy});
+    EXPECT_LT(RelL2(*got, *want), bound) << "GPU on the float copy: " << float_copy;
     return *want;
   };
   std::vector<int32_t> table(64);
@@ -200,9 +206,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"TinyQwen3MoeCompressedFp8", "random:tiny-qwen3-moe",
              Opt(CopyFormat::kCompressedFp8, 32), kHeld},
         Case{"TinyGlm4MoeFp8Block", "random:tiny-glm4-moe", Opt(CopyFormat::kFp8Block, 32), kHeld},
-        Case{"TinyGlm4MoeAwq", "random:tiny-glm4-moe", Opt(CopyFormat::kAwq4, 32), kHeld},
-        Case{"TinyGlm4MoeAwqFloatCopy", "random:tiny-glm4-moe", Opt(CopyFormat::kAwq4, 32), false,
-             true}),
+        Case{"TinyGlm4MoeAwq", "random:tiny-glm4-moe", Opt(CopyFormat::kAwq4, 32), kHeld}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
