@@ -65,6 +65,19 @@ std::optional<ScaleSource> SourceOf(const quant::QuantConfig& q,
   return std::nullopt;
 }
 
+// PackExact's answer as a PackedWeight: a value it cannot hold exactly (FailedPrecondition)
+// means "keep the dequantized matrix", with the reason; other errors pass through.
+absl::StatusOr<PackedWeight> FromPackExact(absl::StatusOr<quant::PackedMatrix> packed) {
+  PackedWeight result;
+  if (packed.status().code() == absl::StatusCode::kFailedPrecondition) {
+    result.why_not = std::string(packed.status().message());
+    return result;
+  }
+  RS_RETURN_IF_ERROR(packed.status());
+  result.matrix = *std::move(packed);
+  return result;
+}
+
 }  // namespace
 
 absl::StatusOr<PackedWeight> ReadPackedWeight(SafetensorsModel& weights,
@@ -102,15 +115,7 @@ absl::StatusOr<PackedWeight> ReadPackedWeight(SafetensorsModel& weights,
           source->transposed ? stored[g * out + r] : stored[(r / source->block_rows) * groups + g];
     }
   }
-  absl::StatusOr<quant::PackedMatrix> packed =
-      quant::PackExact(w, out, in, source->format, source->block_cols, scales);
-  if (packed.status().code() == absl::StatusCode::kFailedPrecondition) {
-    result.why_not = std::string(packed.status().message());
-    return result;
-  }
-  RS_RETURN_IF_ERROR(packed.status());
-  result.matrix = *std::move(packed);
-  return result;
+  return FromPackExact(quant::PackExact(w, out, in, source->format, source->block_cols, scales));
 }
 
 absl::StatusOr<PackedWeight> ReadPackedMxfp4Expert(SafetensorsModel& weights,
@@ -125,16 +130,7 @@ absl::StatusOr<PackedWeight> ReadPackedMxfp4Expert(SafetensorsModel& weights,
     const float v = E8M0ToFloat(stored.scales.bytes[i]);
     scales[i] = std::isfinite(v) ? v : 0.0f;
   }
-  PackedWeight result;
-  absl::StatusOr<quant::PackedMatrix> packed =
-      quant::PackExact(w, out, in, PackedFormat::kFp4, 32, scales);
-  if (packed.status().code() == absl::StatusCode::kFailedPrecondition) {
-    result.why_not = std::string(packed.status().message());
-    return result;
-  }
-  RS_RETURN_IF_ERROR(packed.status());
-  result.matrix = *std::move(packed);
-  return result;
+  return FromPackExact(quant::PackExact(w, out, in, PackedFormat::kFp4, 32, scales));
 }
 
 }  // namespace ringserve
