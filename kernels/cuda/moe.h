@@ -24,6 +24,9 @@ inline constexpr int kMoeTileRows = 128;
 inline constexpr int kMoeSmallRouteTokens = 64;
 // Experts a router kernel handles (the largest families have 256).
 inline constexpr int kMoeMaxExperts = 512;
+// Steps of up to this many tokens can compute the router logits and route in one kernel
+// (LaunchMoeRouterLogitsAndRoute).
+inline constexpr int kMoeFusedRouteTokens = 8;
 
 // Opts the kernels that need it into large shared memory on the current device (once per
 // device; every launcher calls it, and CudaMoeLayer calls it at load so that no first launch
@@ -76,6 +79,15 @@ inline int64_t MoeMaxTiles(int64_t rows, int experts) {
 // most kMoeSmallRouteTokens tokens run one kernel; larger ones three (clear, top-k, scan).
 absl::Status LaunchMoeRoute(const RouterOptions& options, const MoeRouting& routing,
                             LaunchStream stream);
+// LaunchMoeRouterLogits (routing.logits its output) and LaunchMoeRoute in one kernel, for steps
+// of at most kMoeFusedRouteTokens tokens: the block that finishes its logits last routes the
+// step. `ticket`: one int32 of device memory, 0 before the launch and left at 0 after it (a
+// workspace's; launches that share a ticket must not run concurrently). The same results, bit
+// for bit, as the two launches.
+absl::Status LaunchMoeRouterLogitsAndRoute(const bf16* x, const float* router, const float* bias,
+                                           int hidden, const RouterOptions& options,
+                                           const MoeRouting& routing, int32_t* ticket,
+                                           LaunchStream stream);
 
 // Expert activation of the grouped projections: none (plain projection), SiLU(gate) * up, or
 // gpt-oss's clamped SwiGLU (ring/moe_config.h's ExpertActivation).
@@ -158,6 +170,35 @@ struct MoeCombine {
   int hidden = 0;
 };
 absl::Status LaunchMoeCombine(const MoeCombine& a, LaunchStream stream);
+
+// The routed experts' down projection and the combine of a step of a few tokens in one kernel:
+// for each token t and column c < n,
+//   y = sum over j < top_k, in order, of weights[t, j] * bf16(act[entry_row[t, j]] . w[g, c]
+//       (+ bias[g, c])) with g = expert_ids[t, j];  y += shared_out[t, c] when given;
+//   residual[t, c] += y, or out[t, c] = bf16(y).
+// Bit for bit LaunchMoeGroupedGemv (no activation; act in permuted-row order, w [E, n, k] bf16,
+// bias [E, n] or null) — or LaunchMoeQuantGroupedGemv on `quant` ([E * n, k] in the quantized
+// GEMV's layout) when it is given — followed by LaunchMoeCombine without a shared gate. Each
+// token streams its own experts' rows, so steps of more than a few tokens (where tokens share
+// experts) read more than the grouped GEMV does: kMoeDownCombineTokens.
+inline constexpr int kMoeDownCombineTokens = 4;
+struct MoeDownCombine {
+  const bf16* act = nullptr;  // [tokens * top_k, k], permuted rows
+  const int32_t* expert_ids = nullptr;
+  const float* weights = nullptr;
+  const int32_t* entry_row = nullptr;
+  const bf16* w = nullptr;                 // or null with `quant`
+  const QuantMatrixView* quant = nullptr;  // quantized weights instead of w
+  const bf16* bias = nullptr;
+  int n = 0;
+  int k = 0;  // k % 8 == 0
+  const bf16* shared_out = nullptr;
+  float* residual = nullptr;
+  bf16* out = nullptr;
+  int tokens = 0;
+  int top_k = 0;
+};
+absl::Status LaunchMoeDownCombine(const MoeDownCombine& a, LaunchStream stream);
 
 // Load-time layout changes of gpt-oss's stacked experts (ExpertLayout::kGptOssStacked), bf16:
 //   gate_up [E, hidden, 2 inter] (input-major, gate/up interleaved) -> [E, 2 inter, hidden]

@@ -10,47 +10,83 @@
 namespace ringserve::cuda {
 namespace {
 
-constexpr int kLogitTokens = 8;   // tokens per router-logits block
-constexpr int kLogitExperts = 8;  // experts per router-logits block (one per warp)
-constexpr int kRouteWarps = 4;    // tokens per top-k block (large steps)
-constexpr int kSmallWarps = 32;   // the single-block router
+constexpr int kLogitTokens = kMoeFusedRouteTokens;  // tokens per router-logits block
+constexpr int kLogitExperts = 2;                    // experts per router-logits block
+constexpr int kLogitThreads = 256;                  // threads of a router-logits block
+static_assert(kLogitExperts * kLogitTokens <= kLogitThreads);
+constexpr int kRouteWarps = 4;   // tokens per top-k block (large steps)
+constexpr int kSmallWarps = 32;  // the single-block router
 
-__global__ void __launch_bounds__(kLogitExperts * 32)
-    RouterLogitsKernel(const bf16* __restrict__ x, const float* __restrict__ router,
-                       const float* __restrict__ bias, float* __restrict__ logits, int tokens,
-                       int experts, int hidden) {
-  WaitForPreviousKernel();
-  const int lane = threadIdx.x & 31;
-  const int e = blockIdx.y * kLogitExperts + (threadIdx.x >> 5);
+// Block (token block, expert block): kLogitExperts experts' fp32 rows are split over all
+// kLogitThreads threads (float4 columns, several loads in flight per thread), each thread
+// accumulating kLogitTokens tokens; one block reduction at the end. A decode step's 1 MB router
+// (128 experts x 2048) thus streams through 64 blocks of 8 warps, not one warp per expert.
+__device__ void RouterLogitsBlock(const bf16* __restrict__ x, const float* __restrict__ router,
+                                  const float* __restrict__ bias, float* __restrict__ logits,
+                                  int tokens, int experts, int hidden) {
+  __shared__ float partial[kLogitThreads / 32][kLogitExperts * kLogitTokens];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int e0 = blockIdx.y * kLogitExperts;
   const int t0 = blockIdx.x * kLogitTokens;
-  if (e >= experts) return;
+  const int ne = min(kLogitExperts, experts - e0);
   const int nt = min(kLogitTokens, tokens - t0);
-  float acc[kLogitTokens];
+  float acc[kLogitExperts][kLogitTokens];
 #pragma unroll
-  for (int i = 0; i < kLogitTokens; ++i) acc[i] = 0.0f;
-  const float4* w = reinterpret_cast<const float4*>(router + static_cast<int64_t>(e) * hidden);
-  for (int v = lane; v < hidden / 4; v += 32) {
-    const float4 wv = __ldg(w + v);
+  for (int j = 0; j < kLogitExperts; ++j) {
+#pragma unroll
+    for (int i = 0; i < kLogitTokens; ++i) acc[j][i] = 0.0f;
+  }
+  const int vecs = hidden / 4;
+#pragma unroll 2
+  for (int v = threadIdx.x; v < vecs; v += kLogitThreads) {
+    float4 wv[kLogitExperts];
+#pragma unroll
+    for (int j = 0; j < kLogitExperts; ++j) {
+      wv[j] = j < ne ? __ldg(reinterpret_cast<const float4*>(router + static_cast<int64_t>(e0 + j) *
+                                                                          hidden) +
+                             v)
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
 #pragma unroll
     for (int i = 0; i < kLogitTokens; ++i) {
       if (i >= nt) break;
       float xf[4];
       Unpack4(__ldg(reinterpret_cast<const uint2*>(x + static_cast<int64_t>(t0 + i) * hidden) + v),
               xf);
-      acc[i] = fmaf(wv.x, xf[0], acc[i]);
-      acc[i] = fmaf(wv.y, xf[1], acc[i]);
-      acc[i] = fmaf(wv.z, xf[2], acc[i]);
-      acc[i] = fmaf(wv.w, xf[3], acc[i]);
+#pragma unroll
+      for (int j = 0; j < kLogitExperts; ++j) {
+        acc[j][i] = fmaf(wv[j].x, xf[0], acc[j][i]);
+        acc[j][i] = fmaf(wv[j].y, xf[1], acc[j][i]);
+        acc[j][i] = fmaf(wv[j].z, xf[2], acc[j][i]);
+        acc[j][i] = fmaf(wv[j].w, xf[3], acc[j][i]);
+      }
     }
   }
 #pragma unroll
-  for (int i = 0; i < kLogitTokens; ++i) {
-    if (i >= nt) break;
-    const float sum = WarpSum(acc[i]);
-    if (lane == 0) {
-      logits[static_cast<int64_t>(t0 + i) * experts + e] = sum + (bias ? bias[e] : 0.0f);
+  for (int j = 0; j < kLogitExperts; ++j) {
+#pragma unroll
+    for (int i = 0; i < kLogitTokens; ++i) {
+      const float sum = WarpSum(acc[j][i]);
+      if (lane == 0) partial[warp][j * kLogitTokens + i] = sum;
     }
   }
+  __syncthreads();
+  // One thread per (expert, token) of the block adds the warps' sums in warp order.
+  const int j = threadIdx.x / kLogitTokens, i = threadIdx.x % kLogitTokens;
+  if (j >= ne || i >= nt) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kLogitThreads / 32; ++w) sum += partial[w][threadIdx.x];
+  const int e = e0 + j;
+  logits[static_cast<int64_t>(t0 + i) * experts + e] = sum + (bias ? bias[e] : 0.0f);
+}
+
+__global__ void __launch_bounds__(kLogitThreads)
+    RouterLogitsKernel(const bf16* __restrict__ x, const float* __restrict__ router,
+                       const float* __restrict__ bias, float* __restrict__ logits, int tokens,
+                       int experts, int hidden) {
+  WaitForPreviousKernel();
+  RouterLogitsBlock(x, router, bias, logits, tokens, experts, hidden);
 }
 
 // (value, index) a beats b: larger value, or equal value and lower index (moe_router.cc's TopK).
@@ -126,11 +162,11 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
   switch (o.scoring) {
     case RouterScoring::kSoftmaxTopK: {
       float mx = -INFINITY;
-      for (int x = lane; x < e; x += 32) mx = fmaxf(mx, row[x]);
+      for (int x = lane; x < e; x += 32) mx = fmaxf(mx, __ldcg(row + x));
       mx = WarpMax(mx);
       float sum = 0.0f;
       for (int x = lane; x < e; x += 32) {
-        score[x] = expf(row[x] - mx);
+        score[x] = expf(__ldcg(row + x) - mx);
         sum += score[x];
       }
       sum = WarpSum(sum);
@@ -166,7 +202,7 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
       break;
     }
     case RouterScoring::kTopKSoftmax: {
-      for (int x = lane; x < e; x += 32) score[x] = row[x];
+      for (int x = lane; x < e; x += 32) score[x] = __ldcg(row + x);
       __syncwarp();
       WarpTopK(score, e, k, order, picked);
       if (lane == 0) {
@@ -178,7 +214,7 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
     }
     case RouterScoring::kSigmoidGroupedTopK: {
       for (int x = lane; x < e; x += 32) {
-        score[x] = 1.0f / (1.0f + expf(-row[x]));
+        score[x] = 1.0f / (1.0f + expf(-__ldcg(row + x)));
         choice[x] = score[x] + (correction_bias ? correction_bias[x] : 0.0f);
       }
       __syncwarp();
@@ -270,18 +306,19 @@ __device__ void ScatterEntries(const MoeRouting& r, int n, int top_k) {
   }
 }
 
-// Small steps: the whole routing in one block of kSmallWarps warps.
-__global__ void __launch_bounds__(kSmallWarps * 32)
-    RouteSmallKernel(RouterOptions o, MoeRouting r) {
-  WaitForPreviousKernel();
-  extern __shared__ float smem[];
-  const int warp = threadIdx.x >> 5;
+// The whole routing of a step in the calling block: its warps take the tokens in turn. `smem`:
+// RouteInBlockFloats(experts, warps) floats of shared memory.
+__host__ __device__ constexpr int RouteInBlockFloats(int experts, int warps) {
+  return experts + 1 + warps * WarpScratchFloats(experts);
+}
+__device__ void RouteInBlock(const RouterOptions& o, const MoeRouting& r, float* smem) {
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int e = o.num_experts, k = o.top_k;
   int* counts = reinterpret_cast<int*>(smem);  // [e + 1]
   float* scratch = smem + e + 1 + warp * WarpScratchFloats(e);
   for (int x = threadIdx.x; x <= e; x += blockDim.x) counts[x] = 0;
   __syncthreads();
-  for (int t = warp; t < r.tokens; t += kSmallWarps) {
+  for (int t = warp; t < r.tokens; t += warps) {
     RouteToken(o, r.logits + static_cast<int64_t>(t) * e, r.correction_bias, scratch, scratch + e,
                reinterpret_cast<int*>(scratch + 2 * e), r.expert_ids + t * k, r.weights + t * k);
     if ((threadIdx.x & 31) < k) atomicAdd(&counts[r.expert_ids[t * k + (threadIdx.x & 31)]], 1);
@@ -293,6 +330,37 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
   int* sh = reinterpret_cast<int*>(smem + e + 1);  // reuses the warps' scratch
   ScanCounts(r, e, counts, sh);
   ScatterEntries(r, r.tokens * k, k);
+}
+
+// Small steps: the whole routing in one block of kSmallWarps warps.
+__global__ void __launch_bounds__(kSmallWarps * 32)
+    RouteSmallKernel(RouterOptions o, MoeRouting r) {
+  WaitForPreviousKernel();
+  extern __shared__ float smem[];
+  RouteInBlock(o, r, smem);
+}
+
+// Steps of at most kLogitTokens tokens: the router logits (RouterLogitsBlock), then the block that
+// finishes last (a ticket counter, left at 0 again) routes the step — one kernel, no launch gap
+// between the logits and the routing.
+__global__ void __launch_bounds__(kLogitThreads)
+    RouterLogitsRouteKernel(const bf16* __restrict__ x, const float* __restrict__ router,
+                            const float* __restrict__ bias, int hidden, RouterOptions o,
+                            MoeRouting r, int32_t* ticket) {
+  WaitForPreviousKernel();
+  RouterLogitsBlock(x, router, bias, const_cast<float*>(r.logits), r.tokens, o.num_experts, hidden);
+  __shared__ bool last;
+  __threadfence();  // this block's logits before its ticket
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(ticket, 1) == static_cast<int>(gridDim.x * gridDim.y) - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every block's logits (read through L2 by RouteToken)
+  extern __shared__ float smem[];
+  RouteInBlock(o, r, smem);
+  if (threadIdx.x == 0) *ticket = 0;
 }
 
 // Large steps: one warp per token, counts by global atomics (cleared before).
@@ -340,10 +408,11 @@ __global__ void __launch_bounds__(256) CombineKernel(MoeCombine a) {
   for (int h = threadIdx.x; h < a.hidden; h += blockDim.x) {
     float y = 0.0f;
     for (int j = 0; j < a.top_k; ++j) {
-      y += w[j] * __bfloat162float(a.expert_out[static_cast<int64_t>(rows[j]) * a.hidden + h]);
+      y = fmaf(w[j], __bfloat162float(a.expert_out[static_cast<int64_t>(rows[j]) * a.hidden + h]),
+               y);
     }
     const int64_t at = static_cast<int64_t>(t) * a.hidden + h;
-    if (a.shared_out != nullptr) y += gate * __bfloat162float(a.shared_out[at]);
+    if (a.shared_out != nullptr) y = fmaf(gate, __bfloat162float(a.shared_out[at]), y);
     if constexpr (kToResidual) {
       a.residual[at] += y;
     } else {
@@ -357,9 +426,9 @@ __global__ void __launch_bounds__(256) CombineKernel(MoeCombine a) {
 // The single-block router's shared memory at kMoeMaxExperts (moe_gemm.cu sets its GEMM's).
 absl::Status SetRouteSmallKernelSmem() {
   return CudaStatus(
-      cudaFuncSetAttribute(RouteSmallKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           (kMoeMaxExperts + 1 + kSmallWarps * WarpScratchFloats(kMoeMaxExperts)) *
-                               static_cast<int>(sizeof(float))),
+      cudaFuncSetAttribute(
+          RouteSmallKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          RouteInBlockFloats(kMoeMaxExperts, kSmallWarps) * static_cast<int>(sizeof(float))),
       "cudaFuncSetAttribute(RouteSmallKernel)");
 }
 
@@ -372,21 +441,45 @@ absl::Status LaunchMoeRouterLogits(const bf16* x, const float* router, const flo
   if (tokens == 0) return absl::OkStatus();
   const dim3 grid((tokens + kLogitTokens - 1) / kLogitTokens,
                   (experts + kLogitExperts - 1) / kLogitExperts);
-  LaunchDependent(RouterLogitsKernel, grid, kLogitExperts * 32, 0, stream, x, router, bias, logits,
+  LaunchDependent(RouterLogitsKernel, grid, kLogitThreads, 0, stream, x, router, bias, logits,
                   tokens, experts, hidden);
   return LaunchStatus("RouterLogitsKernel");
 }
 
-absl::Status LaunchMoeRoute(const RouterOptions& o, const MoeRouting& r, LaunchStream stream) {
+namespace {
+absl::Status CheckRouteArgs(const RouterOptions& o, const MoeRouting& r) {
   const int e = o.num_experts;
   if (e <= 0 || e > kMoeMaxExperts || o.top_k < 1 || o.top_k > 32 || o.top_k > e || o.n_group < 1 ||
       o.n_group > 32 || e % o.n_group != 0 || r.tokens < 0) {
     return absl::InvalidArgumentError(
         "LaunchMoeRoute: need 1 <= top_k <= min(32, experts), experts <= 512, n_group <= 32");
   }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status LaunchMoeRouterLogitsAndRoute(const bf16* x, const float* router, const float* bias,
+                                           int hidden, const RouterOptions& o, const MoeRouting& r,
+                                           int32_t* ticket, LaunchStream stream) {
+  RS_RETURN_IF_ERROR(CheckRouteArgs(o, r));
+  if (r.tokens > kMoeFusedRouteTokens || hidden <= 0 || hidden % 4 != 0 || ticket == nullptr) {
+    return absl::InvalidArgumentError(
+        "LaunchMoeRouterLogitsAndRoute: tokens <= kMoeFusedRouteTokens, hidden % 4 == 0, a ticket");
+  }
+  if (r.tokens == 0) return absl::OkStatus();
+  const dim3 grid(1, (o.num_experts + kLogitExperts - 1) / kLogitExperts);
+  const size_t smem = RouteInBlockFloats(o.num_experts, kLogitThreads / 32) * sizeof(float);
+  LaunchDependent(RouterLogitsRouteKernel, grid, kLogitThreads, smem, stream, x, router, bias,
+                  hidden, o, r, ticket);
+  return LaunchStatus("RouterLogitsRouteKernel");
+}
+
+absl::Status LaunchMoeRoute(const RouterOptions& o, const MoeRouting& r, LaunchStream stream) {
+  const int e = o.num_experts;
+  RS_RETURN_IF_ERROR(CheckRouteArgs(o, r));
   if (r.tokens == 0) return absl::OkStatus();
   if (r.tokens <= kMoeSmallRouteTokens) {
-    const size_t smem = (e + 1 + kSmallWarps * WarpScratchFloats(e)) * sizeof(float);
+    const size_t smem = RouteInBlockFloats(e, kSmallWarps) * sizeof(float);
     RS_RETURN_IF_ERROR(PrepareMoeKernels());
     LaunchDependent(RouteSmallKernel, dim3(1), kSmallWarps * 32, smem, stream, o, r);
     return LaunchStatus("RouteSmallKernel");

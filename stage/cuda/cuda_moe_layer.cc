@@ -84,6 +84,7 @@ absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(
     ws->tiles_ = c.Take<int32_t>(2 * int64_t{ws->max_tiles_});
     ws->active_ = c.Take<int32_t>(e);
     ws->num_tiles_ = c.Take<int32_t>(1);
+    ws->route_ticket_ = c.Take<int32_t>(1);
     ws->touched_ = c.Take<int32_t>(std::max(1, num_layers));
     ws->gate_up_ = c.Take<bf16>(rows * 2 * width);
     ws->act_ = c.Take<bf16>(rows * width);
@@ -337,6 +338,7 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
                            : LaunchMoeGroupedGemm(up, tiles, num_tiles, ws.max_tiles_, stream));
     RS_RETURN_IF_ERROR(LaunchMoeActivation(ws.gate_up_, ws.act_, rows, inter, act, stream));
   }
+  if (out == nullptr) return absl::OkStatus();
   // The activations are in permuted-row order: the down projection reads them in place.
   const MoeGroupedLinear down{.x = ws.act_,
                               .row_token = nullptr,
@@ -371,9 +373,27 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
   }
   if (tokens == 0) return absl::OkStatus();
   const int e = moe_.router.num_experts, k = moe_.router.top_k;
-  if (tokens <= kMoeSmallRouteTokens) {
+  const MoeRouting routing{.logits = ws.logits_,
+                           .correction_bias = correction_bias_,
+                           .expert_ids = ws.ids_,
+                           .weights = ws.weights_,
+                           .counts = ws.counts_,
+                           .offsets = ws.offsets_,
+                           .cursor = ws.cursor_,
+                           .row_token = ws.row_token_,
+                           .entry_row = ws.entry_row_,
+                           .tiles = ws.tiles_,
+                           .num_tiles = ws.num_tiles_,
+                           .active = ws.active_,
+                           .experts_touched = stats_slot >= 0 ? ws.touched_ + stats_slot : nullptr,
+                           .tokens = tokens};
+  if (tokens <= kMoeFusedRouteTokens) {
+    RS_RETURN_IF_ERROR(LaunchMoeRouterLogitsAndRoute(x, router_, router_bias_, hidden_, moe_.router,
+                                                     routing, ws.route_ticket_, stream));
+  } else if (tokens <= kMoeSmallRouteTokens) {
     RS_RETURN_IF_ERROR(
         LaunchMoeRouterLogits(x, router_, router_bias_, ws.logits_, tokens, e, hidden_, stream));
+    RS_RETURN_IF_ERROR(LaunchMoeRoute(moe_.router, routing, stream));
   } else {
     RS_RETURN_IF_ERROR(LaunchMoeGroupedGemm({.x = x,
                                              .row_token = nullptr,
@@ -390,24 +410,8 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
                                              .out_f32 = true,
                                              .act = {}},
                                             nullptr, nullptr, 0, stream));
+    RS_RETURN_IF_ERROR(LaunchMoeRoute(moe_.router, routing, stream));
   }
-  RS_RETURN_IF_ERROR(
-      LaunchMoeRoute(moe_.router,
-                     {.logits = ws.logits_,
-                      .correction_bias = correction_bias_,
-                      .expert_ids = ws.ids_,
-                      .weights = ws.weights_,
-                      .counts = ws.counts_,
-                      .offsets = ws.offsets_,
-                      .cursor = ws.cursor_,
-                      .row_token = ws.row_token_,
-                      .entry_row = ws.entry_row_,
-                      .tiles = ws.tiles_,
-                      .num_tiles = ws.num_tiles_,
-                      .active = ws.active_,
-                      .experts_touched = stats_slot >= 0 ? ws.touched_ + stats_slot : nullptr,
-                      .tokens = tokens},
-                     stream));
   const int rows = tokens * k;
   // Decode-sized steps (a few rows per expert) stream only the chosen experts' weights; larger
   // ones run the tensor-core GEMM (which re-reads no weight per row).
@@ -420,13 +424,35 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
                              .quant_gate_up = quantized ? &quant_gate_up_ : nullptr,
                              .quant_down = quantized ? &quant_down_ : nullptr,
                              .inter = moe_.expert_intermediate_size};
-  RS_RETURN_IF_ERROR(
-      RunExperts(x, ws.row_token_, ws.offsets_, rows, e, routed, gemv, ws.expert_out_, ws, stream));
+  // Steps of a few tokens: the down projection and the combine in one kernel, after the shared
+  // experts (whose output it adds).
+  const bool down_combine = gemv && tokens <= kMoeDownCombineTokens &&
+                            shared_expert_gate_ == nullptr && routed.inter % 8 == 0;
   if (shared_gate_up_ != nullptr) {
     const ExpertWeights shared{
         .gate_up = shared_gate_up_, .down = shared_down_, .inter = moe_.shared_intermediate_size};
     RS_RETURN_IF_ERROR(RunExperts(x, nullptr, nullptr, tokens, 1, shared, tokens <= 16,
                                   ws.shared_out_, ws, stream));
+  }
+  RS_RETURN_IF_ERROR(RunExperts(x, ws.row_token_, ws.offsets_, rows, e, routed, gemv,
+                                down_combine ? nullptr : ws.expert_out_, ws, stream));
+  if (down_combine) {
+    return LaunchMoeDownCombine(
+        {.act = ws.act_,
+         .expert_ids = ws.ids_,
+         .weights = ws.weights_,
+         .entry_row = ws.entry_row_,
+         .w = down_,
+         .quant = routed.quant_down,
+         .bias = down_bias_,
+         .n = hidden_,
+         .k = routed.inter,
+         .shared_out = shared_gate_up_ != nullptr ? ws.shared_out_ : nullptr,
+         .residual = residual,
+         .out = out,
+         .tokens = tokens,
+         .top_k = k},
+        stream);
   }
   return LaunchMoeCombine({.weights = ws.weights_,
                            .entry_row = ws.entry_row_,

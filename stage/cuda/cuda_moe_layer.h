@@ -73,23 +73,24 @@ class CudaMoeWorkspace {
   int max_tokens_ = 0;
   int num_layers_ = 0;
   int max_tiles_ = 0;
-  float* logits_ = nullptr;       // [T, E]
-  int32_t* ids_ = nullptr;        // [T, k]
-  float* weights_ = nullptr;      // [T, k]
-  int32_t* counts_ = nullptr;     // [E]
-  int32_t* offsets_ = nullptr;    // [E + 1]
-  int32_t* cursor_ = nullptr;     // [E]
-  int32_t* row_token_ = nullptr;  // [T k]
-  int32_t* entry_row_ = nullptr;  // [T k]
-  int32_t* tiles_ = nullptr;      // [max_tiles, 2]
-  int32_t* active_ = nullptr;     // [E]
-  int32_t* num_tiles_ = nullptr;  // [1]
-  int32_t* touched_ = nullptr;    // [num_layers]
-  bf16* gate_up_ = nullptr;       // [T k, 2 max(inter, shared)]
-  bf16* act_ = nullptr;           // [T k, max(inter, shared)]
-  bf16* expert_out_ = nullptr;    // [T k, hidden]
-  bf16* shared_out_ = nullptr;    // [T, hidden] (with shared experts)
-  bf16* dequant_ = nullptr;       // quantized experts of one range, bf16 (larger steps)
+  float* logits_ = nullptr;          // [T, E]
+  int32_t* ids_ = nullptr;           // [T, k]
+  float* weights_ = nullptr;         // [T, k]
+  int32_t* counts_ = nullptr;        // [E]
+  int32_t* offsets_ = nullptr;       // [E + 1]
+  int32_t* cursor_ = nullptr;        // [E]
+  int32_t* row_token_ = nullptr;     // [T k]
+  int32_t* entry_row_ = nullptr;     // [T k]
+  int32_t* tiles_ = nullptr;         // [max_tiles, 2]
+  int32_t* active_ = nullptr;        // [E]
+  int32_t* num_tiles_ = nullptr;     // [1]
+  int32_t* route_ticket_ = nullptr;  // [1], 0 between launches (LaunchMoeRouterLogitsAndRoute)
+  int32_t* touched_ = nullptr;       // [num_layers]
+  bf16* gate_up_ = nullptr;          // [T k, 2 max(inter, shared)]
+  bf16* act_ = nullptr;              // [T k, max(inter, shared)]
+  bf16* expert_out_ = nullptr;       // [T k, hidden]
+  bf16* shared_out_ = nullptr;       // [T, hidden] (with shared experts)
+  bf16* dequant_ = nullptr;          // quantized experts of one range, bf16 (larger steps)
   int64_t dequant_bytes_ = 0;
 };
 
@@ -183,7 +184,8 @@ class CudaMoeLayer {
     const QuantMatrixView* quant_down = nullptr;
     int inter = 0;
   };
-  // One expert FFN (routed, grouped by `offsets`, or the shared one over every token).
+  // One expert FFN (routed, grouped by `offsets`, or the shared one over every token); with `out`
+  // null only its gate/up projection and activation (into the workspace's act_ rows).
   absl::Status RunExperts(const bf16* x, const int32_t* row_token, const int32_t* offsets, int rows,
                           int groups, const ExpertWeights& w, bool grouped_gemv, bf16* out,
                           CudaMoeWorkspace& ws, LaunchStream stream) const;

@@ -56,6 +56,23 @@ std::vector<float> RoundBf16(std::vector<float> v) {
   return v;
 }
 
+// Random benchmark codes: over every byte value, the integer codes' values (code - zero point)
+// sum to zero, so random quantized layers add no shared direction to the hidden states.
+TEST(MakeRandomCodesUsableTest, IntegerCodesAreSymmetricAboutTheZeroPoint) {
+  std::vector<uint8_t> bytes(256);
+  for (int b = 0; b < 256; ++b) bytes[b] = static_cast<uint8_t>(b);
+  std::vector<uint8_t> int8 = bytes, int4 = bytes;
+  MakeRandomCodesUsable(quant::PackedFormat::kInt8, int8);
+  MakeRandomCodesUsable(quant::PackedFormat::kInt4, int4);
+  int sum8 = 0, sum4 = 0;
+  for (int b = 0; b < 256; ++b) {
+    sum8 += int8[b] - 128;
+    sum4 += (int4[b] & 0x0f) - 8 + (int4[b] >> 4) - 8;
+  }
+  EXPECT_EQ(sum8, 0);
+  EXPECT_EQ(sum4, 0);
+}
+
 // The gated GEMV's bf16 output in `out` ([rows, n]) against silu(bf16(gate)) * bf16(up) of the
 // host product `want` ([rows, 2n]: gate columns, then up columns).
 void ExpectGatedOutput(const DeviceBuffer& out, const std::vector<float>& want, int rows, int n) {
@@ -415,8 +432,10 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaMoeQuantGroupedTest,
                            return std::string(quant::PackedFormatName(info.param));
                          });
 
-// The block of each fixture's first MoE layer on random rows, through the GEMV (3 tokens) and
-// the tensor-core GEMM (40 tokens; 100 with the router on tensor cores too) paths, against
+// The block of each fixture's first MoE layer on random rows, through the fused decode kernels
+// (1 and 3 tokens: router logits and routing in one kernel, down projection and combine in
+// one), the GEMV (8 tokens) and the tensor-core GEMM (40 tokens; 100 with the router on tensor
+// cores too) paths, against
 // CpuMoeForward on the same bf16 values.
 class CudaMoeBlockTest : public ::testing::TestWithParam<std::string> {};
 
@@ -463,7 +482,7 @@ TEST_P(CudaMoeBlockTest, MatchesCpuMoeForward) {
   CpuMoeLayer cpu_bf16_router = *cpu;
   cpu_bf16_router.router = RoundBf16(cpu_bf16_router.router);
   cpu_bf16_router.router_bias = RoundBf16(cpu_bf16_router.router_bias);
-  for (int tokens : {3, 40, 100}) {
+  for (int tokens : {1, 3, 8, 40, 100}) {
     SCOPED_TRACE(::testing::Message() << tokens << " tokens");
     std::vector<float> x(tokens * h);
     for (float& v : x) v = normal(rng);

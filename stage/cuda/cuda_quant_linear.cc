@@ -103,11 +103,11 @@ void MakeRandomCodesUsable(quant::PackedFormat format, std::span<uint8_t> codes)
         if ((b & 0x7f) == 0x7f) b ^= 1;  // e4m3 NaN
         break;
       case quant::PackedFormat::kInt8:
-        if (b == 0) b = 1;
+        if (b == 0) b = 128;
         break;
       case quant::PackedFormat::kInt4:
-        if ((b & 0x0f) == 0) b |= 0x01;
-        if ((b & 0xf0) == 0) b |= 0x10;
+        if ((b & 0x0f) == 0) b |= 0x08;
+        if ((b & 0xf0) == 0) b |= 0x80;
         break;
       case quant::PackedFormat::kFp4:
         break;

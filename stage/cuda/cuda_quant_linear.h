@@ -37,9 +37,11 @@ namespace ringserve::cuda {
 // zero} pairs for integer formats, the scale alone otherwise.
 std::vector<float> DeviceScales(const quant::PackedMatrix& m);
 
-// Random code bytes made fit for random weights (benchmarks): integer codes symmetric about the
-// zero point 8 / 128 (the code 0 becomes 1: a mean offset would make every token's hidden state
-// alike, and a MoE router would send them all to the same experts), no e4m3 NaN codes.
+// Random code bytes made fit for random weights (benchmarks): integer codes distributed
+// symmetrically about the zero point 8 / 128 (the code 0, which has no mirror, becomes the zero
+// point: any mean offset — the earlier rule, 0 -> 1, gave -7/16 of a step — adds one shared
+// direction to every token's hidden state, layer after layer, and a MoE router then sends all
+// tokens to the same few experts), no e4m3 NaN codes.
 void MakeRandomCodesUsable(quant::PackedFormat format, std::span<uint8_t> codes);
 
 enum class LayerLinear { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
