@@ -127,9 +127,18 @@ struct MoeGroupedLinear {
   // dequantized a range of experts at a time (LaunchMoeQuantGroupedGemv's larger steps).
   int group_begin = 0;
   int group_end = -1;
+  // The GEMVs only, optional: no group has more rows than this (a step's token count bounds a
+  // routed expert's rows); 0 when unknown. The GEMVs then pass over the weights once per
+  // MoeGemvRowChunk(max_group_rows) rows of a group, holding fewer accumulators (registers:
+  // more blocks per multiprocessor for decode's one or few rows). The sums do not depend on it.
+  int max_group_rows = 0;
 };
-// CUDA cores, one pass over each used group's weights per 8 of its rows (decode-sized steps:
-// only the experts in use are read). Any k; grid sized by n and groups.
+// Rows per pass of the grouped GEMVs over a group's weights: max_group_rows when it is 1 or 2,
+// 4 for up to 4, else 8. RINGSERVE_MOE_GEMV_ROWS (1, 2, 4 or 8; read once) overrides the choice
+// for steps of more than one row per group (a debug switch for A/B runs).
+int MoeGemvRowChunk(int max_group_rows);
+// CUDA cores, one pass over each used group's weights per MoeGemvRowChunk rows (decode-sized
+// steps: only the experts in use are read). Any k; grid sized by n and groups.
 absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream);
 // Tensor cores (mma through WMMA, 128x128 tiles, cp.async pipeline) over the tile list of
 // LaunchMoeRoute (tiles/num_tiles; max_tiles = its capacity), or over ceil(rows / kMoeTileRows)

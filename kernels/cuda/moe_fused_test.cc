@@ -3,7 +3,8 @@
 // rule, 1 to kMoeFusedRouteTokens tokens, its ticket left at 0 so that a second launch routes
 // again), and LaunchMoeDownCombine against LaunchMoeGroupedGemv (or LaunchMoeQuantGroupedGemv,
 // every format) + LaunchMoeCombine (biases or not, a shared expert's output or not, into a
-// residual or as bf16 rows).
+// residual or as bf16 rows); and the grouped GEMVs' row chunk (1, 4 or 8 rows per pass) changes
+// no bit of their output.
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -209,6 +210,16 @@ TEST(CudaMoeDownCombineTest, MatchesGroupedGemvThenCombineBitForBit) {
                                     .out = expert_out.get()};
         RS_ASSERT_OK(q ? LaunchMoeQuantGroupedGemv(down, q->view, nullptr)
                        : LaunchMoeGroupedGemv(down, nullptr));
+        {  // The GEMVs' row chunk (MoeGemvRowChunk of the step's tokens) changes no bit.
+          DeviceBuffer chunked;
+          ASSERT_TRUE(chunked.Allocate(expert_out.bytes()).ok());
+          MoeGroupedLinear by_tokens = down;
+          by_tokens.max_group_rows = tokens;
+          by_tokens.out = chunked.get();
+          RS_ASSERT_OK(q ? LaunchMoeQuantGroupedGemv(by_tokens, q->view, nullptr)
+                         : LaunchMoeGroupedGemv(by_tokens, nullptr));
+          ExpectSameBits<uint16_t>(chunked, expert_out, rows * n, "row chunk");
+        }
         RS_ASSERT_OK(LaunchMoeCombine({.weights = r.weights.as<float>(),
                                        .entry_row = r.entry_row.as<int32_t>(),
                                        .expert_out = expert_out.as<bf16>(),

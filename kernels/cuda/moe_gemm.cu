@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "common/status_macros.h"
 #include "kernels/cuda/dependent_launch.cuh"
@@ -20,13 +21,12 @@ namespace {
 constexpr int kGemvWarps = 4;
 constexpr int kColsPerWarp = 2;
 constexpr int kGemvCols = kGemvWarps * kColsPerWarp;  // output columns per block
-constexpr int kChunk = 8;                             // rows per pass over the weights
 
 // Block (column block, group): warps own kColsPerWarp output columns each (with an activation,
-// their gate and up rows). For each 8 rows of the group the warp streams its weight rows once
+// their gate and up rows). For each kChunk rows of the group the warp streams its weight rows once
 // (16-byte loads, the next vector in flight while the current one is used) and dots them with
 // the rows' inputs (read through L1).
-template <bool kVec, bool kGated>
+template <bool kVec, bool kGated, int kChunk>
 __global__ void __launch_bounds__(kGemvWarps * 32) GroupedGemvKernel(MoeGroupedLinear a) {
   WaitForPreviousKernel();
   const int g = a.active != nullptr ? a.active[blockIdx.y] : blockIdx.y;
@@ -326,6 +326,34 @@ absl::Status PrepareMoeKernels() {
   return absl::OkStatus();
 }
 
+namespace {
+template <int kChunk>
+void LaunchGroupedGemv(const MoeGroupedLinear& a, dim3 grid, bool vec, bool gated,
+                       LaunchStream stream) {
+  if (vec && gated) {
+    LaunchDependent(GroupedGemvKernel<true, true, kChunk>, grid, kGemvWarps * 32, 0, stream, a);
+  } else if (vec) {
+    LaunchDependent(GroupedGemvKernel<true, false, kChunk>, grid, kGemvWarps * 32, 0, stream, a);
+  } else if (gated) {
+    LaunchDependent(GroupedGemvKernel<false, true, kChunk>, grid, kGemvWarps * 32, 0, stream, a);
+  } else {
+    LaunchDependent(GroupedGemvKernel<false, false, kChunk>, grid, kGemvWarps * 32, 0, stream, a);
+  }
+}
+}  // namespace
+
+int MoeGemvRowChunk(int max_group_rows) {
+  if (max_group_rows == 1) return 1;
+  static const int forced = [] {
+    const char* env = std::getenv("RINGSERVE_MOE_GEMV_ROWS");
+    const int v = env != nullptr ? std::atoi(env) : 0;
+    return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
+  }();
+  if (forced != 0) return forced;
+  if (max_group_rows == 2) return 2;
+  return max_group_rows >= 1 && max_group_rows <= 4 ? 4 : 8;
+}
+
 absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream) {
   if (a.n <= 0 || a.k <= 0 || a.groups < 1 || (a.offsets == nullptr && a.groups != 1) ||
       a.rows < 0 || (a.act.kind != MoeActivation::kNone && a.out_f32) ||
@@ -338,14 +366,18 @@ absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream
   const dim3 grid((a.n + kGemvCols - 1) / kGemvCols, group_rows);
   const bool vec = a.k % 8 == 0;
   const bool gated = a.act.kind != MoeActivation::kNone;
-  if (vec && gated) {
-    LaunchDependent(GroupedGemvKernel<true, true>, grid, kGemvWarps * 32, 0, stream, a);
-  } else if (vec) {
-    LaunchDependent(GroupedGemvKernel<true, false>, grid, kGemvWarps * 32, 0, stream, a);
-  } else if (gated) {
-    LaunchDependent(GroupedGemvKernel<false, true>, grid, kGemvWarps * 32, 0, stream, a);
-  } else {
-    LaunchDependent(GroupedGemvKernel<false, false>, grid, kGemvWarps * 32, 0, stream, a);
+  switch (MoeGemvRowChunk(a.max_group_rows)) {
+    case 1:
+      LaunchGroupedGemv<1>(a, grid, vec, gated, stream);
+      break;
+    case 2:
+      LaunchGroupedGemv<2>(a, grid, vec, gated, stream);
+      break;
+    case 4:
+      LaunchGroupedGemv<4>(a, grid, vec, gated, stream);
+      break;
+    default:
+      LaunchGroupedGemv<8>(a, grid, vec, gated, stream);
   }
   return LaunchStatus("GroupedGemvKernel");
 }

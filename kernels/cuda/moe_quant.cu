@@ -17,13 +17,12 @@ using namespace quant_decode;
 constexpr int kWarps = 4;
 constexpr int kColsPerWarp = 2;
 constexpr int kBlockCols = kWarps * kColsPerWarp;  // output columns per block
-constexpr int kRowChunk = 8;                       // rows per pass over the weights
 
 // Block (column block, group): each warp owns kColsPerWarp output columns (with an activation,
-// their gate and up rows: R weight rows). For each 8 rows of the group, lanes stride over the
-// 16-byte code chunks of the R weight rows (all R loads issued before any is used), decode them
+// their gate and up rows: R weight rows). For each kRowChunk rows of the group, lanes stride over
+// the 16-byte code chunks of the R weight rows (all R loads issued before any is used), decode them
 // and dot them with the rows' activations (read through L1).
-template <QuantFormat F, bool kGated>
+template <QuantFormat F, bool kGated, int kRowChunk>
 __global__ void __launch_bounds__(kWarps * 32)
     QuantGroupedGemvKernel(MoeGroupedLinear a, QuantMatrixView w) {
   WaitForPreviousKernel();
@@ -101,12 +100,29 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <QuantFormat F>
+template <QuantFormat F, int kRowChunk>
 void LaunchOf(const MoeGroupedLinear& a, const QuantMatrixView& w, dim3 grid, cudaStream_t s) {
   if (a.act.kind != MoeActivation::kNone) {
-    LaunchDependent(QuantGroupedGemvKernel<F, true>, grid, kWarps * 32, 0, s, a, w);
+    LaunchDependent(QuantGroupedGemvKernel<F, true, kRowChunk>, grid, kWarps * 32, 0, s, a, w);
   } else {
-    LaunchDependent(QuantGroupedGemvKernel<F, false>, grid, kWarps * 32, 0, s, a, w);
+    LaunchDependent(QuantGroupedGemvKernel<F, false, kRowChunk>, grid, kWarps * 32, 0, s, a, w);
+  }
+}
+
+template <QuantFormat F>
+void LaunchOf(const MoeGroupedLinear& a, const QuantMatrixView& w, dim3 grid, cudaStream_t s) {
+  switch (MoeGemvRowChunk(a.max_group_rows)) {
+    case 1:
+      LaunchOf<F, 1>(a, w, grid, s);
+      break;
+    case 2:
+      LaunchOf<F, 2>(a, w, grid, s);
+      break;
+    case 4:
+      LaunchOf<F, 4>(a, w, grid, s);
+      break;
+    default:
+      LaunchOf<F, 8>(a, w, grid, s);
   }
 }
 

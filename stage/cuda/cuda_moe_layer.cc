@@ -302,7 +302,7 @@ absl::Status CudaMoeLayer::RunDequantizedGemm(MoeGroupedLinear a, const QuantMat
 }
 
 absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
-                                      const int32_t* offsets, int rows, int groups,
+                                      const int32_t* offsets, int rows, int groups, int tokens,
                                       const ExpertWeights& w, bool grouped_gemv, bf16* out,
                                       CudaMoeWorkspace& ws, LaunchStream stream) const {
   const int inter = w.inter;
@@ -324,7 +324,8 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
                       .k = hidden_,
                       .out = ws.act_,
                       .out_f32 = false,
-                      .act = act};
+                      .act = act,
+                      .max_group_rows = tokens};
   if (grouped_gemv) {
     RS_RETURN_IF_ERROR(w.quant_gate_up != nullptr
                            ? LaunchMoeQuantGroupedGemv(up, *w.quant_gate_up, stream)
@@ -353,7 +354,8 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
                               .k = inter,
                               .out = out,
                               .out_f32 = false,
-                              .act = {}};
+                              .act = {},
+                              .max_group_rows = tokens};
   if (w.quant_down != nullptr) {
     return grouped_gemv ? LaunchMoeQuantGroupedGemv(down, *w.quant_down, stream)
                         : RunDequantizedGemm(down, *w.quant_down, ws, stream);
@@ -431,10 +433,10 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
   if (shared_gate_up_ != nullptr) {
     const ExpertWeights shared{
         .gate_up = shared_gate_up_, .down = shared_down_, .inter = moe_.shared_intermediate_size};
-    RS_RETURN_IF_ERROR(RunExperts(x, nullptr, nullptr, tokens, 1, shared, tokens <= 16,
+    RS_RETURN_IF_ERROR(RunExperts(x, nullptr, nullptr, tokens, 1, tokens, shared, tokens <= 16,
                                   ws.shared_out_, ws, stream));
   }
-  RS_RETURN_IF_ERROR(RunExperts(x, ws.row_token_, ws.offsets_, rows, e, routed, gemv,
+  RS_RETURN_IF_ERROR(RunExperts(x, ws.row_token_, ws.offsets_, rows, e, tokens, routed, gemv,
                                 down_combine ? nullptr : ws.expert_out_, ws, stream));
   if (down_combine) {
     return LaunchMoeDownCombine(

@@ -186,9 +186,10 @@ class CudaMoeLayer {
   };
   // One expert FFN (routed, grouped by `offsets`, or the shared one over every token); with `out`
   // null only its gate/up projection and activation (into the workspace's act_ rows).
+  // `tokens`: the step's tokens (no group has more rows).
   absl::Status RunExperts(const bf16* x, const int32_t* row_token, const int32_t* offsets, int rows,
-                          int groups, const ExpertWeights& w, bool grouped_gemv, bf16* out,
-                          CudaMoeWorkspace& ws, LaunchStream stream) const;
+                          int groups, int tokens, const ExpertWeights& w, bool grouped_gemv,
+                          bf16* out, CudaMoeWorkspace& ws, LaunchStream stream) const;
   // The larger steps' grouped GEMM on quantized weights `q` ([groups * n, k]): range by range of
   // DequantRangeExperts() groups, dequantized into the workspace scratch.
   absl::Status RunDequantizedGemm(MoeGroupedLinear a, const QuantMatrixView& q,
