@@ -129,14 +129,19 @@ struct MoeGroupedLinear {
   int group_end = -1;
   // The GEMVs only, optional: no group has more rows than this (a step's token count bounds a
   // routed expert's rows); 0 when unknown. The GEMVs then pass over the weights once per
-  // MoeGemvRowChunk(max_group_rows) rows of a group, holding fewer accumulators (registers:
+  // MoeGemvRowChunk(max_group_rows, ...) rows of a group, holding fewer accumulators (registers:
   // more blocks per multiprocessor for decode's one or few rows). The sums do not depend on it.
   int max_group_rows = 0;
 };
-// Rows per pass of the grouped GEMVs over a group's weights: max_group_rows when it is 1 or 2,
-// 4 for up to 4, else 8. RINGSERVE_MOE_GEMV_ROWS (1, 2, 4 or 8; read once) overrides the choice
-// for steps of more than one row per group (a debug switch for A/B runs).
-int MoeGemvRowChunk(int max_group_rows);
+// Rows per pass of the grouped GEMVs over a group's weights (rows beyond it re-read the weights,
+// mostly from L2). Measured on an H100 (bench/cuda/NOTES.md, Qwen3-30B-A3B's shape): one row per
+// pass wins for the quantized GEMV at every step size (int4, 32 streams: 1,302 tok/s against 880
+// at 8 rows; 64 streams: 1,450 against 1,112), as its decode holds many registers per row; the
+// bf16 GEMV takes max_group_rows when it is 1 or 2, 4 up to 32 rows (32 streams: 1,374 against
+// 1,341 at 8), else 8 (64 streams: 1,977 against 1,850 at 4). RINGSERVE_MOE_GEMV_ROWS (1, 2, 4
+// or 8; read once) overrides the choice for steps of more than one row per group (a debug
+// switch for A/B runs).
+int MoeGemvRowChunk(int max_group_rows, bool quantized);
 // CUDA cores, one pass over each used group's weights per MoeGemvRowChunk rows (decode-sized
 // steps: only the experts in use are read). Any k; grid sized by n and groups.
 absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream);

@@ -342,7 +342,7 @@ void LaunchGroupedGemv(const MoeGroupedLinear& a, dim3 grid, bool vec, bool gate
 }
 }  // namespace
 
-int MoeGemvRowChunk(int max_group_rows) {
+int MoeGemvRowChunk(int max_group_rows, bool quantized) {
   if (max_group_rows == 1) return 1;
   static const int forced = [] {
     const char* env = std::getenv("RINGSERVE_MOE_GEMV_ROWS");
@@ -350,8 +350,9 @@ int MoeGemvRowChunk(int max_group_rows) {
     return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
   }();
   if (forced != 0) return forced;
+  if (quantized) return 1;
   if (max_group_rows == 2) return 2;
-  return max_group_rows >= 1 && max_group_rows <= 4 ? 4 : 8;
+  return max_group_rows >= 1 && max_group_rows <= 32 ? 4 : 8;
 }
 
 absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream) {
@@ -366,7 +367,7 @@ absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream
   const dim3 grid((a.n + kGemvCols - 1) / kGemvCols, group_rows);
   const bool vec = a.k % 8 == 0;
   const bool gated = a.act.kind != MoeActivation::kNone;
-  switch (MoeGemvRowChunk(a.max_group_rows)) {
+  switch (MoeGemvRowChunk(a.max_group_rows, /*quantized=*/false)) {
     case 1:
       LaunchGroupedGemv<1>(a, grid, vec, gated, stream);
       break;

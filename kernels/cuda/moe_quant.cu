@@ -111,7 +111,7 @@ void LaunchOf(const MoeGroupedLinear& a, const QuantMatrixView& w, dim3 grid, cu
 
 template <QuantFormat F>
 void LaunchOf(const MoeGroupedLinear& a, const QuantMatrixView& w, dim3 grid, cudaStream_t s) {
-  switch (MoeGemvRowChunk(a.max_group_rows)) {
+  switch (MoeGemvRowChunk(a.max_group_rows, /*quantized=*/true)) {
     case 1:
       LaunchOf<F, 1>(a, w, grid, s);
       break;
