@@ -12,8 +12,11 @@
 // [E, hidden, inter]; shared experts [2 shared, hidden] and [hidden, shared]; router [E, hidden]
 // fp32. Steps of up to kDefaultGemvMaxTokens tokens with at most 4 rows per expert on average run
 // the grouped GEMV (only the chosen experts' weights are read); larger steps the grouped
-// tensor-core GEMM (kernels/cuda/moe.h). Forward never synchronizes with the host, so it can be
-// captured into a CUDA graph.
+// tensor-core GEMM (kernels/cuda/moe.h). Decode steps run fewer kernels: up to
+// kMoeFusedRouteTokens tokens, router logits and routing in one (LaunchMoeRouterLogitsAndRoute);
+// up to kMoeDownCombineTokens, the routed down projection and the combine in one
+// (LaunchMoeDownCombine; not with Qwen2-MoE's sigmoid-gated shared expert), the same values bit
+// for bit. Forward never synchronizes with the host, so it can be captured into a CUDA graph.
 //
 // Quantized checkpoints: routed experts whose every matrix packs exactly into the kernels' layout
 // (stage/model/packed_weights.h: fp8 blocks, compressed-tensors int4/int8/fp8, GPTQ, AWQ; the
