@@ -266,13 +266,37 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
 // Shared memory of one routing warp: score and choice [experts] floats, order/picked [64].
 __host__ __device__ constexpr int WarpScratchFloats(int experts) { return 2 * experts + 64; }
 
+// Warp-wide exclusive prefix sum of v (every lane of the warp calls it).
+__device__ __forceinline__ int WarpExclusiveSum(int v) {
+  const int lane = threadIdx.x & 31;
+  int inclusive = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  return inclusive - v;
+}
+
 // Writes offsets (exclusive prefix sum of counts), the tile list, cursor = offsets and the
-// touched count. Runs in one block; `sh` holds experts + 1 ints of shared memory.
+// touched count. Runs in one block; `sh` holds experts + 1 ints of shared memory. The scan runs in
+// the block's first warp, each lane over a contiguous run of experts (a decode step's critical
+// path: a serial scan over 128 experts took several microseconds).
 __device__ void ScanCounts(const MoeRouting& r, int experts, const int32_t* counts, int* sh) {
-  // Serial over experts by one thread: experts <= kMoeMaxExperts, a few microseconds at most.
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, per = (experts + 31) / 32;
+    const int begin = min(lane * per, experts), end = min(begin + per, experts);
     int rows = 0, tiles = 0, touched = 0;
-    for (int e = 0; e < experts; ++e) {
+    for (int e = begin; e < end; ++e) {
+      const int c = counts[e];
+      rows += c;
+      tiles += (c + kMoeTileRows - 1) / kMoeTileRows;
+      touched += c > 0;
+    }
+    rows = WarpExclusiveSum(rows);
+    tiles = WarpExclusiveSum(tiles);
+    touched = WarpExclusiveSum(touched);
+    for (int e = begin; e < end; ++e) {
       const int c = counts[e];
       r.offsets[e] = rows;
       sh[e] = tiles;
@@ -280,11 +304,15 @@ __device__ void ScanCounts(const MoeRouting& r, int experts, const int32_t* coun
       tiles += (c + kMoeTileRows - 1) / kMoeTileRows;
       if (c > 0) r.active[touched++] = e;
     }
-    for (int e = touched; e < experts; ++e) r.active[e] = -1;
-    r.offsets[experts] = rows;
-    sh[experts] = tiles;
-    *r.num_tiles = tiles;
-    if (r.experts_touched != nullptr) *r.experts_touched = touched;
+    // The last lane's running sums are the totals.
+    const int all_touched = __shfl_sync(0xffffffffu, touched, 31);
+    if (lane == 31) {
+      r.offsets[experts] = rows;
+      sh[experts] = tiles;
+      *r.num_tiles = tiles;
+      if (r.experts_touched != nullptr) *r.experts_touched = touched;
+    }
+    for (int e = all_touched + lane; e < experts; e += 32) r.active[e] = -1;
   }
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
