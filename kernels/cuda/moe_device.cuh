@@ -4,6 +4,8 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/moe.h"
 
 namespace ringserve::cuda {
@@ -44,6 +46,25 @@ __device__ __forceinline__ void StoreGroupedGemvOutput(const MoeGroupedLinear& a
     } else {
       static_cast<bf16*>(a.out)[at] = __float2bfloat16(v);
     }
+  }
+}
+
+// Calls fn(std::integral_constant<int, R>{}) with R = `rows` (1, 2 or 4; anything else 8): the
+// grouped GEMVs' launchers turn MoeGemvRowChunk's answer into their kernels' template argument.
+template <typename Fn>
+void WithRowChunk(int rows, Fn&& fn) {
+  switch (rows) {
+    case 1:
+      fn(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      fn(std::integral_constant<int, 2>{});
+      break;
+    case 4:
+      fn(std::integral_constant<int, 4>{});
+      break;
+    default:
+      fn(std::integral_constant<int, 8>{});
   }
 }
 

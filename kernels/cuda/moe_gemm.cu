@@ -367,19 +367,9 @@ absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream
   const dim3 grid((a.n + kGemvCols - 1) / kGemvCols, group_rows);
   const bool vec = a.k % 8 == 0;
   const bool gated = a.act.kind != MoeActivation::kNone;
-  switch (MoeGemvRowChunk(a.max_group_rows, /*quantized=*/false)) {
-    case 1:
-      LaunchGroupedGemv<1>(a, grid, vec, gated, stream);
-      break;
-    case 2:
-      LaunchGroupedGemv<2>(a, grid, vec, gated, stream);
-      break;
-    case 4:
-      LaunchGroupedGemv<4>(a, grid, vec, gated, stream);
-      break;
-    default:
-      LaunchGroupedGemv<8>(a, grid, vec, gated, stream);
-  }
+  WithRowChunk(MoeGemvRowChunk(a.max_group_rows, /*quantized=*/false), [&](auto rows) {
+    LaunchGroupedGemv<decltype(rows)::value>(a, grid, vec, gated, stream);
+  });
   return LaunchStatus("GroupedGemvKernel");
 }
 

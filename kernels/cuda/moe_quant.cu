@@ -111,19 +111,8 @@ void LaunchOf(const MoeGroupedLinear& a, const QuantMatrixView& w, dim3 grid, cu
 
 template <QuantFormat F>
 void LaunchOf(const MoeGroupedLinear& a, const QuantMatrixView& w, dim3 grid, cudaStream_t s) {
-  switch (MoeGemvRowChunk(a.max_group_rows, /*quantized=*/true)) {
-    case 1:
-      LaunchOf<F, 1>(a, w, grid, s);
-      break;
-    case 2:
-      LaunchOf<F, 2>(a, w, grid, s);
-      break;
-    case 4:
-      LaunchOf<F, 4>(a, w, grid, s);
-      break;
-    default:
-      LaunchOf<F, 8>(a, w, grid, s);
-  }
+  WithRowChunk(MoeGemvRowChunk(a.max_group_rows, /*quantized=*/true),
+               [&](auto rows) { LaunchOf<F, decltype(rows)::value>(a, w, grid, s); });
 }
 
 }  // namespace
