@@ -17,7 +17,8 @@
 // HTTP API, /metrics and the dashboard; overrides hosts.yaml's api.http), --kv_cache_dtype
 // auto|fp8_e4m3 (every stage's KV cache; overrides hosts.yaml's), --connect_timeout
 // SECONDS (default 10), --stage_binary PATH, --packing spread|packed, --plan_ahead=false (plan
-// each step only once the previous one's tokens are back), --ready_fd N (writes the
+// each step only once the previous one's tokens are back), --prefix_caching=false (every prompt
+// computed in full), --ready_fd N (writes the
 // bound API address and a newline once serving). The HTTP front starts before the ring and shows
 // each stage's load progress on /dashboard (503 until the ring is up). Exits 0 on SIGINT/SIGTERM;
 // exits 3 when the ring becomes unhealthy (a stage failed), so that a supervisor restarts it; 1
@@ -92,6 +93,8 @@ ABSL_FLAG(std::string, packing, "spread", "scheduler packing: spread or packed")
 ABSL_FLAG(bool, plan_ahead, true,
           "plan each micro-batch's next step while it runs; stage 0 gets the sampled tokens "
           "from the last stage (coordinator/plan_ahead.h)");
+ABSL_FLAG(bool, prefix_caching, true,
+          "reuse the KV blocks of prompt prefixes computed before (false: A/B runs)");
 ABSL_FLAG(std::string, speculative_model, "",
           "speculative decoding: a draft model directory (same tokenizer), run on the last stage");
 ABSL_FLAG(bool, speculative_mtp, false,
@@ -138,6 +141,7 @@ struct Flags {
   std::string stage_binary;
   std::string packing = "spread";
   bool plan_ahead = true;
+  bool prefix_caching = true;
   SpeculationBringUp speculation;
   int speculative_max_sequences = 16;
   bool speculative_payoff = true;
@@ -206,6 +210,7 @@ absl::StatusOr<Flags> ReadFlags() {
     return absl::InvalidArgumentError("--packing: expected spread or packed");
   }
   flags.plan_ahead = absl::GetFlag(FLAGS_plan_ahead);
+  flags.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   flags.ready_fd = absl::GetFlag(FLAGS_ready_fd);
   return flags;
 }
@@ -361,6 +366,7 @@ int Run(int argc, char** argv) {
       {.bring_up = bring_up,
        .packing = flags->packing == "packed" ? DecodePacking::kPacked : DecodePacking::kSpread,
        .plan_ahead = flags->plan_ahead,
+       .prefix_caching = flags->prefix_caching,
        .speculation_max_sequences = flags->speculative_max_sequences,
        .speculation_payoff = flags->speculative_payoff,
        .local_stages = local ? &*local : nullptr,

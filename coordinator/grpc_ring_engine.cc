@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<RingEngine>> StartGrpcRingEngine(GrpcRingEngineOp
   // plan); the scheduler plans the others ahead, so a ring whose speculation backs off
   // (speculation_payoff.h) decodes as fast as one without.
   engine.scheduler.plan_ahead = options.plan_ahead;
+  engine.scheduler.prefix_caching = options.prefix_caching;
   options.bring_up.token_back_edge = options.plan_ahead;
   if (options.bring_up.speculation.enabled()) {
     engine.scheduler.speculation.max_drafts = options.bring_up.speculation.num_tokens;

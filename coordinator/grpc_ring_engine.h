@@ -17,6 +17,8 @@ struct GrpcRingEngineOptions {
   DecodePacking packing = DecodePacking::kSpread;
   // Plans sent ahead (coordinator/plan_ahead.h); the ring gets its token back edge.
   bool plan_ahead = true;
+  // Prefix caching (coordinator/scheduler/kv_block_manager.h); off for A/B runs.
+  bool prefix_caching = true;
   // Speculative decoding: back off while more sequences than this decode at once
   // (SpeculationOptions::max_decoding_sequences); k at most is bring_up.speculation.num_tokens.
   int speculation_max_sequences = SpeculationOptions{}.max_decoding_sequences;

@@ -1,9 +1,13 @@
 #include "stage/stage_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -300,6 +304,8 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext* context,
   StepExecutorOptions executor_options;
   executor_options.stage_index = index;
   executor_options.debug_step_delay = options_.debug_step_delay;
+  const char* in_flight = std::getenv("RINGSERVE_SAMPLING_IN_FLIGHT");
+  executor_options.sampling_in_flight = in_flight == nullptr || std::string(in_flight) != "0";
   if (config.recv_timeout_ms() > 0) {
     executor_options.recv_timeout = absl::Milliseconds(config.recv_timeout_ms());
     executor_options.send_timeout = executor_options.recv_timeout;
@@ -340,30 +346,25 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
     index = config_.stage_index();
   }
 
-  // The handler thread reads plans into a queue; the worker runs them in order and writes
-  // results, so a long step never stops plans from being received. After a failed step the
-  // worker writes a result carrying the error and stops; the handler returns once the
-  // coordinator closes its side (it does on seeing the error) or sends another plan.
+  // The handler thread reads plans into a queue; the worker submits them in order and writes
+  // their results, so a long step never stops plans from being received. A step may finish
+  // after the next one was submitted (StepExecutor::Submit: the one-stage ring with plans sent
+  // ahead): with a step in flight the worker takes the next plan as soon as it arrives, and
+  // checks every kFinishPoll whether the step's tokens are there. After a failed step the
+  // worker writes the results of the steps before it, then one carrying the error, and stops;
+  // the handler returns once the coordinator closes its side (it does on seeing the error) or
+  // sends another plan.
+  constexpr auto kFinishPoll = std::chrono::microseconds(50);
   std::mutex queue_mu;
   std::condition_variable queue_cv;
   std::deque<v1::StepPlan> queue;
   bool reading_done = false;
   std::string error;
   std::thread worker([&] {
-    while (true) {
-      v1::StepPlan plan;
-      {
-        std::unique_lock<std::mutex> lock(queue_mu);
-        queue_cv.wait(lock, [&] { return !queue.empty() || reading_done; });
-        if (queue.empty()) return;
-        plan = std::move(queue.front());
-        queue.pop_front();
-      }
-      step_started_us_.store(absl::ToUnixMicros(absl::Now()));
-      absl::StatusOr<StepOutcome> outcome = executor->Run(plan);
-      step_started_us_.store(0);
+    // Writes one step's result; false when the worker must stop (after an error).
+    auto write_result = [&](uint64_t micro_batch_id, absl::StatusOr<StepOutcome> outcome) {
       v1::StepResult result;
-      result.set_micro_batch_id(plan.micro_batch_id());
+      result.set_micro_batch_id(micro_batch_id);
       result.set_stage_index(index);
       in_flight_.fetch_sub(1);
       if (!outcome.ok()) {
@@ -371,13 +372,11 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
         RS_LOG_ERROR("{}", message);
         result.set_error(message);
         stream->Write(result);
-        {
-          std::lock_guard<std::mutex> lock(queue_mu);
-          error = message;
-          in_flight_.fetch_sub(static_cast<int>(queue.size()));
-          queue.clear();
-        }
-        return;
+        std::lock_guard<std::mutex> lock(queue_mu);
+        error = message;
+        in_flight_.fetch_sub(static_cast<int>(queue.size()));
+        queue.clear();
+        return false;
       }
       for (auto& token : outcome->tokens) *result.add_tokens() = std::move(token);
       for (auto& scores : outcome->prompt_logprobs) {
@@ -396,8 +395,55 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
         error = "the coordinator went away";
         in_flight_.fetch_sub(static_cast<int>(queue.size()));
         queue.clear();
-        return;
+        return false;
       }
+      return true;
+    };
+    // The oldest step's result (blocking until its tokens are there).
+    auto finish_oldest = [&] {
+      step_started_us_.store(absl::ToUnixMicros(absl::Now()));
+      const uint64_t id = executor->oldest_micro_batch_id();
+      absl::StatusOr<StepOutcome> outcome = executor->FinishOldest();
+      step_started_us_.store(executor->steps_in_flight() > 0 ? absl::ToUnixMicros(absl::Now()) : 0);
+      return write_result(id, std::move(outcome));
+    };
+    while (true) {
+      std::optional<v1::StepPlan> plan;
+      bool input_done = false;
+      {
+        std::unique_lock<std::mutex> lock(queue_mu);
+        auto ready = [&] { return !queue.empty() || reading_done; };
+        if (executor->steps_in_flight() == 0) {
+          queue_cv.wait(lock, ready);
+        } else {
+          queue_cv.wait_for(lock, kFinishPoll, ready);
+        }
+        if (!queue.empty()) {
+          plan = std::move(queue.front());
+          queue.pop_front();
+        }
+        input_done = reading_done && queue.empty();
+      }
+      if (plan.has_value()) {
+        const uint64_t id = plan->micro_batch_id();
+        step_started_us_.store(absl::ToUnixMicros(absl::Now()));
+        const absl::Status submitted = executor->Submit(*std::move(plan));
+        if (!submitted.ok()) {
+          // The steps before it keep their order, then the error.
+          while (executor->steps_in_flight() > 0) {
+            if (!finish_oldest()) return;
+          }
+          write_result(id, submitted);
+          return;
+        }
+      }
+      // Results in plan order: every step but the newest at once (the newest keeps the device
+      // busy meanwhile), the newest when its tokens are there or no plan can follow.
+      while (executor->steps_in_flight() > 1 ||
+             (executor->steps_in_flight() == 1 && (executor->OldestFinishes() || input_done))) {
+        if (!finish_oldest()) return;
+      }
+      if (input_done && executor->steps_in_flight() == 0) return;
     }
   });
 

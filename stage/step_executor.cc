@@ -1,5 +1,6 @@
 #include "stage/step_executor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/logging.h"
@@ -22,7 +23,7 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
   const bool first = slice->is_first();
   const bool last = slice->is_last();
   std::unique_ptr<StepExecutor> executor(new StepExecutor(options, std::move(slice)));
-  // Over a GPU channel the input's wait comes before the upload (see RunChecked).
+  // Over a GPU channel the input's wait comes before the upload (see SubmitChecked).
   executor->prepare_after_input_ = channels.device_receiver != nullptr;
   ActivationBuffer& buffer = executor->slice_->activations();
   auto annotate = [&](const absl::Status& status) {
@@ -55,10 +56,10 @@ StepExecutor::~StepExecutor() {
     const double n = static_cast<double>(timing_.steps);
     const bool gpu = slice_->activations().memory() == MemorySpace::kDevice;
     RS_LOG_INFO(
-        "stage {}: {} steps; per step: prepare {:.0f} us, waiting for input {:.0f} us, forward "
-        "(and sampling) {:.0f} us, sending {:.0f} us, busy {:.0f} us{}",
-        options_.stage_index, timing_.steps, timing_.prepare_us / n, timing_.wait_us / n,
-        timing_.forward_us / n, timing_.send_us / n, timing_.busy_us / n,
+        "stage {}: {} steps ({} fed on the device); per step: prepare {:.0f} us, waiting for "
+        "input {:.0f} us, forward (and sampling) {:.0f} us, sending {:.0f} us, busy {:.0f} us{}",
+        options_.stage_index, timing_.steps, fed_steps_, timing_.prepare_us / n,
+        timing_.wait_us / n, timing_.forward_us / n, timing_.send_us / n, timing_.busy_us / n,
         gpu ? " of GPU time (the CPU only enqueues a GPU stage's work; the last stage waits for "
               "its tokens)"
             : "");
@@ -76,32 +77,58 @@ void StepExecutor::CloseChannels() {
 }
 
 absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
-  absl::StatusOr<StepOutcome> outcome = RunChecked(plan);
-  if (!outcome.ok()) {
-    CloseChannels();
-    return absl::Status(
-        outcome.status().code(),
-        fmt::format("stage {}, micro-batch {}: {}", options_.stage_index, plan.micro_batch_id(),
-                    std::string(outcome.status().message())));
+  if (!pending_.empty()) {
+    return absl::FailedPreconditionError(fmt::format("stage {}: Run with {} steps in flight",
+                                                     options_.stage_index, pending_.size()));
   }
+  RS_RETURN_IF_ERROR(Submit(plan));
+  return FinishOldest();
+}
+
+absl::Status StepExecutor::AnnotateError(const absl::Status& status, uint64_t micro_batch_id) {
+  CloseChannels();
+  return absl::Status(status.code(),
+                      fmt::format("stage {}, micro-batch {}: {}", options_.stage_index,
+                                  micro_batch_id, std::string(status.message())));
+}
+
+absl::Status StepExecutor::Submit(v1::StepPlan plan) {
+  const uint64_t id = plan.micro_batch_id();
+  PendingStep& step = pending_.emplace_back();
+  step.plan = std::move(plan);
+  const absl::Status status = SubmitChecked(step);
+  if (status.ok()) return status;
+  if (step.sampling_in_flight) --samplings_in_flight_;
+  pending_.pop_back();
+  return AnnotateError(status, id);
+}
+
+bool StepExecutor::OldestFinishes() const {
+  return !pending_.empty() && (!pending_.front().sampling_in_flight || slice_->SampleReady());
+}
+
+absl::StatusOr<StepOutcome> StepExecutor::FinishOldest() {
+  if (pending_.empty()) return absl::FailedPreconditionError("no step in flight");
+  PendingStep& step = pending_.front();
+  const uint64_t id = step.plan.micro_batch_id();
+  absl::Status status = Complete(step);
+  StepOutcome outcome = std::move(step.outcome);
+  if (step.sampling_in_flight) --samplings_in_flight_;
+  pending_.pop_front();
+  if (!status.ok()) return AnnotateError(status, id);
   return outcome;
 }
 
-absl::Status StepExecutor::SampleInto(const DecodedPlan& decoded, StepOutcome* outcome) {
-  if (speculator_ != nullptr && Speculator::Applies(decoded)) {
-    return speculator_->SampleInto(*slice_, decoded, &outcome->tokens, &outcome->prompt_logprobs);
+absl::Status StepExecutor::FinishSamplingsBefore(const PendingStep* step) {
+  for (PendingStep& older : pending_) {
+    if (&older == step) break;
+    if (older.sampling_in_flight || older.fed) RS_RETURN_IF_ERROR(Complete(older));
   }
-  if (NeedsHostLogits(decoded)) {
-    // Prompt log-probabilities, top log-probabilities or suppressed tokens: the logits rows on
-    // the host (a GPU slice copies them back), scored and sampled there by the CPU sampler.
-    RS_ASSIGN_OR_RETURN(std::vector<float> logits, slice_->LogitsToHost());
-    RS_ASSIGN_OR_RETURN(LastStageOutputs outputs,
-                        SampleAndScore(logits, slice_->config().vocab_size, decoded));
-    outcome->tokens = std::move(outputs.tokens);
-    outcome->prompt_logprobs = std::move(outputs.prompt_logprobs);
-    return absl::OkStatus();
-  }
-  RS_ASSIGN_OR_RETURN(SampledRows sampled, slice_->Sample(decoded.batch, decoded.sampling));
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::TokensFromRows(const DecodedPlan& decoded, const SampledRows& sampled,
+                                          StepOutcome* outcome) const {
   if (sampled.tokens.size() != decoded.sampling.size() ||
       sampled.logprobs.size() != sampled.tokens.size()) {
     return absl::InternalError(fmt::format("slice sampled {} tokens for {} rows",
@@ -120,20 +147,98 @@ absl::Status StepExecutor::SampleInto(const DecodedPlan& decoded, StepOutcome* o
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
-  RS_ASSIGN_OR_RETURN(
-      DecodedPlan decoded,
-      DecodeStepPlan(plan, slice_->is_first(), slice_->is_last(), slice_->options().kv_block_size));
+absl::Status StepExecutor::Complete(PendingStep& step) {
+  if (step.fed) {
+    // The step before it was completed first (its message is on the back edge): the back
+    // edge's bookkeeping, and the host copy of the tokens the device fed.
+    step.fed = false;
+    RS_RETURN_IF_ERROR(
+        back_edge_->FillAheadTokens(step.plan, &step.decoded.batch, options_.recv_timeout));
+  }
+  if (!step.sampling_in_flight) return absl::OkStatus();
+  step.sampling_in_flight = false;
+  --samplings_in_flight_;
+  RS_ASSIGN_OR_RETURN(SampledRows sampled, slice_->WaitSample());
+  RS_RETURN_IF_ERROR(TokensFromRows(step.decoded, sampled, &step.outcome));
+  RS_RETURN_IF_ERROR(
+      back_edge_->SendIfAsked(step.plan, step.outcome.tokens, options_.send_timeout));
+  step.outcome.busy_us = slice_->TakeStepMicros();
+  timing_.busy_us += step.outcome.busy_us;
+  return absl::OkStatus();
+}
+
+bool StepExecutor::CanDefer(const PendingStep& step) const {
+  return options_.sampling_in_flight && slice_->can_sample_async() && back_edge_ != nullptr &&
+         step.plan.send_tokens_back() &&
+         !(speculator_ != nullptr && Speculator::Applies(step.decoded)) &&
+         !NeedsHostLogits(step.decoded) && !step.decoded.sampling.empty();
+}
+
+absl::Status StepExecutor::TakeAheadTokens(PendingStep& step, std::vector<TokenFeed>* feeds) {
+  const v1::StepPlan& plan = step.plan;
+  const uint64_t through = std::max(plan.back_edge_through(), plan.tokens_from());
+  // The device can feed the step when the only step whose tokens are not on the host is the
+  // one just before it, and that is the step its ahead tokens come from.
+  const PendingStep* base = pending_.size() >= 2 ? &pending_[pending_.size() - 2] : nullptr;
+  const bool feedable = slice_->can_sample_async() && samplings_in_flight_ == 1 &&
+                        base != nullptr && base->sampling_in_flight &&
+                        base->plan.micro_batch_id() == through &&
+                        (plan.ahead_chunks_size() == 0 || plan.tokens_from() == through);
+  if (!feedable) {
+    // The messages of every earlier step first (their own back-edge reads included).
+    RS_RETURN_IF_ERROR(FinishSamplingsBefore(&step));
+    return back_edge_->FillAheadTokens(plan, &step.decoded.batch, options_.recv_timeout);
+  }
+  // Row of each sequence in the base's sampled rows (LAST_TOKEN chunks, in chunk order).
+  std::vector<std::pair<uint64_t, int32_t>> base_rows;
+  for (const SequenceChunk& chunk : base->decoded.batch.chunks) {
+    if (chunk.logits == LogitsMode::kLastToken) {
+      base_rows.emplace_back(chunk.seq_id, static_cast<int32_t>(base_rows.size()));
+    }
+  }
+  MicroBatch& batch = step.decoded.batch;
+  std::vector<int64_t> ends(batch.chunks.size());
+  int64_t offset = 0;
+  for (size_t c = 0; c < batch.chunks.size(); ++c) ends[c] = offset += batch.chunks[c].num_tokens;
+  for (int32_t c : plan.ahead_chunks()) {
+    if (c < 0 || static_cast<size_t>(c) >= batch.chunks.size()) {
+      return absl::InvalidArgumentError(fmt::format("micro-batch {}: ahead chunk {} of {}",
+                                                    plan.micro_batch_id(), c, batch.chunks.size()));
+    }
+    const uint64_t seq = batch.chunks[c].seq_id;
+    const auto found = std::find_if(base_rows.begin(), base_rows.end(),
+                                    [&](const auto& entry) { return entry.first == seq; });
+    if (found == base_rows.end()) {
+      return absl::InvalidArgumentError(
+          fmt::format("micro-batch {}: micro-batch {} sampled no token for sequence {}",
+                      plan.micro_batch_id(), plan.tokens_from(), seq));
+    }
+    const int32_t row = static_cast<int32_t>(ends[c] - 1);
+    batch.token_ids[row] = 0;  // a valid id until the device writes the sampled one
+    feeds->push_back({.token_row = row, .sampled_row = found->second});
+  }
+  step.fed = true;
+  if (fed_steps_++ == 0) {
+    RS_LOG_INFO("stage {}: sampling left in flight, the next step's tokens fed on the device",
+                options_.stage_index);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
+  const v1::StepPlan& plan = step.plan;
+  RS_ASSIGN_OR_RETURN(step.decoded, DecodeStepPlan(plan, slice_->is_first(), slice_->is_last(),
+                                                   slice_->options().kv_block_size));
   if (UsesTokenBackEdge(plan) && back_edge_ == nullptr) {
     return absl::FailedPreconditionError(
         "the plan uses the token back edge, and none is connected");
   }
   // Plan-ahead: stage 0 puts the tokens the last stage sent back into the decodes planned ahead.
-  if (slice_->is_first() && back_edge_ != nullptr) {
-    RS_RETURN_IF_ERROR(back_edge_->FillAheadTokens(plan, &decoded.batch, options_.recv_timeout));
-  }
-  const MicroBatch& batch = decoded.batch;
-  StepOutcome outcome;
+  std::vector<TokenFeed> feeds;
+  if (slice_->is_first() && back_edge_ != nullptr)
+    RS_RETURN_IF_ERROR(TakeAheadTokens(step, &feeds));
+  const MicroBatch& batch = step.decoded.batch;
+  StepOutcome& outcome = step.outcome;
   outcome.num_tokens = static_cast<int>(batch.TotalTokens());
 
   // The slice prepares the batch (a GPU slice: uploads its metadata) before the input arrives
@@ -144,7 +249,7 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
   int64_t prepare_us = 0;
   auto prepare = [&]() -> absl::Status {
     const absl::Time start = absl::Now();
-    absl::Status status = slice_->Prepare(batch);
+    absl::Status status = step.fed ? slice_->PrepareFed(batch, feeds) : slice_->Prepare(batch);
     prepare_us = MicrosSince(start);
     return status;
   };
@@ -165,28 +270,60 @@ absl::StatusOr<StepOutcome> StepExecutor::RunChecked(const v1::StepPlan& plan) {
   if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
   RS_RETURN_IF_ERROR(slice_->Run(batch));
   const int64_t run_us = MicrosSince(busy_start);
+  bool deferred = false;
   if (output_ != nullptr) {
     const int64_t before = output_->bytes_sent();
     RS_RETURN_IF_ERROR(output_->Send(plan.micro_batch_id(), options_.send_timeout));
     outcome.bytes_sent = output_->bytes_sent() - before;
     bytes_sent_.store(output_->bytes_sent());
+  } else if (CanDefer(step)) {
+    // At most kMaxSamplesInFlight samplings wait; this one leaves the step in flight.
+    if (samplings_in_flight_ >= ModelSlice::kMaxSamplesInFlight) {
+      RS_RETURN_IF_ERROR(FinishSamplingsBefore(&step));
+    }
+    RS_RETURN_IF_ERROR(slice_->SampleAsync(batch, step.decoded.sampling));
+    step.sampling_in_flight = true;
+    ++samplings_in_flight_;
+    deferred = true;
   } else {
-    RS_RETURN_IF_ERROR(SampleInto(decoded, &outcome));
+    // Sampling here needs the slice's samplings collected first (in order).
+    if (samplings_in_flight_ > 0) RS_RETURN_IF_ERROR(FinishSamplingsBefore(&step));
+    RS_RETURN_IF_ERROR(SampleInto(step.decoded, &outcome));
     if (back_edge_ != nullptr) {
       RS_RETURN_IF_ERROR(back_edge_->SendIfAsked(plan, outcome.tokens, options_.send_timeout));
     }
   }
   const int64_t cpu_us = MicrosSince(busy_start);
   slice_->EndStepTiming();
-  outcome.busy_us = slice_->TakeStepMicros();
+  if (!deferred) {
+    outcome.busy_us = slice_->TakeStepMicros();
+    timing_.busy_us += outcome.busy_us;
+  }
 
   ++timing_.steps;
   timing_.prepare_us += prepare_us;
   timing_.wait_us += outcome.wait_us;
   timing_.forward_us += output_ != nullptr ? run_us : cpu_us;
   timing_.send_us += output_ != nullptr ? cpu_us - run_us : 0;
-  timing_.busy_us += outcome.busy_us;
-  return outcome;
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::SampleInto(const DecodedPlan& decoded, StepOutcome* outcome) {
+  if (speculator_ != nullptr && Speculator::Applies(decoded)) {
+    return speculator_->SampleInto(*slice_, decoded, &outcome->tokens, &outcome->prompt_logprobs);
+  }
+  if (NeedsHostLogits(decoded)) {
+    // Prompt log-probabilities, top log-probabilities or suppressed tokens: the logits rows on
+    // the host (a GPU slice copies them back), scored and sampled there by the CPU sampler.
+    RS_ASSIGN_OR_RETURN(std::vector<float> logits, slice_->LogitsToHost());
+    RS_ASSIGN_OR_RETURN(LastStageOutputs outputs,
+                        SampleAndScore(logits, slice_->config().vocab_size, decoded));
+    outcome->tokens = std::move(outputs.tokens);
+    outcome->prompt_logprobs = std::move(outputs.prompt_logprobs);
+    return absl::OkStatus();
+  }
+  RS_ASSIGN_OR_RETURN(SampledRows sampled, slice_->Sample(decoded.batch, decoded.sampling));
+  return TokensFromRows(decoded, sampled, outcome);
 }
 
 }  // namespace ringserve

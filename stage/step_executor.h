@@ -6,12 +6,13 @@
 // channels move; how (directly, through the host, GPU to GPU) is fixed when the executor is
 // created (stage/activation_ports.h).
 //
-// Not thread-safe: one thread calls Run, plan after plan. Counters are atomics, readable from
-// any thread.
+// Not thread-safe: one thread calls Run (or Submit and FinishOldest), plan after plan. Counters
+// are atomics, readable from any thread.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct StepExecutorOptions {
   int stage_index = 0;
   absl::Duration recv_timeout = absl::Seconds(120);
   absl::Duration send_timeout = absl::Seconds(120);
+  // Submit may leave a step's sampling in flight (one-stage rings with plans sent ahead); off:
+  // every step finishes inside Submit (A/B runs: RINGSERVE_SAMPLING_IN_FLIGHT=0 for a stage).
+  bool sampling_in_flight = true;
   // Testing aid: extra time spent in every step, as if the slice were slower.
   absl::Duration debug_step_delay = absl::ZeroDuration();
 };
@@ -58,10 +62,27 @@ class StepExecutor {
                                                               StageChannels channels);
   ~StepExecutor();
 
-  // Runs one plan. Any error (bad plan, channel failure, model error) names the stage and the
-  // micro-batch; the caller must then stop using this executor (the channels are closed, so
-  // the neighbours fail fast too).
+  // Runs one plan to its outcome (Submit, then FinishOldest). FailedPrecondition while steps
+  // submitted before are unfinished.
   absl::StatusOr<StepOutcome> Run(const v1::StepPlan& plan);
+
+  // Plans in flight. Submit runs a plan's step, except that on a one-stage ring with plans sent
+  // ahead (an in-process token back edge, a slice that can_sample_async) it may leave the step's
+  // sampling in flight: the device then runs the next submitted step, which takes its ahead
+  // tokens from that sampling on the device (ModelSlice::PrepareFed), while the host collects
+  // and reports the tokens. Every other step finishes inside Submit (it first collects the
+  // samplings in flight when it needs their tokens on the host or samples itself).
+  // FinishOldest returns the outcomes in submission order, one per submitted plan; it blocks
+  // until the oldest step's tokens are on the host (OldestFinishes: without blocking).
+  // Any error (bad plan, channel failure, model error) names the stage and the micro-batch; a
+  // failed Submit leaves no step behind. After a channel or model error the caller must stop
+  // using this executor (the channels are closed, so the neighbours fail fast too).
+  absl::Status Submit(v1::StepPlan plan);
+  int steps_in_flight() const { return static_cast<int>(pending_.size()); }
+  bool OldestFinishes() const;
+  // The oldest step's micro-batch (steps_in_flight() > 0).
+  uint64_t oldest_micro_batch_id() const { return pending_.front().plan.micro_batch_id(); }
+  absl::StatusOr<StepOutcome> FinishOldest();
 
   // Plan-ahead: the stage's end of the token back edge (stage 0 and the last stage; null
   // elsewhere). A plan that uses it fails without one. Call before the first Run.
@@ -77,12 +98,38 @@ class StepExecutor {
   const ModelSlice& slice() const { return *slice_; }
   int64_t bytes_sent() const { return bytes_sent_.load(); }
   int64_t bytes_received() const { return bytes_received_.load(); }
+  // Steps whose ahead tokens came from the device (Submit), since creation.
+  int64_t fed_steps() const { return fed_steps_; }
 
  private:
+  // A submitted plan until FinishOldest returns its outcome.
+  struct PendingStep {
+    v1::StepPlan plan;
+    DecodedPlan decoded;
+    StepOutcome outcome;
+    bool sampling_in_flight = false;  // SampleAsync not yet collected
+    bool fed = false;  // ahead tokens taken on the device: the back edge's messages still to take
+  };
+
   StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice);
-  absl::StatusOr<StepOutcome> RunChecked(const v1::StepPlan& plan);
+  absl::Status SubmitChecked(PendingStep& step);
+  // The ahead tokens of `step` (stage 0 with a back edge): on the device from the step in
+  // flight just before it when it can (`feeds`, step.fed), else from the back edge's messages
+  // on the host (collecting the samplings in flight first).
+  absl::Status TakeAheadTokens(PendingStep& step, std::vector<TokenFeed>* feeds);
+  // Whether the last stage may leave the step's sampling in flight.
+  bool CanDefer(const PendingStep& step) const;
+  // Completes the steps submitted before `step` that still wait for their sampling or their
+  // back-edge messages, oldest first (their outcomes stay for FinishOldest).
+  absl::Status FinishSamplingsBefore(const PendingStep* step);
+  // Takes a step's back-edge messages (fed) and its tokens (sampling in flight); sends them on.
+  absl::Status Complete(PendingStep& step);
+  absl::Status AnnotateError(const absl::Status& status, uint64_t micro_batch_id);
   // The last stage: samples the batch's rows into outcome->tokens.
   absl::Status SampleInto(const DecodedPlan& decoded, StepOutcome* outcome);
+  // outcome->tokens from the slice's sampled rows (one per LAST_TOKEN chunk, in chunk order).
+  absl::Status TokensFromRows(const DecodedPlan& decoded, const SampledRows& sampled,
+                              StepOutcome* outcome) const;
 
   StepExecutorOptions options_;
   std::unique_ptr<ModelSlice> slice_;
@@ -90,6 +137,9 @@ class StepExecutor {
   std::unique_ptr<OutputPort> output_;        // null on the last stage
   std::unique_ptr<TokenBackEdge> back_edge_;  // plan-ahead; see AttachTokenBackEdge
   std::unique_ptr<Speculator> speculator_;    // the last stage with speculation only
+  std::deque<PendingStep> pending_;           // submitted, outcome not yet returned
+  int samplings_in_flight_ = 0;               // pending_ steps with sampling_in_flight
+  int64_t fed_steps_ = 0;
   // Over a device channel the slice prepares a batch after its input has arrived, otherwise
   // before (step_executor.cc says why).
   bool prepare_after_input_ = false;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -105,21 +106,30 @@ struct WorkerResult {
   std::vector<double> tpot_ms;
 };
 
-// Random ids for request `index`: uniform over the vocabulary without the EOS ids, the same for
-// the same (seed, index).
-std::vector<int32_t> RandomPrompt(const RunContext& ctx, int64_t index) {
-  const uint64_t seed = ctx.options->seed;
-  const uint64_t i = static_cast<uint64_t>(index);
-  std::seed_seq seq{seed & 0xffffffffu, seed >> 32, i & 0xffffffffu, i >> 32};
+// `count` random ids from (seed, key): uniform over the vocabulary without the EOS ids.
+std::vector<int32_t> RandomIds(const RunContext& ctx, uint64_t seed, uint64_t key, int count) {
+  std::seed_seq seq{seed & 0xffffffffu, seed >> 32, key & 0xffffffffu, key >> 32};
   std::mt19937_64 rng(seq);
   std::uniform_int_distribution<int32_t> uniform(0, ctx.vocab_size - 1);
   std::vector<int32_t> ids;
-  ids.reserve(ctx.options->prompt_tokens);
-  while (static_cast<int>(ids.size()) < ctx.options->prompt_tokens) {
+  ids.reserve(count);
+  while (static_cast<int>(ids.size()) < count) {
     int32_t id = uniform(rng);
     if (std::find(ctx.eos_ids.begin(), ctx.eos_ids.end(), id) != ctx.eos_ids.end()) continue;
     ids.push_back(id);
   }
+  return ids;
+}
+
+// The prompt of request `index`: the shared prefix (the same for the same prefix_seed), then
+// its own ids (the same for the same (seed, index)).
+std::vector<int32_t> RandomPrompt(const RunContext& ctx, int64_t index) {
+  const LoadgenOptions& o = *ctx.options;
+  // The prefix's key is one no request index reaches.
+  std::vector<int32_t> ids = RandomIds(ctx, o.prefix_seed, UINT64_MAX, o.shared_prefix_tokens);
+  const std::vector<int32_t> own =
+      RandomIds(ctx, o.seed, static_cast<uint64_t>(index), o.prompt_tokens);
+  ids.insert(ids.end(), own.begin(), own.end());
   return ids;
 }
 
@@ -143,7 +153,8 @@ void RunOne(RunContext& ctx, int64_t index, double timeout_s, bool deadline_is_r
 
   RequestRecord record;
   record.index = index;
-  record.prompt_tokens = options.prompt_text.empty() ? options.prompt_tokens : 0;
+  record.prompt_tokens =
+      options.prompt_text.empty() ? options.shared_prefix_tokens + options.prompt_tokens : 0;
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(timeout_s));
   const Clock::time_point start = Clock::now();
@@ -326,6 +337,8 @@ void FillStageFigures(const v1::StatsResponse& start, const std::vector<v1::Stat
   server.requests_cancelled = end.requests_cancelled() - start.requests_cancelled();
   server.generated_tokens = end.generated_tokens() - start.generated_tokens();
   server.prompt_tokens = end.prompt_tokens() - start.prompt_tokens();
+  server.prefix_lookup_tokens = end.prefix_lookup_tokens() - start.prefix_lookup_tokens();
+  server.prefix_hit_tokens = end.prefix_hit_tokens() - start.prefix_hit_tokens();
   server.mean_ttft_ms_end = end.mean_ttft_ms();
   server.mean_inter_token_ms_end = end.mean_inter_token_ms();
 }
@@ -365,6 +378,11 @@ absl::Status ValidateOptions(const LoadgenOptions& o) {
   if (o.prompt_text.empty() && o.prompt_tokens < 1) {
     return absl::InvalidArgumentError(
         fmt::format("--prompt_tokens {}: expected at least 1", o.prompt_tokens));
+  }
+  if (o.shared_prefix_tokens < 0 || (o.shared_prefix_tokens > 0 && !o.prompt_text.empty())) {
+    return absl::InvalidArgumentError(
+        fmt::format("--shared_prefix_tokens {}: expected 0 or more, with random prompts only",
+                    o.shared_prefix_tokens));
   }
   if (o.max_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -422,7 +440,7 @@ absl::StatusOr<LoadgenReport> RunLoad(const LoadgenOptions& options) {
           fmt::format("{}: vocab_size {} leaves no non-EOS token ids for random prompts",
                       options.target, ctx.vocab_size));
     }
-    report.prompt_tokens = options.prompt_tokens;
+    report.prompt_tokens = options.shared_prefix_tokens + options.prompt_tokens;
   } else {
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(kStatsDeadlineS));

@@ -25,17 +25,22 @@ struct LoadgenOptions {
   std::string target = "127.0.0.1:50051";  // HOST:PORT of the coordinator's gRPC API
   int streams = 1;                         // concurrent Generate calls
   int prompt_tokens = 32;                  // random token ids (uniform in the vocab, no EOS)
-  std::string prompt_text;                 // instead of random ids, when not empty
-  int max_tokens = 32;                     // output length per request
-  bool ignore_eos = true;                  // fixed output lengths
-  float temperature = 0.0f;                // 0 = greedy
-  int requests = 0;                        // total requests; 0 = run for `duration_s`
-  double duration_s = 0;                   // used when `requests` is 0
-  uint64_t seed = 0;                       // prompts (and sampling seeds) derive from it
-  double connect_timeout_s = 10;           // waiting for the channel and Health
-  double request_timeout_s = 120;          // deadline of one Generate call
-  double stats_interval_s = 0.25;          // Stats sampling period during the run
-  int64_t max_errors = 100;                // stop starting requests after this many failed ones
+  // Random ids every request's prompt starts with (a shared system prompt) before its own
+  // prompt_tokens; they derive from prefix_seed alone, so runs with the same prefix_seed share
+  // them (a cache warmed by an earlier run).
+  int shared_prefix_tokens = 0;
+  uint64_t prefix_seed = 0;
+  std::string prompt_text;         // instead of random ids, when not empty
+  int max_tokens = 32;             // output length per request
+  bool ignore_eos = true;          // fixed output lengths
+  float temperature = 0.0f;        // 0 = greedy
+  int requests = 0;                // total requests; 0 = run for `duration_s`
+  double duration_s = 0;           // used when `requests` is 0
+  uint64_t seed = 0;               // prompts (and sampling seeds) derive from it
+  double connect_timeout_s = 10;   // waiting for the channel and Health
+  double request_timeout_s = 120;  // deadline of one Generate call
+  double stats_interval_s = 0.25;  // Stats sampling period during the run
+  int64_t max_errors = 100;        // stop starting requests after this many failed ones
 };
 
 // One Generate call as the client saw it. Times in milliseconds from the call's start.
@@ -79,6 +84,8 @@ struct ServerFigures {  // deltas of the coordinator's counters over the run
   int64_t requests_cancelled = 0;
   int64_t generated_tokens = 0;
   int64_t prompt_tokens = 0;
+  int64_t prefix_lookup_tokens = 0;    // prompt tokens looked up in the prefix cache
+  int64_t prefix_hit_tokens = 0;       // of those, found there (prefill skipped)
   double mean_ttft_ms_end = 0;         // the server's running means at the end
   double mean_inter_token_ms_end = 0;  //
 };

@@ -25,6 +25,9 @@ ABSL_FLAG(std::string, target, kDefaults.target, "HOST:PORT of the coordinator's
 ABSL_FLAG(int, streams, kDefaults.streams, "concurrent Generate calls");
 ABSL_FLAG(int, prompt_tokens, kDefaults.prompt_tokens,
           "prompt length in random token ids (uniform in the vocab, no EOS)");
+ABSL_FLAG(int, shared_prefix_tokens, 0,
+          "random ids every prompt starts with (a shared system prompt), before its own");
+ABSL_FLAG(uint64_t, prefix_seed, 0, "the shared prefix derives from it alone");
 ABSL_FLAG(std::string, prompt_text, "", "a prompt text instead of random ids");
 ABSL_FLAG(int, max_tokens, kDefaults.max_tokens, "output length per request");
 ABSL_FLAG(bool, ignore_eos, kDefaults.ignore_eos,
@@ -66,6 +69,8 @@ int main(int argc, char** argv) {
   options.streams = absl::GetFlag(FLAGS_streams);
   options.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   options.prompt_text = absl::GetFlag(FLAGS_prompt_text);
+  options.shared_prefix_tokens = absl::GetFlag(FLAGS_shared_prefix_tokens);
+  options.prefix_seed = absl::GetFlag(FLAGS_prefix_seed);
   options.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   options.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   options.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));

@@ -177,6 +177,36 @@ TEST_F(LoadgenTest, FixedRequestCountCompletesWithExactLengthsAndStageFigures) {
   EXPECT_NE(run.stdout_text.find("busy mean"), std::string::npos) << run.stdout_text;
 }
 
+// A shared prefix: every prompt starts with the same ids (from --prefix_seed), so after the
+// first request the coordinator's prefix cache serves them: a second run with the same prefix
+// seed (other own ids) finds its prompts' shared full blocks cached.
+TEST_F(LoadgenTest, SharedPrefixIsServedFromThePrefixCache) {
+  StartCoordinator();
+  constexpr int kPrefix = 40;  // 2 full KV blocks of 16 positions, and part of a third
+  auto run_once = [&](const std::string& seed) {
+    return RunLoadgen({"--target", address_, "--streams", "1", "--requests", "2", "--prompt_tokens",
+                       "6", "--shared_prefix_tokens", std::to_string(kPrefix), "--prefix_seed", "3",
+                       "--seed", seed, "--max_tokens", "3"});
+  };
+  LoadgenRun first = run_once("1");
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text << first.stdout_text;
+  LoadgenRun second = run_once("2");
+  ASSERT_EQ(second.exit_code, 0) << second.stderr_text << second.stdout_text;
+  for (const LoadgenRun* run : {&first, &second}) {
+    const nlohmann::json& r = run->report;
+    ASSERT_TRUE(r.is_object()) << run->stdout_text;
+    EXPECT_EQ(r["input_tokens"], 2 * (kPrefix + 6));
+    EXPECT_EQ(r["server"]["prompt_tokens"], 2 * (kPrefix + 6));
+    EXPECT_GT(r["server"]["prefix_lookup_tokens"].get<int64_t>(), 0) << r["server"];
+  }
+  // Run 1: request 0 computes the prefix, request 1 (one at a time) finds it; run 2: both do.
+  const int64_t hits_first = first.report["server"]["prefix_hit_tokens"];
+  const int64_t hits_second = second.report["server"]["prefix_hit_tokens"];
+  EXPECT_GT(hits_first, 0) << first.report["server"];
+  EXPECT_EQ(hits_second, 2 * hits_first) << second.report["server"];
+  EXPECT_EQ(hits_first, 32);  // the prefix's full blocks; the third holds the own ids too
+}
+
 TEST_F(LoadgenTest, FixedDurationStopsOnTimeAndCutsRunningRequests) {
   StartCoordinator();
   // Outputs long enough that requests are still running when the duration ends.

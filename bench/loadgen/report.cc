@@ -78,6 +78,8 @@ nlohmann::json ReportToJson(const LoadgenReport& r) {
                  {"requests_cancelled", sv.requests_cancelled},
                  {"generated_tokens", sv.generated_tokens},
                  {"prompt_tokens", sv.prompt_tokens},
+                 {"prefix_lookup_tokens", sv.prefix_lookup_tokens},
+                 {"prefix_hit_tokens", sv.prefix_hit_tokens},
                  {"mean_ttft_ms_end", sv.mean_ttft_ms_end},
                  {"mean_inter_token_ms_end", sv.mean_inter_token_ms_end}};
   nlohmann::json records = nlohmann::json::array();

@@ -10,7 +10,8 @@
 # Each point runs twice after a short warm-up (MAX_TOKENS 4): "cold", the first pass, meets
 # decode-graph keys (batch bucket, context bucket) and GEMM batch sizes for the first time and
 # pays their tuning and capture mid-run (the stage logs say how long each took); the second pass
-# is the figure. Rings, in order: one stage with plan-ahead (STREAMS), 4 stages (8x4, cuda_ipc)
+# is the figure. Rings, in order: one stage with plan-ahead (STREAMS), the same with
+# RINGSERVE_SAMPLING_IN_FLIGHT=0 (HOST_FED=1, the default), 4 stages (8x4, cuda_ipc)
 # with plan-ahead (S4_STREAMS) and without (the token check only), then under CUDA MPS 4 stages
 # with plan-ahead, 8x4 and split by `--partition auto` (measured layer costs); a ring is skipped
 # once BUDGET_S seconds have gone. Results and a table ($OUT/table.md) under $OUT.
@@ -96,6 +97,8 @@ run_ring() {  # name partition "coordinator flags" streams...
 echo "| ring | streams | tok/s | decode tok/s (1/ITL) | ITL p50 ms | ITL max ms | busy per stage |" >>"$out/table.md"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |" >>"$out/table.md"
 run_ring s1_on "$p1" "--plan_ahead=true" $streams
+# The same ring with each step's tokens through the host before the next step starts (A/B).
+[ "${HOST_FED:-1}" = 1 ] && RINGSERVE_SAMPLING_IN_FLIGHT=0 run_ring s1_hostfed "$p1" "--plan_ahead=true" $streams
 run_ring s4_on "$p4" "--plan_ahead=true" $s4_streams
 run_ring s4_off "$p4" "--plan_ahead=false"  # the token check only
 if [ "${MPS:-1}" = 1 ]; then

@@ -411,6 +411,12 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
 }
 
+__global__ void FeedTokensKernel(const int32_t* src, const int32_t* pairs, int count,
+                                 int32_t* dst) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) dst[pairs[2 * i]] = src[pairs[2 * i + 1]];
+}
+
 }  // namespace
 
 absl::Status LaunchArgmax(const float* logits, int rows, int vocab, int32_t* tokens,
@@ -443,6 +449,19 @@ absl::Status LaunchSampleRows(const float* logits, int rows, int vocab,
   SampleRowsKernel<<<rows, kSampleThreads, 0, stream>>>(logits, vocab, params, tokens, logprobs,
                                                         scale);
   return LaunchStatus("SampleRowsKernel");
+}
+
+absl::Status LaunchFeedTokens(const int32_t* src, const int32_t* pairs, int count, int32_t* dst,
+                              LaunchStream stream) {
+  if (count < 0) return absl::InvalidArgumentError("LaunchFeedTokens: negative count");
+  if (count == 0) return absl::OkStatus();
+  if (src == nullptr || pairs == nullptr || dst == nullptr) {
+    return absl::InvalidArgumentError("LaunchFeedTokens: null pointer");
+  }
+  constexpr int kFeedThreads = 128;
+  FeedTokensKernel<<<(count + kFeedThreads - 1) / kFeedThreads, kFeedThreads, 0, stream>>>(
+      src, pairs, count, dst);
+  return LaunchStatus("FeedTokensKernel");
 }
 
 }  // namespace ringserve::cuda

@@ -56,4 +56,12 @@ absl::Status LaunchSampleRows(const float* logits, int rows, int vocab,
                               const GpuRowSampling* params, int32_t* tokens, float* logprobs,
                               void* workspace, size_t workspace_bytes, LaunchStream stream);
 
+// Feeds sampled tokens into the next step's token ids on the device (a one-stage ring with plans
+// sent ahead: the step after a sampling step reads its tokens without a trip through the host):
+// for i < count, dst[pairs[2i]] = src[pairs[2i + 1]]. All device memory; the indices must be in
+// range (unchecked on the device). Asynchronous on `stream`; InvalidArgument for count < 0 or
+// null pointers with count > 0.
+absl::Status LaunchFeedTokens(const int32_t* src, const int32_t* pairs, int count, int32_t* dst,
+                              LaunchStream stream);
+
 }  // namespace ringserve::cuda

@@ -15,38 +15,11 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "stage/cuda/cuda_model_slice.h"
+#include "stage/cuda/cuda_slice_plan.h"
 #include "stage/model/micro_batch_check.h"
 #include "stage/sampling/sampler.h"
 
 namespace ringserve::cuda {
-
-struct CudaModelSlice::Plan {
-  int tokens = 0;  // rows of the activation buffers this batch uses (graph: the padded bucket)
-  int real_tokens = 0;
-  int64_t ids = 0, positions = 0, slots = 0;                 // [tokens]
-  int64_t dec_rows = 0, dec_ctx = 0, dec_tables = 0;         // [num_decode]
-  int64_t pre_q_starts = 0, pre_tokens = 0, pre_starts = 0;  // [chunks]
-  int64_t tiles = 0;                                         // [num_tiles, 2]
-  int64_t gather = 0;                                        // [logit_rows]
-  int64_t tables = 0;                                        // [chunks, table_stride]
-  int64_t meta_size = 0;
-  int table_stride = 1;
-  int num_decode = 0;
-  int num_tiles = 0;
-  int splits = 1;
-  int partition = kDecodePartition;  // decode keys per split
-  int max_context = 0;               // the longest decode context (graph: the context bucket)
-  int logit_rows = 0;                // rows the lm_head computes
-  bool gather_identity = true;
-  bool graph = false;
-  // Every chunk is one token (a decode entry) of a sequence no other chunk continues: its older
-  // keys are all in the cache before the step, so the attention kernel may store each entry's
-  // newest key itself.
-  bool all_decode = false;
-  StepKernels kernels;  // where the decode fusions put each stage of a layer
-  std::pair<int, int> graph_key;
-  std::vector<int> output_rows;  // logits rows returned, in chunk order
-};
 
 namespace {
 
@@ -524,7 +497,8 @@ absl::Status CudaModelSlice::Enqueue(const Plan& p) {
 
 void CudaModelSlice::PlanDeleter::operator()(Plan* plan) const { delete plan; }
 
-absl::Status CudaModelSlice::PreparePlan(const MicroBatch& batch, Plan* p) {
+absl::Status CudaModelSlice::PreparePlan(const MicroBatch& batch, Plan* p,
+                                         std::span<const TokenFeed> feeds) {
   RS_RETURN_IF_ERROR(Validate(batch, /*hidden_in=*/nullptr));
   RS_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
   // The previous plan's upload from meta_host_ must have run before meta_host_ is rewritten:
@@ -532,10 +506,22 @@ absl::Status CudaModelSlice::PreparePlan(const MicroBatch& batch, Plan* p) {
   // once before the first record).
   RS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
   RS_RETURN_IF_ERROR(BuildPlan(batch, p));
+  // Feed pairs (token row, row of tokens_) after the plan's regions.
+  const int64_t pairs = p->meta_size;
+  if (pairs + 2 * static_cast<int64_t>(feeds.size()) > meta_capacity_) {
+    return absl::InternalError("CUDA slice metadata exceeds its buffer");
+  }
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    meta_host_[pairs + 2 * i] = feeds[i].token_row;
+    meta_host_[pairs + 2 * i + 1] = fed_rows_[feeds[i].sampled_row];
+  }
+  const int64_t upload = pairs + 2 * static_cast<int64_t>(feeds.size());
   RS_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(meta_.get(), meta_host_, p->meta_size * 4, cudaMemcpyHostToDevice, stream_));
+      cudaMemcpyAsync(meta_.get(), meta_host_, upload * 4, cudaMemcpyHostToDevice, stream_));
   RS_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_uploaded_, stream_));
-  return absl::OkStatus();
+  int32_t* meta = meta_.as<int32_t>();
+  return LaunchFeedTokens(tokens_.as<int32_t>(), meta + pairs, static_cast<int>(feeds.size()),
+                          meta + p->ids, stream_);
 }
 
 absl::Status CudaModelSlice::Launch(const Plan& plan) {
@@ -601,36 +587,12 @@ absl::StatusOr<SampledRows> CudaModelSlice::SampleAfterRun(const MicroBatch& bat
     return out;
   }
   if (cuda_.gpu_sampling) {
-    // Every logits row gets parameters (padding rows: greedy); the chosen rows are picked after.
-    const int64_t n = plan.logit_rows;
-    auto* params = static_cast<GpuRowSampling*>(sample_host_);
-    auto* tokens = reinterpret_cast<int32_t*>(params + SampleRowsCapacity());
-    auto* logprobs = reinterpret_cast<float*>(tokens + SampleRowsCapacity());
-    for (int64_t r = 0; r < n; ++r) params[r] = GpuRowSampling{};
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const SamplingConfig& c = rows[i].config;
-      params[plan.output_rows[i]] = GpuRowSampling{.temperature = c.temperature,
-                                                   .top_k = c.top_k,
-                                                   .top_p = c.top_p,
-                                                   .seed = c.seed,
-                                                   .token_index = rows[i].token_index};
+    if (samples_in_flight_ > 0) {
+      return absl::FailedPreconditionError("Sample: an asynchronous sampling is in flight");
     }
-    RS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        sample_params_.get(), params, n * sizeof(GpuRowSampling), cudaMemcpyHostToDevice, stream_));
-    RS_RETURN_IF_ERROR(LaunchSampleRows(logits_.as<float>(), static_cast<int>(n),
-                                        static_cast<int>(vocab),
-                                        sample_params_.as<GpuRowSampling>(), tokens_.as<int32_t>(),
-                                        logprobs_.as<float>(), nullptr, 0, stream_));
-    RS_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(tokens, tokens_.get(), n * 4, cudaMemcpyDeviceToHost, stream_));
-    RS_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(logprobs, logprobs_.get(), n * 4, cudaMemcpyDeviceToHost, stream_));
-    RS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    for (int r : plan.output_rows) {
-      out.tokens.push_back(tokens[r]);
-      out.logprobs.push_back(logprobs[r]);
-    }
-    return out;
+    fed_rows_valid_ = false;
+    RS_RETURN_IF_ERROR(EnqueueGpuSample(plan, rows));
+    return CollectOldestSample();
   }
   // Host sampling: the logits rows come back and go through the CPU sampler.
   std::vector<float> logits(rows.size() * vocab);
@@ -648,11 +610,14 @@ absl::StatusOr<SampledRows> CudaModelSlice::SampleAfterRun(const MicroBatch& bat
   return out;
 }
 
-absl::Status CudaModelSlice::Prepare(const MicroBatch& batch) {
+absl::Status CudaModelSlice::Prepare(const MicroBatch& batch) { return PrepareBatch(batch, {}); }
+
+absl::Status CudaModelSlice::PrepareBatch(const MicroBatch& batch,
+                                          std::span<const TokenFeed> feeds) {
   prepared_.reset();
   prepared_batch_ = nullptr;
   PlanPtr plan(new Plan());
-  RS_RETURN_IF_ERROR(PreparePlan(batch, plan.get()));
+  RS_RETURN_IF_ERROR(PreparePlan(batch, plan.get(), feeds));
   RS_RETURN_IF_ERROR(activations_->Resize(batch.TotalTokens()));
   prepared_ = std::move(plan);
   prepared_batch_ = &batch;
@@ -682,9 +647,10 @@ absl::Status CudaModelSlice::Run(const MicroBatch& batch) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SampledRows> CudaModelSlice::Sample(const MicroBatch& batch,
-                                                   std::span<const RowSampling> rows) {
-  if (!is_last()) return absl::FailedPreconditionError("Sample needs the last slice");
+absl::StatusOr<CudaModelSlice::PlanPtr> CudaModelSlice::TakeRunPlan(
+    const MicroBatch& batch, std::span<const RowSampling> rows, const char* caller) {
+  if (!is_last())
+    return absl::FailedPreconditionError(fmt::format("{} needs the last slice", caller));
   for (size_t r = 0; r < rows.size(); ++r) {
     const absl::Status valid = ValidateSamplingConfig(rows[r].config);
     if (!valid.ok()) {
@@ -692,16 +658,25 @@ absl::StatusOr<SampledRows> CudaModelSlice::Sample(const MicroBatch& batch,
     }
   }
   if (ran_ == nullptr || ran_batch_ != &batch) {
-    return absl::FailedPreconditionError("Sample: no Run of this micro-batch before");
+    return absl::FailedPreconditionError(
+        fmt::format("{}: no Run of this micro-batch before", caller));
   }
-  const PlanPtr plan = std::move(ran_);
   ran_batch_ = nullptr;
+  return std::move(ran_);
+}
+
+absl::StatusOr<SampledRows> CudaModelSlice::Sample(const MicroBatch& batch,
+                                                   std::span<const RowSampling> rows) {
+  RS_ASSIGN_OR_RETURN(const PlanPtr plan, TakeRunPlan(batch, rows, "Sample"));
   return SampleAfterRun(batch, *plan, rows);
 }
 
 absl::StatusOr<std::vector<float>> CudaModelSlice::LogitsToHost() {
   if (!is_last() || ran_ == nullptr) {
     return absl::FailedPreconditionError("LogitsToHost: needs the last slice after a Run");
+  }
+  if (samples_in_flight_ > 0) {
+    return absl::FailedPreconditionError("LogitsToHost: an asynchronous sampling is in flight");
   }
   const Plan& plan = *ran_;
   const int64_t vocab = config_.vocab_size;

@@ -81,6 +81,9 @@ CudaModelSlice::~CudaModelSlice() {
   ResetGraphs();
   if (meta_uploaded_) cudaEventDestroy(meta_uploaded_);
   if (meta_host_) cudaFreeHost(meta_host_);
+  for (SampleSlot& slot : sample_slots_) {
+    if (slot.copied) cudaEventDestroy(slot.copied);
+  }
   if (sample_host_) cudaFreeHost(sample_host_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -351,10 +354,19 @@ absl::Status CudaModelSlice::AllocateRuntime() {
                                                           cuda_.device, stream_);
   const int64_t s = cuda_.max_seqs;
   const int64_t tok_cap = std::max<int64_t>(t, cuda_.max_graph_batch);
+  // The regions BuildPlan lays out, and a token feed pair per chunk (PrepareFed).
   meta_capacity_ = 7 * tok_cap + 3 * s + 2 * (tok_cap / kPrefillTile + s) +
-                   std::max(rows, tok_cap) + s * max_blocks_per_seq_ + 64;
+                   std::max(rows, tok_cap) + s * max_blocks_per_seq_ + 2 * s + 64;
   RS_RETURN_IF_ERROR(meta_.Allocate(meta_capacity_ * 4));
-  RS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&sample_host_, SampleHostBytes()));
+  RS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&sample_host_, kMaxSamplesInFlight * SampleHostBytes()));
+  for (int i = 0; i < kMaxSamplesInFlight; ++i) {
+    SampleSlot& slot = sample_slots_[i];
+    slot.params =
+        reinterpret_cast<GpuRowSampling*>(static_cast<char*>(sample_host_) + i * SampleHostBytes());
+    slot.tokens = reinterpret_cast<int32_t*>(slot.params + SampleRowsCapacity());
+    slot.logprobs = reinterpret_cast<float*>(slot.tokens + SampleRowsCapacity());
+    RS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+  }
   RS_CUDA_RETURN_IF_ERROR(
       cudaMallocHost(reinterpret_cast<void**>(&meta_host_), meta_capacity_ * 4));
   RS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&meta_uploaded_, cudaEventDisableTiming));

@@ -132,6 +132,13 @@ class CudaModelSlice : public ModelSlice {
   absl::StatusOr<SampledRows> Sample(const MicroBatch& batch,
                                      std::span<const RowSampling> rows) override;
   absl::StatusOr<std::vector<float>> LogitsToHost() override;
+  // Sampling left in flight and the next step fed on the device (ModelSlice's contract;
+  // cuda_async_sample.cc): pinned staging in kMaxSamplesInFlight slots, an event per slot.
+  bool can_sample_async() const override { return is_first() && is_last() && cuda_.gpu_sampling; }
+  absl::Status SampleAsync(const MicroBatch& batch, std::span<const RowSampling> rows) override;
+  bool SampleReady() override;
+  absl::StatusOr<SampledRows> WaitSample() override;
+  absl::Status PrepareFed(const MicroBatch& batch, std::span<const TokenFeed> feeds) override;
   // GPU time (GpuStepTimer on the slice's stream).
   void BeginStepTiming() override { step_timer_.Begin(stream_); }
   void EndStepTiming() override { step_timer_.End(stream_); }
@@ -218,8 +225,11 @@ class CudaModelSlice : public ModelSlice {
     void operator()(Plan* plan) const;
   };
   using PlanPtr = std::unique_ptr<Plan, PlanDeleter>;
-  // Validates `batch`, builds its plan and enqueues the metadata upload.
-  absl::Status PreparePlan(const MicroBatch& batch, Plan* plan);
+  // Validates `batch`, builds its plan and enqueues the metadata upload; then, for each feed,
+  // the token id from the device output of the newest sampling (fed_rows_ maps its rows).
+  absl::Status PreparePlan(const MicroBatch& batch, Plan* plan, std::span<const TokenFeed> feeds);
+  // Prepare with feeds (none: Prepare).
+  absl::Status PrepareBatch(const MicroBatch& batch, std::span<const TokenFeed> feeds);
   // Enqueues the forward pass of a prepared plan (a decode graph when it has one); leaves the
   // logits (last slice) or the complete residual in device buffers.
   absl::Status Launch(const Plan& plan);
@@ -228,6 +238,13 @@ class CudaModelSlice : public ModelSlice {
   // Samples the logits rows left by Launch (on the host when gpu_sampling is off).
   absl::StatusOr<SampledRows> SampleAfterRun(const MicroBatch& batch, const Plan& plan,
                                              std::span<const RowSampling> rows);
+  // Sample's checks, then the plan of the last Run of `batch` (taken: one sampling per Run).
+  absl::StatusOr<PlanPtr> TakeRunPlan(const MicroBatch& batch, std::span<const RowSampling> rows,
+                                      const char* caller);
+  // GPU sampling into the next free slot (parameters up, the sampling kernel, tokens and
+  // log-probabilities back, the slot's event), and the oldest slot's rows once on the host.
+  absl::Status EnqueueGpuSample(const Plan& plan, std::span<const RowSampling> rows);
+  absl::StatusOr<SampledRows> CollectOldestSample();
   absl::Status Enqueue(const Plan& plan);
   // Tunes the GEMM shapes of a decode step of plan.tokens rows (GemmRunner::Tune, on layer 0's
   // weights; writes only buffers the step itself writes before reading). Before a capture.
@@ -302,8 +319,22 @@ class CudaModelSlice : public ModelSlice {
   // Activations [max_batch_tokens, ...] and metadata.
   DeviceBuffer residual_, normed_, qkv_, q_, attn_, proj_, gate_up_, act_, gathered_, logits_,
       tokens_, meta_, decode_ws_, sample_params_, logprobs_;
-  // Pinned staging for sampling: GpuRowSampling [rows] in, tokens and logprobs [rows] out.
+  // Pinned staging for sampling, kMaxSamplesInFlight slots of SampleHostBytes(): each
+  // GpuRowSampling [rows] in, tokens and logprobs [rows] out (the MTP drafter uses slot 0's).
   void* sample_host_ = nullptr;
+  struct SampleSlot {
+    GpuRowSampling* params = nullptr;
+    int32_t* tokens = nullptr;
+    float* logprobs = nullptr;
+    cudaEvent_t copied = nullptr;  // recorded after the copies back
+    std::vector<int> output_rows;  // the plan's logits row of each sampled row
+  };
+  SampleSlot sample_slots_[kMaxSamplesInFlight];
+  int oldest_sample_ = 0;      // slot index
+  int samples_in_flight_ = 0;  // enqueued, not yet collected
+  // The newest SampleAsync's output_rows (rows of tokens_), while tokens_ still holds them.
+  std::vector<int> fed_rows_;
+  bool fed_rows_valid_ = false;
   int32_t* meta_host_ = nullptr;  // pinned, same capacity as meta_
   // Recorded after each upload from meta_host_: the next plan waits for it before writing
   // meta_host_ again (a stage that is not last returns before its stream has run).

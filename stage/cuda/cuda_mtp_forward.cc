@@ -170,6 +170,10 @@ absl::StatusOr<int> CudaModelSlice::RunMtp(const MicroBatch& batch,
 absl::StatusOr<CudaModelSlice::MtpOutputs> CudaModelSlice::MtpResults(
     int rows, std::span<const int> to_host) {
   if (mtp_ == nullptr) return absl::FailedPreconditionError("MtpResults: no MTP layer");
+  if (samples_in_flight_ > 0) {
+    return absl::FailedPreconditionError("MtpResults: an asynchronous sampling is in flight");
+  }
+  fed_rows_valid_ = false;  // tokens_ is overwritten
   if (rows < 0 || rows > cuda_.max_logit_rows) {
     return absl::InvalidArgumentError(fmt::format("MtpResults: {} rows", rows));
   }

@@ -5,6 +5,18 @@
 
 namespace ringserve {
 
+absl::Status ModelSlice::SampleAsync(const MicroBatch&, std::span<const RowSampling>) {
+  return absl::UnimplementedError("this slice samples synchronously only");
+}
+
+absl::StatusOr<SampledRows> ModelSlice::WaitSample() {
+  return absl::UnimplementedError("this slice samples synchronously only");
+}
+
+absl::Status ModelSlice::PrepareFed(const MicroBatch&, std::span<const TokenFeed>) {
+  return absl::UnimplementedError("this slice takes no tokens from the device");
+}
+
 absl::StatusOr<std::vector<float>> ModelSlice::Forward(const MicroBatch& batch,
                                                        std::span<const float> hidden_in) {
   RS_RETURN_IF_ERROR(Prepare(batch));

@@ -47,6 +47,14 @@ struct SampledRows {
   std::vector<float> logprobs;  // log_softmax(raw logits)[token], same order
 };
 
+// A token the next step takes from the last sampling on the device (ModelSlice::PrepareFed):
+// the batch's token_ids[token_row] becomes row `sampled_row` (one per LAST_TOKEN chunk, in
+// chunk order, as SampledRows) of the newest SampleAsync's output.
+struct TokenFeed {
+  int32_t token_row = 0;
+  int32_t sampled_row = 0;
+};
+
 // A loaded slice. Not thread-safe: one caller runs micro-batches in order.
 class ModelSlice {
  public:
@@ -89,6 +97,28 @@ class ModelSlice {
   // or without a preceding Run(batch).
   virtual absl::StatusOr<SampledRows> Sample(const MicroBatch& batch,
                                              std::span<const RowSampling> rows) = 0;
+  // Sampling left in flight, for a slice that is both first and last (a one-stage ring with
+  // plans sent ahead): SampleAsync enqueues what Sample does and returns at once; the next
+  // step, prepared with PrepareFed, takes its placeholders' tokens from that sampling on the
+  // device, so the device runs step after step while the host collects each step's tokens
+  // (WaitSample, oldest first) and reports them. At most kMaxSamplesInFlight samplings wait
+  // to be collected; Sample, LogitsToHost and every other use of the logits need none in
+  // flight. A slice without this (the CPU slice, a CUDA slice sampling on the host) answers
+  // false to can_sample_async() and Unimplemented to the calls.
+  static constexpr int kMaxSamplesInFlight = 2;
+  virtual bool can_sample_async() const { return false; }
+  // After Run(batch), as Sample (same errors); FailedPrecondition when kMaxSamplesInFlight wait.
+  virtual absl::Status SampleAsync(const MicroBatch& batch, std::span<const RowSampling> rows);
+  // Whether the oldest sampling in flight has its tokens on the host (true when none waits).
+  virtual bool SampleReady() { return true; }
+  // The oldest sampling's tokens, once on the host. FailedPrecondition when none is in flight.
+  virtual absl::StatusOr<SampledRows> WaitSample();
+  // Prepare(batch), then each feed's token (TokenFeed) from the newest SampleAsync's device
+  // output; batch.token_ids at the fed rows are ignored (they must still be valid ids).
+  // InvalidArgument for a feed out of range; FailedPrecondition without a SampleAsync since the
+  // previous step or on a slice that is not first and last.
+  virtual absl::Status PrepareFed(const MicroBatch& batch, std::span<const TokenFeed> feeds);
+
   // The last slice, after Run: the logits rows [rows, vocab] fp32, copied to the host.
   // FailedPrecondition on a slice that is not last or before a Run.
   virtual absl::StatusOr<std::vector<float>> LogitsToHost() = 0;

@@ -231,5 +231,65 @@ TEST(RingGpuE2ETest, SeededSamplingMatchesOneStage) {
   }
 }
 
+// A one-stage ring with plans sent ahead leaves each step's sampling in flight and feeds the
+// next step its tokens on the GPU (StepExecutor::Submit): every copy of every golden prompt, all
+// at once, gets transformers' greedy tokens, and seeded and greedy requests get the same tokens
+// as the same ring with each step's tokens through the host (RINGSERVE_SAMPLING_IN_FLIGHT=0).
+TEST(RingGpuE2ETest, OneStageFeedsTokensOnTheDevice) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  Golden golden = LoadGolden("llama");
+  ASSERT_FALSE(golden.prompts.empty());
+  std::vector<v1::GenerateRequest> greedy;
+  std::vector<std::vector<int32_t>> want;
+  for (int copy = 0; copy < 3; ++copy) {
+    for (size_t i = 0; i < golden.prompts.size(); ++i) {
+      greedy.push_back(IdsRequest(golden.prompts[i], static_cast<int>(golden.greedy[i].size())));
+      want.push_back(golden.greedy[i]);
+    }
+  }
+  std::mt19937 rng(9);
+  std::vector<v1::GenerateRequest> seeded;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt(4 + 7 * i);
+    for (auto& t : prompt) t = std::uniform_int_distribution<int32_t>(3, 500)(rng);
+    seeded.push_back(IdsRequest(prompt, 16));
+    if (i % 2 == 0) {
+      v1::SamplingParams* s = seeded.back().mutable_sampling();
+      s->set_temperature(0.9f);
+      s->set_top_p(0.95f);
+      s->set_seed(300 + i);
+    }
+  }
+  std::vector<std::vector<std::vector<int32_t>>> results;
+  for (bool in_flight : {true, false}) {
+    if (!in_flight) {
+      ASSERT_EQ(setenv("RINGSERVE_SAMPLING_IN_FLIGHT", "0", 1), 0);
+    }
+    auto ring = Ring::Start({.model_dir = FixtureModel("llama"),
+                             .partition = {4},
+                             .device = "cuda:0",
+                             .channel = "cuda_ipc"});
+    unsetenv("RINGSERVE_SAMPLING_IN_FLIGHT");
+    ASSERT_TRUE(ring.ok()) << ring.status();
+    std::vector<Generation> got(greedy.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < greedy.size(); ++i) {
+      threads.emplace_back([&, i] { got[i] = (*ring)->Generate(greedy[i]); });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < greedy.size(); ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << "request " << i << ": " << got[i].status.error_message();
+      EXPECT_EQ(got[i].tokens, want[i]) << "request " << i << (in_flight ? "" : ", host-fed");
+    }
+    results.push_back(GenerateEach(**ring, seeded));
+    const bool fed = (*ring)->StagesLog().find("sampling left in flight") != std::string::npos;
+    EXPECT_EQ(fed, in_flight) << (*ring)->StagesLog();
+  }
+  for (size_t i = 0; i < seeded.size(); ++i) {
+    EXPECT_EQ(results[0][i], results[1][i]) << "request " << i;
+    EXPECT_EQ(results[0][i].size(), 16u);
+  }
+}
+
 }  // namespace
 }  // namespace ringserve::testing

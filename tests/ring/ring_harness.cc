@@ -143,6 +143,8 @@ absl::Status Ring::RestartStage(int i) {
 
 std::string Ring::CoordinatorLog() const { return ReadFile(dir_.path() + "/coordinator.log"); }
 
+std::string Ring::StagesLog() const { return ReadFile(dir_.path() + "/stages.log"); }
+
 Generation Ring::Generate(const ringserve::v1::GenerateRequest& request) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));

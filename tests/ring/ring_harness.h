@@ -56,6 +56,8 @@ class Ring {
   const std::string& address() const { return address_; }
   // Everything the coordinator wrote to stderr so far.
   std::string CoordinatorLog() const;
+  // Everything the stages wrote so far (one file for all of them).
+  std::string StagesLog() const;
   Subprocess& stage_process(int i) { return stages_[i]; }
   int num_stages() const { return static_cast<int>(stages_.size()); }
   // Starts stage `i` again on its control port, as its supervisor (systemd) would after it
