@@ -19,6 +19,8 @@ constexpr int kChunks = kMlaRowDim / 8;               // 16-byte chunks per cach
 constexpr int kDimsPerWarp = kMlaLatentDim / kWarps;  // output dims per warp (128)
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kKeys == 8 * kWarps, "each warp scores 8 keys of a tile");
+constexpr int kThreadsPerKey = kThreads / kKeys;  // copy one key's cache row
+static_assert(kThreads % kKeys == 0 && kChunks % kThreadsPerKey == 0);
 static_assert(kChunks % 8 == 0, "the swizzle permutes chunks within groups of 8");
 
 constexpr int kQElems = kHeads * kMlaRowDim;
@@ -65,19 +67,23 @@ __global__ void __launch_bounds__(kThreads, 2) MlaDecodeKernel(Args a) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
 
+  // kThreadsPerKey threads copy one key's row: each looks its block up once per tile and then
+  // issues its 18 copies back to back (a block-table lookup before every 16-byte copy had made
+  // the copies wait on one another: 5.1 against 2.7 ms for one layer at 32 x 32k on an H100).
   const auto load_tile = [&](int key0, int stage) {
     bf16* dst = sk + stage * kTileElems;
-    for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
-      const int r = i / kChunks, chunk = i - r * kChunks;
-      const int key = key0 + r;
-      const bool valid = key < k_end;
-      int64_t offset = 0;
-      if (valid) {
-        const int blk = key / c.block_size;
-        offset = table[blk] * c.block_stride +
-                 static_cast<int64_t>(key - blk * c.block_size) * kMlaRowDim + chunk * 8;
-      }
-      CpAsync16(dst + Swz(r, chunk), c.data + offset, valid);
+    const int r = threadIdx.x / kThreadsPerKey;
+    const int key = key0 + r;
+    const bool valid = key < k_end;
+    int64_t row = 0;
+    if (valid) {
+      const int blk = key / c.block_size;
+      row =
+          table[blk] * c.block_stride + static_cast<int64_t>(key - blk * c.block_size) * kMlaRowDim;
+    }
+#pragma unroll
+    for (int chunk = threadIdx.x % kThreadsPerKey; chunk < kChunks; chunk += kThreadsPerKey) {
+      CpAsync16(dst + Swz(r, chunk), c.data + row + chunk * 8, valid);
     }
   };
   // Group 0: the query tile and key tile 0; group 1: key tile 1 (maybe empty).
