@@ -16,13 +16,14 @@
 #include "gtest/gtest.h"
 #include "ring/plan_codec.h"
 #include "stage/step_executor.h"
+#include "stage/step_executor_testing.h"
 
 namespace ringserve {
 namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kModel[] = "tests/fixtures/models/qwen2";  // 3 layers, hidden 64, vocab 448
+constexpr const char* kModel = ringserve::testing::kStepExecutorModel;
 
 std::unique_ptr<ModelSlice> LoadWhole() {
   auto slice = ModelSlice::LoadCpu(
@@ -107,21 +108,7 @@ class AsyncCpuSlice : public ModelSlice {
 };
 
 // Sequences 1 (greedy) and 2 (temperature 0.9, seeded): a prefill, then decodes planned ahead.
-MicroBatch Prefill() {
-  MicroBatch batch;
-  batch.chunks.push_back({.seq_id = 1,
-                          .start_position = 0,
-                          .num_tokens = 5,
-                          .block_table = {0, 1, 2},
-                          .logits = LogitsMode::kLastToken});
-  batch.chunks.push_back({.seq_id = 2,
-                          .start_position = 0,
-                          .num_tokens = 3,
-                          .block_table = {3, 4, 5},
-                          .logits = LogitsMode::kLastToken});
-  batch.token_ids = {11, 200, 37, 5, 401, 90, 91, 3};
-  return batch;
-}
+MicroBatch Prefill() { return ringserve::testing::TwoPromptPrefill(); }
 
 std::vector<ChunkSamplingWire> Sampling(int32_t token_index, int top_logprobs = 0) {
   return {{.config = {}, .token_index = token_index, .top_logprobs = top_logprobs},

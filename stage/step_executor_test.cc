@@ -10,13 +10,14 @@
 #include "ring/plan_codec.h"
 #include "stage/channels/tcp_channel.h"
 #include "stage/sampling/sampler.h"
+#include "stage/step_executor_testing.h"
 
 namespace ringserve {
 namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kModel[] = "tests/fixtures/models/qwen2";  // 3 layers, hidden 64, vocab 448
+constexpr const char* kModel = ringserve::testing::kStepExecutorModel;
 
 std::unique_ptr<ModelSlice> Load(LayerRange layers) {
   auto slice = ModelSlice::LoadCpu(
@@ -36,21 +37,7 @@ class UnusedDeviceReceiver : public DeviceActivationReceiver {
 };
 
 // Two sequences: a prompt of 5 tokens (greedy) and one of 3 (sampled at temperature 0.9).
-MicroBatch Prefill() {
-  MicroBatch batch;
-  batch.chunks.push_back({.seq_id = 1,
-                          .start_position = 0,
-                          .num_tokens = 5,
-                          .block_table = {0, 1, 2},
-                          .logits = LogitsMode::kLastToken});
-  batch.chunks.push_back({.seq_id = 2,
-                          .start_position = 0,
-                          .num_tokens = 3,
-                          .block_table = {3, 4, 5},
-                          .logits = LogitsMode::kLastToken});
-  batch.token_ids = {11, 200, 37, 5, 401, 90, 91, 3};
-  return batch;
-}
+MicroBatch Prefill() { return ringserve::testing::TwoPromptPrefill(); }
 
 std::vector<ChunkSamplingWire> Sampling(int32_t token_index) {
   return {{.config = {}, .token_index = token_index},

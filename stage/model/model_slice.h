@@ -115,8 +115,8 @@ class ModelSlice {
   virtual absl::StatusOr<SampledRows> WaitSample();
   // Prepare(batch), then each feed's token (TokenFeed) from the newest SampleAsync's device
   // output; batch.token_ids at the fed rows are ignored (they must still be valid ids).
-  // InvalidArgument for a feed out of range; FailedPrecondition without a SampleAsync since the
-  // previous step or on a slice that is not first and last.
+  // InvalidArgument for a feed out of range; FailedPrecondition on a slice that is not first
+  // and last, or when no SampleAsync output is held (none yet, or a Sample since overwrote it).
   virtual absl::Status PrepareFed(const MicroBatch& batch, std::span<const TokenFeed> feeds);
 
   // The last slice, after Run: the logits rows [rows, vocab] fp32, copied to the host.
