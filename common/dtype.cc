@@ -1,6 +1,7 @@
 #include "common/dtype.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 
@@ -105,7 +106,11 @@ uint16_t FloatToHalf(float value) {
   return sign | static_cast<uint16_t>(half);
 }
 
-float Fp8E4M3ToFloat(uint8_t bits) {
+namespace {
+
+// The e4m3 rule itself (Fp8E4M3ToFloat reads it from a table built once: loaders decode
+// billions of codes).
+float DecodeE4M3(uint8_t bits) {
   const int exponent = (bits >> 3) & 0xf;
   const int mantissa = bits & 0x7;
   if (exponent == 0xf && mantissa == 0x7) return NAN;
@@ -113,6 +118,17 @@ float Fp8E4M3ToFloat(uint8_t bits) {
                               ? std::ldexp(static_cast<float>(mantissa), -9)
                               : std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
   return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+}  // namespace
+
+float Fp8E4M3ToFloat(uint8_t bits) {
+  static const std::array<float, 256> values = [] {
+    std::array<float, 256> table{};
+    for (int b = 0; b < 256; ++b) table[b] = DecodeE4M3(static_cast<uint8_t>(b));
+    return table;
+  }();
+  return values[bits];
 }
 
 uint8_t FloatToFp8E4M3(float value) {

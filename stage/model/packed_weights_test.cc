@@ -122,6 +122,42 @@ TEST(PackedMatrixTest, NearestCodesRoundTripEveryCode) {
   }
 }
 
+// NearestE4m3 works from the value's bits; it must equal the plain search: the nearest of the
+// magnitude codes 0..0x7e by value, ties to the even code, saturating at 448. Checked on every
+// midpoint between neighbouring codes and one float step either side of it, and random values.
+TEST(PackedMatrixTest, NearestE4m3EqualsTheSearchOverEveryCode) {
+  auto search = [](float v) {
+    const float a = std::fabs(v);
+    int best = 0;
+    if (a > 0) {
+      float best_gap = INFINITY;
+      for (int c = 0; c <= 0x7e; ++c) {
+        const float gap = std::fabs(Fp8E4M3ToFloat(static_cast<uint8_t>(c)) - a);
+        if (gap < best_gap || (gap == best_gap && c % 2 == 0)) {
+          best = c;
+          best_gap = gap;
+        }
+      }
+    }
+    return static_cast<uint8_t>(std::signbit(v) && best != 0 ? best | 0x80 : best);
+  };
+  std::vector<float> values = {0.0f, -0.0f, 1e-30f, 447.9f, 448.0f, 460.0f, 1e9f, -1e9f};
+  for (int c = 0; c < 0x7e; ++c) {
+    const float mid =
+        (Fp8E4M3ToFloat(static_cast<uint8_t>(c)) + Fp8E4M3ToFloat(static_cast<uint8_t>(c + 1))) / 2;
+    for (float v : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+      values.push_back(v);
+      values.push_back(-v);
+    }
+  }
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-14.0f, 10.0f);
+  for (int i = 0; i < 20000; ++i) {
+    values.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(exponent(rng)));
+  }
+  for (float v : values) EXPECT_EQ(quant::NearestE4m3(v), search(v)) << v;
+}
+
 TEST(PackedMatrixTest, StackRowsRefusesMismatchedMatrices) {
   const std::vector<float> w = RandomMatrix(2 * 64, 3);
   const auto a = quant::QuantizeMatrix(w, 2, 64, PackedFormat::kInt4, 32);

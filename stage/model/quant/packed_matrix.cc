@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "common/dtype.h"
@@ -113,9 +114,32 @@ float PackedMatrix::Value(int64_t r, int64_t c) const {
 }
 
 uint8_t NearestE4m3(float v) {
-  // Magnitude codes 0x00..0x7e (0x7f is NaN) ascend with their values.
-  const uint8_t m = NearestMagnitude(std::fabs(v), 0x7f,
-                                     [](int c) { return Fp8E4M3ToFloat(static_cast<uint8_t>(c)); });
+  // From the value's bits (loaders call this for every weight of an FP8 checkpoint): the
+  // magnitude codes 0x00..0x7e (0x7f is NaN) ascend with their values, subnormals m 2^-9
+  // (m < 8) below 2^-6, then 8 values per power of two; nearest, ties to the even code,
+  // saturating at 448 (0x7e). Tested against the search over every code's value.
+  const float a = std::fabs(v);
+  uint8_t m = 0;
+  if (!(a > 0)) {
+    m = 0;  // zero and NaN
+  } else if (a >= 448.0f) {
+    m = 0x7e;
+  } else if (a < 0.015625f) {  // 2^-6: m 2^-9, the scaling exact; ties to even (m is the code)
+    m = static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+  } else {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &a, 4);
+    int exponent = static_cast<int>(bits >> 23) - 127;  // -6 .. 8
+    uint32_t top = (bits >> 20) & 7;                    // the 3 mantissa bits kept
+    const uint32_t rest = bits & 0xfffff;
+    if (rest > 0x80000 || (rest == 0x80000 && (top & 1) != 0)) {
+      if (++top == 8) {
+        top = 0;
+        ++exponent;
+      }
+    }
+    m = static_cast<uint8_t>(std::min<uint32_t>(((exponent + 7) << 3) | top, 0x7e));
+  }
   return static_cast<uint8_t>(std::signbit(v) && m != 0 ? m | 0x80 : m);
 }
 
@@ -141,6 +165,10 @@ absl::StatusOr<PackedMatrix> PackExact(std::span<const float> w, int64_t rows, i
   const float max_code = static_cast<float>((1 << bits) - 1);
   const float half = static_cast<float>(1 << (bits - 1));
   std::vector<float> n(group_cols);
+  std::array<float, 256> values{};  // a float format's codes (DecodeFloat), looked up per value
+  if (!IsIntegerFormat(format)) {
+    for (int b = 0; b < 256; ++b) values[b] = DecodeFloat(format, static_cast<uint8_t>(b));
+  }
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t c0 = g * group_cols, c1 = std::min(cols, c0 + group_cols);
@@ -162,7 +190,7 @@ absl::StatusOr<PackedMatrix> PackExact(std::span<const float> w, int64_t rows, i
         for (int64_t c = c0; c < c1; ++c) {
           const uint8_t code =
               format == PackedFormat::kFp8 ? NearestE4m3(row[c] / s) : NearestE2m1(row[c] / s);
-          if (DecodeFloat(format, code) * s != row[c]) return not_exact(c);
+          if (values[code] * s != row[c]) return not_exact(c);
           PutCode(m, r, c, code);
         }
         continue;
