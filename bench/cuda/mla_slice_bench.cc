@@ -13,6 +13,7 @@
 //
 //   mla_slice_bench [--first_layer 3 --layers 4] [--streams 1,32] [--contexts 128,32768]
 //                   [--steps 20] [--datasheet_tbps 4.8] [--quant fp8 --quant_group 128]
+//                   [--mla_kernel wgmma|mma]
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -36,6 +37,9 @@ ABSL_FLAG(std::vector<std::string>, contexts, std::vector<std::string>({"128", "
           "context of every stream");
 ABSL_FLAG(int, steps, 20, "timed decode steps per row");
 ABSL_FLAG(double, datasheet_tbps, 4.8, "the device's datasheet HBM bandwidth, TB/s");
+ABSL_FLAG(std::string, mla_kernel, "wgmma",
+          "latent attention kernel: wgmma (compute capability 9.0 with sm_90a code; elsewhere "
+          "mma.sync runs anyway) or mma");
 ABSL_FLAG(std::string, quant, "", "int4, int8, fp8 or fp4: routed experts held so");
 ABSL_FLAG(int, quant_group, 128, "columns per scale with --quant");
 
@@ -97,18 +101,18 @@ absl::Status Run() {
   std::unique_ptr<CudaModelSlice> slice;
   int layers = absl::GetFlag(FLAGS_layers);
   for (; layers >= 1; --layers) {
-    auto made =
-        CudaModelSlice::CreateRandom(config,
-                                     {.model_dir = "",
-                                      .layers = {first, first + layers},
-                                      .kv_block_size = kBlockSize,
-                                      .kv_num_blocks = max_streams * blocks_per_seq + 1},
-                                     {.max_batch_tokens = std::max(64, max_streams),
-                                      .max_seqs = std::max(64, max_streams),
-                                      .max_model_len = max_context,
-                                      .random_quant = absl::GetFlag(FLAGS_quant),
-                                      .random_quant_group = absl::GetFlag(FLAGS_quant_group)},
-                                     /*seed=*/7);
+    CudaSliceOptions cuda{.max_batch_tokens = std::max(64, max_streams),
+                          .max_seqs = std::max(64, max_streams),
+                          .max_model_len = max_context,
+                          .random_quant = absl::GetFlag(FLAGS_quant),
+                          .random_quant_group = absl::GetFlag(FLAGS_quant_group)};
+    cuda.kernels.mla_decode_sm90 = absl::GetFlag(FLAGS_mla_kernel) == "wgmma";
+    auto made = CudaModelSlice::CreateRandom(config,
+                                             {.model_dir = "",
+                                              .layers = {first, first + layers},
+                                              .kv_block_size = kBlockSize,
+                                              .kv_num_blocks = max_streams * blocks_per_seq + 1},
+                                             cuda, /*seed=*/7);
     if (made.ok()) {
       slice = *std::move(made);
       break;
@@ -120,6 +124,10 @@ absl::Status Run() {
     }
   }
   if (slice == nullptr) return absl::ResourceExhaustedError("not even one layer fits");
+  fmt::print("latent attention kernel: {}\n",
+             slice->kernel_plan().mla_decode == ringserve::cuda::MlaDecodeKernel::kWgmmaSm90
+                 ? "wgmma"
+                 : "mma.sync");
   const CudaMemoryReport mem = slice->memory();
   int moe_layers = 0;
   for (int l = first; l < first + layers; ++l) moe_layers += config.moe.IsMoeLayer(l) ? 1 : 0;

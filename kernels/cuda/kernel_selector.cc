@@ -99,6 +99,9 @@ absl::StatusOr<KernelPlan> SelectKernels(const DeviceInfo& device, const Compile
     plan.prefill_tile_rows = kPrefillTile;
   }
   plan.prefill_key_tile = options.prefill_key_tile_sm90;
+  plan.mla_decode = options.mla_decode_sm90 && cc == 90 && compiled.sm90a_prefill
+                        ? MlaDecodeKernel::kWgmmaSm90
+                        : MlaDecodeKernel::kMmaSync;
 
   plan.gemm.gemv_max_rows = options.gemv_max_rows;
   plan.gemm.skinny_max_rows = options.skinny_max_rows;

@@ -34,7 +34,8 @@ struct CompiledKernels {
   // {80, 90} for CMAKE_CUDA_ARCHITECTURES "80;90". Each is assumed to carry PTX or a matching
   // SASS (CMake's plain "80" builds both).
   std::vector<int> archs;
-  // The Hopper wgmma prefill kernel was compiled (its own sm_90a object: the build targets 90).
+  // The Hopper wgmma kernels were compiled (prefill attention and MLA decode: their own sm_90a
+  // object, when the build targets 90).
   bool sm90a_prefill = false;
 };
 
@@ -74,6 +75,11 @@ enum class PrefillAttentionKernel {
   kWgmmaSm90,     // 128-query tiles, compute capability 9.0 only (prefill_attention_sm90.cu)
 };
 
+enum class MlaDecodeKernel {
+  kMmaSync,    // any sm_80+ device (mla_decode.cu)
+  kWgmmaSm90,  // compute capability 9.0 only (mla_decode_sm90.cu)
+};
+
 // The GEMM runner's settings (GemmOptions' kernel fields).
 struct GemmPlan {
   int gemv_max_rows = 1;
@@ -99,6 +105,9 @@ struct KernelPlan {
   PrefillAttentionKernel prefill_attention = PrefillAttentionKernel::kDecodeKernel;
   int prefill_tile_rows = 0;  // kPrefillTile or kPrefillTileSm90; 0 with kDecodeKernel
   int prefill_key_tile = 64;  // the wgmma kernel's K/V tile (kWgmmaSm90 only)
+  // DeepSeek's latent attention (decode and prefill entries); models with fewer heads than one
+  // wgmma tile still run mma.sync (MlaDecodeKernelFor).
+  MlaDecodeKernel mla_decode = MlaDecodeKernel::kMmaSync;
   GemmPlan gemm;
   bool fuse_decode_kernels = true;
   int num_sms = 0;

@@ -72,6 +72,17 @@ TEST(KernelSelectorTest, Sm80OnlyBuildRunsTheSm80PathsOnAnH200) {
   EXPECT_EQ(no_sm90a.prefill_attention, PrefillAttentionKernel::kMmaSync);
 }
 
+TEST(KernelSelectorTest, LatentAttentionTakesWgmmaOnlyOnComputeCapability90WithSm90aCode) {
+  EXPECT_EQ(Select(kH200, kDefaultBuild).mla_decode, MlaDecodeKernel::kWgmmaSm90);
+  EXPECT_EQ(Select(kH200, kSm80Build).mla_decode, MlaDecodeKernel::kMmaSync);
+  EXPECT_EQ(Select(kH200, {.archs = {80, 90}, .sm90a_prefill = false}).mla_decode,
+            MlaDecodeKernel::kMmaSync);
+  EXPECT_EQ(Select(kA100, kDefaultBuild).mla_decode, MlaDecodeKernel::kMmaSync);
+  EXPECT_EQ(Select(kSm86, kDefaultBuild).mla_decode, MlaDecodeKernel::kMmaSync);
+  EXPECT_EQ(Select(kH200, kDefaultBuild, {.mla_decode_sm90 = false}).mla_decode,
+            MlaDecodeKernel::kMmaSync);
+}
+
 TEST(KernelSelectorTest, CodeArchIsTheNewestCompiledArchNotNewerThanTheDevice) {
   EXPECT_EQ(CodeArchFor(90, {80, 90}), 90);
   EXPECT_EQ(CodeArchFor(89, {80, 90}), 80);

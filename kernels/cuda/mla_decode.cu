@@ -5,6 +5,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/mla_decode.h"
+#include "kernels/cuda/mla_decode_sm90.h"
 #include "kernels/cuda/mma_sync.cuh"
 
 namespace ringserve::cuda {
@@ -29,14 +30,7 @@ constexpr int kPElems = kHeads * kKeys;
 constexpr int kSmemBytes =
     (kQElems + kStages * kTileElems + kPElems) * 2 + 2 * kWarps * kHeads * sizeof(float);
 
-struct Args {
-  int num_heads;
-  float scale;
-  MlaCacheLayer cache;
-  const bf16* q;
-  bf16* out;
-  MlaDecodeBatch batch;
-};
+using Args = MlaDecodeArgs;
 
 // Element offset of chunk `chunk` of row `row` in a tile of kMlaRowDim-element rows, XOR-swizzled
 // within groups of 8 chunks so that ldmatrix reads of 8 rows hit 8 different bank groups.
@@ -46,7 +40,7 @@ __device__ __forceinline__ int Swz(int row, int chunk) {
 
 // Grid: (16-head tile, entry, split); the head tiles of one entry and split are adjacent so they
 // read the same cache rows from L2 at about the same time.
-__global__ void __launch_bounds__(kThreads, 2) MlaDecodeKernel(Args a) {
+__global__ void __launch_bounds__(kThreads, 2) MlaDecodeMmaKernel(Args a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* const sq = reinterpret_cast<bf16*>(smem_raw);
   bf16* const sk = sq + kQElems;
@@ -263,17 +257,61 @@ int64_t MlaDecodeWorkspaceFloats(int num_entries, int num_heads, int num_splits)
   return static_cast<int64_t>(num_entries) * num_heads * num_splits * (kMlaLatentDim + 2);
 }
 
-MlaSplitPlan PlanMlaDecodeSplits(int num_entries, int num_heads, int max_context, int num_sms) {
+MlaDecodeKernel MlaDecodeKernelFor(MlaDecodeKernel planned, int num_heads) {
+  return num_heads >= kMlaHeadsSm90 ? planned : MlaDecodeKernel::kMmaSync;
+}
+
+namespace {
+
+// At least this many keys per split, so the merge and each CTA's start stay small against its
+// work.
+constexpr int kMinSplitKeysMma = 256;
+constexpr int kMinSplitKeysWgmma = 512;
+
+MlaSplitPlan SplitsOf(int max_context, int splits, int key_multiple) {
+  int partition = (max_context + splits - 1) / splits;
+  partition = std::max(key_multiple, (partition + key_multiple - 1) / key_multiple * key_multiple);
+  return {.num_splits = std::max(1, (max_context + partition - 1) / partition),
+          .partition = partition};
+}
+
+// The wgmma kernel holds one CTA an SM: the split count whose waves finish soonest, a CTA
+// costing its keys plus ~2 tiles of start (the query tile, the pipeline's fill).
+MlaSplitPlan PlanWgmmaSplits(int num_entries, int num_heads, int max_context, int num_sms) {
+  const int64_t ctas =
+      static_cast<int64_t>(num_entries) * ((num_heads + kMlaHeadsSm90 - 1) / kMlaHeadsSm90);
+  const int most = std::max(1, (max_context + kMinSplitKeysWgmma - 1) / kMinSplitKeysWgmma);
+  int best = 1;
+  double best_cost = 0.0;
+  for (int s = 1; s <= most; ++s) {
+    if (s > 1 && static_cast<int64_t>(num_entries) * s * num_heads >
+                     static_cast<int64_t>(kMlaWorkspaceRowsPerSm) * num_sms) {
+      break;
+    }
+    const int64_t waves = (ctas * s + num_sms - 1) / num_sms;
+    const double cost = static_cast<double>(waves) * (static_cast<double>(max_context) / s + 128);
+    if (s == 1 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return SplitsOf(max_context, best, 64);
+}
+
+}  // namespace
+
+MlaSplitPlan PlanMlaDecodeSplits(int num_entries, int num_heads, int max_context, int num_sms,
+                                 MlaDecodeKernel kernel) {
+  max_context = std::max(1, max_context);
+  num_sms = std::max(1, num_sms);
+  if (MlaDecodeKernelFor(kernel, num_heads) == MlaDecodeKernel::kWgmmaSm90) {
+    return PlanWgmmaSplits(num_entries, num_heads, max_context, num_sms);
+  }
   const int tiles = (num_heads + kHeads - 1) / kHeads;
   const int ctas = std::max(1, num_entries * tiles);
   const int want = std::max(1, (2 * num_sms + ctas - 1) / ctas);
-  // At least 256 keys per split, so the merge stays small against the work.
-  const int most = std::max(1, (max_context + 255) / 256);
-  int splits = std::min(want, most);
-  int partition = (max_context + splits - 1) / splits;
-  partition = std::max(kKeys, (partition + kKeys - 1) / kKeys * kKeys);
-  splits = std::max(1, (max_context + partition - 1) / partition);
-  return {.num_splits = splits, .partition = partition};
+  const int most = std::max(1, (max_context + kMinSplitKeysMma - 1) / kMinSplitKeysMma);
+  return SplitsOf(max_context, std::min(want, most), kKeys);
 }
 
 absl::Status LaunchMlaDecode(int num_heads, float scale, const MlaCacheLayer& cache, const bf16* q,
@@ -285,14 +323,28 @@ absl::Status LaunchMlaDecode(int num_heads, float scale, const MlaCacheLayer& ca
         "LaunchMlaDecode: needs num_heads >= 1, block_size >= 1, a partition that is a positive "
         "multiple of 32 and, with splits, a workspace");
   }
+  const bool wgmma = batch.kernel == MlaDecodeKernel::kWgmmaSm90;
+  if (wgmma && num_heads < kMlaHeadsSm90) {
+    return absl::InvalidArgumentError(
+        "LaunchMlaDecode: the wgmma kernel needs at least 64 heads (MlaDecodeKernelFor)");
+  }
   if (batch.num_entries == 0) return absl::OkStatus();
-  static const cudaError_t attribute_error = cudaFuncSetAttribute(
-      MlaDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  RS_CUDA_RETURN_IF_ERROR(attribute_error);
   const Args args{num_heads, scale, cache, q, out, batch};
-  const dim3 grid((num_heads + kHeads - 1) / kHeads, batch.num_entries, batch.num_splits);
-  MlaDecodeKernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
-  RS_RETURN_IF_ERROR(LaunchStatus("MlaDecodeKernel"));
+  if (wgmma) {
+#if defined(RS_HAVE_SM90_PREFILL)
+    RS_RETURN_IF_ERROR(LaunchMlaDecodeSm90(args, stream));
+#else
+    return absl::InvalidArgumentError(
+        "LaunchMlaDecode: the wgmma kernel needs a build for sm_90 (its sm_90a code)");
+#endif
+  } else {
+    static const cudaError_t attribute_error = cudaFuncSetAttribute(
+        MlaDecodeMmaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    RS_CUDA_RETURN_IF_ERROR(attribute_error);
+    const dim3 grid((num_heads + kHeads - 1) / kHeads, batch.num_entries, batch.num_splits);
+    MlaDecodeMmaKernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+    RS_RETURN_IF_ERROR(LaunchStatus("MlaDecodeMmaKernel"));
+  }
   if (batch.num_splits > 1) {
     MlaMergeKernel<<<batch.num_entries * num_heads, kThreads, 0, stream>>>(args);
     RS_RETURN_IF_ERROR(LaunchStatus("MlaMergeKernel"));

@@ -9,22 +9,33 @@
 // values are also the value. The caller folds W_uk into the query and applies W_uv (and o_proj)
 // to the output (batched GEMMs). fp32 softmax with max subtraction; bf16 in and out.
 //
-// Kernel: one CTA per (entry, 16-head tile, context split), 4 warps. Keys go through shared
-// memory in tiles of 32 (cp.async, two tiles in flight); each warp scores 8 keys of a tile for
-// the 16 heads (Q . K^T over 576 dims), the CTA shares one online softmax, and each warp then
-// accumulates 128 of the 512 output dims (P . V). Splits are merged by a second kernel.
+// Two kernels (MlaDecodeKernel, chosen by the caller from its KernelPlan), splits of the context
+// merged by a third:
+// - mma.sync (any sm_80+ device): one CTA per (entry, 16-head tile, context split), 4 warps.
+//   Keys go through shared memory in tiles of 32 (cp.async, two tiles in flight); each warp
+//   scores 8 keys of a tile for the 16 heads (Q . K^T over 576 dims), the CTA shares one online
+//   softmax, and each warp then accumulates 128 of the 512 output dims (P . V).
+// - wgmma (compute capability 9.0, a build with sm_90a code; models of >= 64 heads): one CTA of
+//   two warpgroups per (entry, 64-head tile, context split), one CTA an SM; the tensor cores read
+//   the query, keys and probabilities from shared memory (mla_decode_sm90.h).
 #pragma once
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/kernel_selector.h"
 
 namespace ringserve::cuda {
 
 inline constexpr int kMlaLatentDim = 512;  // kv_lora_rank of DeepSeek-V2 / V2-Lite / V3
 inline constexpr int kMlaRopeDim = 64;     // qk_rope_head_dim
 inline constexpr int kMlaRowDim = kMlaLatentDim + kMlaRopeDim;
+inline constexpr int kMlaHeadsSm90 = 64;  // heads per CTA of the wgmma kernel
+
+// The kernel that runs a batch: `planned` (the KernelPlan's) unless the model has fewer heads
+// than one wgmma tile, which the mma.sync kernel runs. Host-side, pure.
+MlaDecodeKernel MlaDecodeKernelFor(MlaDecodeKernel planned, int num_heads);
 
 // One layer's paged latent cache: position slot s of block b is the row [kMlaRowDim] bf16 at
 // data + b * block_stride + s * kMlaRowDim (latent first, then the rope key).
@@ -50,20 +61,28 @@ struct MlaDecodeBatch {
   int num_splits = 1;
   int partition = 1024;  // keys per split, a multiple of 32
   float* workspace = nullptr;
+  MlaDecodeKernel kernel = MlaDecodeKernel::kMmaSync;  // resolved by MlaDecodeKernelFor
 };
 
 int64_t MlaDecodeWorkspaceFloats(int num_entries, int num_heads, int num_splits);
 
-// Splits (and the partition) that give at least ~2 CTAs per SM for `num_entries` entries of up
-// to `max_context` keys: host-side, pure.
+// Splits (and the partition) for `num_entries` entries of up to `max_context` keys on `kernel`
+// (MlaDecodeKernelFor's): mma.sync at least ~2 CTAs per SM; wgmma (one CTA an SM) the split
+// count whose waves of CTAs finish soonest. Always num_entries * num_splits * num_heads <=
+// kMlaWorkspaceRowsPerSm * num_sms when num_splits > 1 (the workspace a caller sizes once).
+// Host-side, pure.
+inline constexpr int kMlaWorkspaceRowsPerSm = 64;
 struct MlaSplitPlan {
   int num_splits = 1;
   int partition = 1024;
 };
-MlaSplitPlan PlanMlaDecodeSplits(int num_entries, int num_heads, int max_context, int num_sms);
+MlaSplitPlan PlanMlaDecodeSplits(int num_entries, int num_heads, int max_context, int num_sms,
+                                 MlaDecodeKernel kernel = MlaDecodeKernel::kMmaSync);
 
 // InvalidArgument for num_heads < 1, a partition that is not a positive multiple of 32, a
-// missing workspace with splits, or a block_size < 1.
+// missing workspace with splits, a block_size < 1, or batch.kernel wgmma in a build without
+// sm_90a code or with fewer than kMlaHeadsSm90 heads. (The device must run the chosen kernel's
+// code: wgmma only on compute capability 9.0.)
 absl::Status LaunchMlaDecode(int num_heads, float scale, const MlaCacheLayer& cache, const bf16* q,
                              bf16* out, const MlaDecodeBatch& batch, cudaStream_t stream);
 

@@ -1,8 +1,9 @@
 // Absorbed MLA decode (mla_decode.h) against an fp32 reference of the same formula on random
 // bf16 queries and latent caches, shuffled block tables and mixed context lengths (1 key, a
-// partial tile, several tiles and several splits, an empty entry), with a head count that leaves
-// the last 16-head tile partial. Tolerance (relative L2) 2e-2: probabilities are rounded to bf16
-// for the tensor-core P.V product.
+// partial tile, several tiles and several splits, an empty entry), with head counts that leave
+// the last head tile partial; both kernels (the wgmma one where the device is compute capability
+// 9.0 and the build has its sm_90a code). Tolerance (relative L2) 2e-2: probabilities are rounded
+// to bf16 for the tensor-core P.V product.
 #include "kernels/cuda/mla_decode.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/test_util.h"
 
 namespace ringserve::cuda {
@@ -32,7 +34,22 @@ struct Case {
   int partition = 1024;
   // Block table row of each entry (empty: entry e uses row e); rows = the largest + 1.
   std::vector<int32_t> table_rows = {};
+  MlaDecodeKernel kernel = MlaDecodeKernel::kMmaSync;
 };
+
+// The kernels this device and build run: mma.sync always, wgmma on compute capability 9.0.
+std::vector<MlaDecodeKernel> KernelsHere() {
+  std::vector<MlaDecodeKernel> kernels = {MlaDecodeKernel::kMmaSync};
+  const absl::StatusOr<DeviceInfo> device = QueryDeviceInfo(0);
+  if (device.ok() && device->compute_capability == 90 &&
+      CompiledKernelsOfThisBuild().sm90a_prefill) {
+    kernels.push_back(MlaDecodeKernel::kWgmmaSm90);
+  }
+  return kernels;
+}
+const char* Name(MlaDecodeKernel k) {
+  return k == MlaDecodeKernel::kWgmmaSm90 ? "wgmma" : "mma.sync";
+}
 
 void RunCase(const Case& c, unsigned seed) {
   std::mt19937 rng(seed);
@@ -106,7 +123,8 @@ void RunCase(const Case& c, unsigned seed) {
       .num_entries = entries,
       .num_splits = c.num_splits,
       .partition = c.partition,
-      .workspace = static_cast<float*>(d_ws.get())};
+      .workspace = static_cast<float*>(d_ws.get()),
+      .kernel = MlaDecodeKernelFor(c.kernel, c.num_heads)};
   RS_ASSERT_OK(LaunchMlaDecode(c.num_heads, scale, layer, static_cast<const bf16*>(d_q.get()),
                                static_cast<bf16*>(d_out.get()), batch, nullptr));
   const std::vector<float> got = DownloadBf16(d_out, want.size());
@@ -115,8 +133,8 @@ void RunCase(const Case& c, unsigned seed) {
     const size_t n = static_cast<size_t>(c.num_heads) * kMlaLatentDim;
     const std::vector<float> g(got.begin() + e * n, got.begin() + (e + 1) * n);
     const std::vector<float> w(want.begin() + e * n, want.begin() + (e + 1) * n);
-    EXPECT_LT(RelL2(g, w), 2e-2) << "entry " << e << " context " << c.context_lens[e] << " splits "
-                                 << c.num_splits;
+    EXPECT_LT(RelL2(g, w), 2e-2) << Name(batch.kernel) << " entry " << e << " context "
+                                 << c.context_lens[e] << " splits " << c.num_splits;
   }
 }
 
@@ -137,12 +155,52 @@ TEST(MlaDecodeTest, SplitsMergeToTheReference) {
 
 TEST(MlaDecodeTest, DeepseekV3HeadsWithBlocksOf64) {
   RS_SKIP_WITHOUT_GPU();
-  RunCase({.num_heads = 128,
-           .block_size = 64,
-           .context_lens = {700, 5},
-           .num_splits = 2,
-           .partition = 352},
-          3);
+  for (const MlaDecodeKernel k : KernelsHere()) {
+    // Splits of 352 keys: the wgmma kernel's 64-key tiles straddle the split boundaries.
+    RunCase({.num_heads = 128,
+             .block_size = 64,
+             .context_lens = {700, 5},
+             .num_splits = 2,
+             .partition = 352,
+             .kernel = k},
+            3);
+    RunCase({.num_heads = 128, .block_size = 16, .context_lens = {1, 64, 65, 0, 1000}, .kernel = k},
+            5);
+  }
+}
+
+// A head count that fills one 64-head tile and part of a second (and three 16-head tiles and
+// part of a fourth), through splits and without.
+TEST(MlaDecodeTest, PartialHeadTiles) {
+  RS_SKIP_WITHOUT_GPU();
+  for (const MlaDecodeKernel k : KernelsHere()) {
+    RunCase({.num_heads = 80, .block_size = 32, .context_lens = {129, 3, 31}, .kernel = k}, 6);
+    RunCase({.num_heads = 80,
+             .block_size = 32,
+             .context_lens = {129, 3, 600},
+             .num_splits = 4,
+             .partition = 160,
+             .kernel = k},
+            7);
+  }
+}
+
+// The splits each kernel's plan chooses, run as planned (one entry at 4k keys, 8 at 1k).
+TEST(MlaDecodeTest, PlannedSplitsMatchTheReference) {
+  RS_SKIP_WITHOUT_GPU();
+  for (const MlaDecodeKernel k : KernelsHere()) {
+    for (const int entries : {1, 8}) {
+      const int ctx = entries == 1 ? 4096 : 1024;
+      const MlaSplitPlan plan = PlanMlaDecodeSplits(entries, 128, ctx, 132, k);
+      RunCase({.num_heads = 128,
+               .block_size = 64,
+               .context_lens = std::vector<int32_t>(entries, ctx),
+               .num_splits = plan.num_splits,
+               .partition = plan.partition,
+               .kernel = k},
+              8 + entries);
+    }
+  }
 }
 
 // A prefill chunk over the compressed cache: one entry per query token of one sequence at
@@ -168,9 +226,34 @@ TEST(MlaDecodeTest, SplitPlanCoversTheContextAndRefusesBadPartitions) {
   EXPECT_GE(many.num_splits * many.partition, 32768);
   const MlaSplitPlan tiny = PlanMlaDecodeSplits(1, 128, 10, 132);
   EXPECT_EQ(tiny.num_splits, 1);
+  // The wgmma kernel: one CTA an SM, the workspace bound, and the split count that fills the SMs.
+  const MlaDecodeKernel wgmma = MlaDecodeKernel::kWgmmaSm90;
+  for (const int entries : {1, 2, 8, 32, 48, 64, 100, 300}) {
+    for (const int ctx : {1, 100, 4096, 32768}) {
+      const MlaSplitPlan p = PlanMlaDecodeSplits(entries, 128, ctx, 132, wgmma);
+      EXPECT_GE(p.num_splits * p.partition, ctx) << entries << " x " << ctx;
+      EXPECT_LT((p.num_splits - 1) * p.partition, ctx) << entries << " x " << ctx;
+      EXPECT_EQ(p.partition % 64, 0);
+      if (p.num_splits > 1) {
+        EXPECT_LE(entries * p.num_splits * 128, kMlaWorkspaceRowsPerSm * 132)
+            << entries << " x " << ctx;
+      }
+    }
+  }
+  EXPECT_EQ(PlanMlaDecodeSplits(32, 128, 32768, 132, wgmma).num_splits, 2);  // 128 CTAs
+  EXPECT_EQ(PlanMlaDecodeSplits(1, 128, 32768, 132, wgmma).num_splits, 64);  // 512 keys each
+  EXPECT_EQ(PlanMlaDecodeSplits(1, 128, 128, 132, wgmma).num_splits, 1);
+  // Fewer heads than a wgmma tile: the mma.sync kernel and its plan.
+  EXPECT_EQ(MlaDecodeKernelFor(wgmma, 16), MlaDecodeKernel::kMmaSync);
+  EXPECT_EQ(MlaDecodeKernelFor(wgmma, 128), wgmma);
+  EXPECT_EQ(PlanMlaDecodeSplits(4, 16, 4096, 132, wgmma).partition,
+            PlanMlaDecodeSplits(4, 16, 4096, 132).partition);
   RS_SKIP_WITHOUT_GPU();
   const MlaDecodeBatch bad{.num_entries = 1, .partition = 48};
   EXPECT_FALSE(LaunchMlaDecode(16, 1.0f, {.block_size = 16}, nullptr, nullptr, bad, nullptr).ok());
+  const MlaDecodeBatch few_heads{.num_entries = 1, .partition = 64, .kernel = wgmma};
+  EXPECT_FALSE(
+      LaunchMlaDecode(16, 1.0f, {.block_size = 16}, nullptr, nullptr, few_heads, nullptr).ok());
 }
 
 }  // namespace

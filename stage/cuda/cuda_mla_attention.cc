@@ -16,7 +16,7 @@ absl::Status Unsupported(const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaMlaAttention>> CudaMlaAttention::Create(
-    const ModelConfig& config, int max_tokens, int num_sms) {
+    const ModelConfig& config, int max_tokens, int num_sms, MlaDecodeKernel kernel) {
   if (!config.mla) return Unsupported("model without multi-head latent attention");
   const MlaConfig& m = *config.mla;
   if (m.kv_lora_rank != kMlaLatentDim) {
@@ -48,9 +48,9 @@ absl::StatusOr<std::unique_ptr<CudaMlaAttention>> CudaMlaAttention::Create(
   a->heads_ = heads;
   a->max_tokens_ = max_tokens;
   a->num_sms_ = num_sms;
-  // Context splits are planned only while entries x head tiles < 2 x SMs
-  // (PlanMlaDecodeSplits), so entries x splits x heads stays below 64 x SMs.
-  a->workspace_floats_ = int64_t{64} * num_sms * (kMlaLatentDim + 2);
+  a->kernel_ = MlaDecodeKernelFor(kernel, heads);
+  // PlanMlaDecodeSplits keeps entries x splits x heads within kMlaWorkspaceRowsPerSm x SMs.
+  a->workspace_floats_ = int64_t{kMlaWorkspaceRowsPerSm} * num_sms * (kMlaLatentDim + 2);
   const int64_t t = max_tokens;
   const struct {
     DeviceBuffer* buffer;
@@ -144,7 +144,7 @@ absl::Status CudaMlaAttention::Forward(const CudaMlaWeights& w, const MlaCacheLa
                                            .v = m.v_head_dim},
                                           stream));
   const int max_context = std::max(1, tokens.max_context);
-  MlaSplitPlan plan = PlanMlaDecodeSplits(n, heads_, max_context, num_sms_);
+  MlaSplitPlan plan = PlanMlaDecodeSplits(n, heads_, max_context, num_sms_, kernel_);
   if (MlaDecodeWorkspaceFloats(n, heads_, plan.num_splits) > workspace_floats_) {
     plan = {.num_splits = 1, .partition = (max_context + 31) / 32 * 32};
   }
@@ -158,7 +158,8 @@ absl::Status CudaMlaAttention::Forward(const CudaMlaWeights& w, const MlaCacheLa
                                       .num_entries = n,
                                       .num_splits = plan.num_splits,
                                       .partition = plan.partition,
-                                      .workspace = static_cast<float*>(workspace_.get())},
+                                      .workspace = static_cast<float*>(workspace_.get()),
+                                      .kernel = kernel_},
                                      stream));
   bf16* values = static_cast<bf16*>(values_.get());
   RS_RETURN_IF_ERROR(LaunchMlaUpProjectValue({.latent_out = latent_out,

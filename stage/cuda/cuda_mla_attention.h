@@ -50,9 +50,10 @@ class CudaMlaAttention {
   // Scratch for up to max_tokens tokens per Forward. InvalidArgument naming what this path does
   // not support (no MLA, kv_lora_rank != 512, qk_rope_head_dim != 64, attention_bias,
   // qk_nope_head_dim not a multiple of 8 in [8, 256], v_head_dim > 256, projection widths not
-  // multiples of 8).
-  static absl::StatusOr<std::unique_ptr<CudaMlaAttention>> Create(const ModelConfig& config,
-                                                                  int max_tokens, int num_sms);
+  // multiples of 8). `kernel`: the KernelPlan's MLA decode kernel (the device must run it).
+  static absl::StatusOr<std::unique_ptr<CudaMlaAttention>> Create(
+      const ModelConfig& config, int max_tokens, int num_sms,
+      MlaDecodeKernel kernel = MlaDecodeKernel::kMmaSync);
 
   // out = o_proj(attention(h)) for the tokens, after storing each token's latent row into
   // `cache` (every token attends to its context, its own row included).
@@ -77,6 +78,7 @@ class CudaMlaAttention {
   int heads_ = 0;
   int max_tokens_ = 0;
   int num_sms_ = 0;
+  MlaDecodeKernel kernel_ = MlaDecodeKernel::kMmaSync;
   int64_t workspace_floats_ = 0;
   int64_t scratch_bytes_ = 0;
   DeviceBuffer q_a_, q_, kv_a_, q_absorbed_, latent_out_, values_, workspace_;

@@ -28,7 +28,7 @@ absl::Status CudaModelSlice::AllocateMlaWeights() {
   RS_ASSIGN_OR_RETURN(
       mla_attention_,
       CudaMlaAttention::Create(config_, std::max(cuda_.max_batch_tokens, cuda_.max_graph_batch),
-                               num_sms));
+                               num_sms, kernels_.mla_decode));
   mla_.resize(options_.layers.size());
   for (auto& layer : mla_) {
     RS_ASSIGN_OR_RETURN(layer, CudaMlaLayerWeights::Create(config_));
