@@ -42,6 +42,9 @@ ABSL_FLAG(int, prompt, 128, "prompt tokens of each decode stream");
 ABSL_FLAG(int, steps, 16, "timed decode steps");
 ABSL_FLAG(std::string, quant, "", "int4, int8, fp8 or fp4: attention and routed experts held so");
 ABSL_FLAG(int, quant_group, 128, "columns per scale with --quant");
+ABSL_FLAG(std::string, moe_gemm, "wgmma",
+          "grouped expert GEMM of prefill: wgmma (compute capability 9.0 with sm_90a code; "
+          "elsewhere wmma runs anyway) or wmma");
 
 namespace ringserve::cuda {
 namespace {
@@ -246,19 +249,19 @@ absl::Status Main() {
   const int blocks = std::max(max_streams * per_seq, (prefill + kBlockSize - 1) / kBlockSize) + 16;
   if (prefill < 0) return absl::InvalidArgumentError("--prefill_tokens must be >= 0");
   const auto start = Clock::now();
-  RS_ASSIGN_OR_RETURN(
-      std::unique_ptr<CudaModelSlice> slice,
-      CudaModelSlice::CreateRandom(config,
-                                   {.model_dir = "",
-                                    .layers = {0, config.num_layers},
-                                    .kv_block_size = kBlockSize,
-                                    .kv_num_blocks = blocks},
-                                   {.max_batch_tokens = std::max(prefill, max_streams * prompt),
-                                    .max_seqs = std::max(256, max_streams),
-                                    .max_model_len = std::max(prefill, prompt + 2 * steps + 8),
-                                    .random_quant = absl::GetFlag(FLAGS_quant),
-                                    .random_quant_group = absl::GetFlag(FLAGS_quant_group)},
-                                   /*seed=*/1));
+  CudaSliceOptions cuda{.max_batch_tokens = std::max(prefill, max_streams * prompt),
+                        .max_seqs = std::max(256, max_streams),
+                        .max_model_len = std::max(prefill, prompt + 2 * steps + 8),
+                        .random_quant = absl::GetFlag(FLAGS_quant),
+                        .random_quant_group = absl::GetFlag(FLAGS_quant_group)};
+  cuda.kernels.moe_gemm_sm90 = absl::GetFlag(FLAGS_moe_gemm) == "wgmma";
+  RS_ASSIGN_OR_RETURN(std::unique_ptr<CudaModelSlice> slice,
+                      CudaModelSlice::CreateRandom(config,
+                                                   {.model_dir = "",
+                                                    .layers = {0, config.num_layers},
+                                                    .kv_block_size = kBlockSize,
+                                                    .kv_num_blocks = blocks},
+                                                   cuda, /*seed=*/1));
   const CudaMemoryReport m = slice->memory();
   fmt::print(
       "{}: {} layers, {} experts top-{}, weights {} {:.1f} GiB, activations {:.2f} GiB, "
@@ -266,7 +269,11 @@ absl::Status Main() {
       shape.name, config.num_layers, config.moe.router.num_experts, config.moe.router.top_k,
       absl::GetFlag(FLAGS_quant).empty() ? "bf16" : absl::GetFlag(FLAGS_quant),
       m.weight_bytes / 1073741824.0, m.activation_bytes / 1073741824.0,
-      Seconds(start, Clock::now()), slice->kernel_plan().Summary());
+      Seconds(start, Clock::now()),
+      slice->kernel_plan().Summary() +
+          (slice->kernel_plan().moe_gemm == ringserve::cuda::MoeGemmKernel::kWgmmaSm90
+               ? ", moe gemm wgmma"
+               : ", moe gemm wmma"));
   MoeBench bench(*slice, absl::GetFlag(FLAGS_bandwidth_tbps) * 1e12,
                  absl::GetFlag(FLAGS_peak_tflops) * 1e12,
                  BytesPerValue(absl::GetFlag(FLAGS_quant), absl::GetFlag(FLAGS_quant_group)));

@@ -35,6 +35,9 @@ struct KernelOptions {
   // DeepSeek's latent attention with Hopper's wgmma kernel (64-head tiles, mla_decode_sm90.cu)
   // on compute capability 9.0 when the build has its sm_90a code; false: the mma.sync kernel.
   bool mla_decode_sm90 = true;
+  // MoE layers' grouped expert GEMM (prefill) with Hopper's wgmma kernel (moe_gemm_sm90.cu) on
+  // compute capability 9.0 when the build has its sm_90a code; false: the WMMA kernel.
+  bool moe_gemm_sm90 = true;
   // Keys per K/V tile of the wgmma prefill kernel: 64 (97 KB of shared memory, two CTAs per SM;
   // on an H200 the 8k causal attention took 1.33-1.37 ms against 1.66-1.78 with 128) or 128.
   int prefill_key_tile_sm90 = 64;

@@ -102,6 +102,9 @@ absl::StatusOr<KernelPlan> SelectKernels(const DeviceInfo& device, const Compile
   plan.mla_decode = options.mla_decode_sm90 && cc == 90 && compiled.sm90a_prefill
                         ? MlaDecodeKernel::kWgmmaSm90
                         : MlaDecodeKernel::kMmaSync;
+  plan.moe_gemm = options.moe_gemm_sm90 && cc == 90 && compiled.sm90a_prefill
+                      ? MoeGemmKernel::kWgmmaSm90
+                      : MoeGemmKernel::kWmma;
 
   plan.gemm.gemv_max_rows = options.gemv_max_rows;
   plan.gemm.skinny_max_rows = options.skinny_max_rows;

@@ -75,6 +75,10 @@ enum class PrefillAttentionKernel {
   kWgmmaSm90,     // 128-query tiles, compute capability 9.0 only (prefill_attention_sm90.cu)
 };
 
+enum class MoeGemmKernel {
+  kWmma,       // any sm_80+ device (moe_gemm.cu)
+  kWgmmaSm90,  // compute capability 9.0 only (moe_gemm_sm90.cu)
+};
 enum class MlaDecodeKernel {
   kMmaSync,    // any sm_80+ device (mla_decode.cu)
   kWgmmaSm90,  // compute capability 9.0 only (mla_decode_sm90.cu)
@@ -108,6 +112,8 @@ struct KernelPlan {
   // DeepSeek's latent attention (decode and prefill entries); models with fewer heads than one
   // wgmma tile still run mma.sync (MlaDecodeKernelFor).
   MlaDecodeKernel mla_decode = MlaDecodeKernel::kMmaSync;
+  // The MoE layers' grouped expert GEMM (prefill-sized steps).
+  MoeGemmKernel moe_gemm = MoeGemmKernel::kWmma;
   GemmPlan gemm;
   bool fuse_decode_kernels = true;
   int num_sms = 0;

@@ -83,6 +83,13 @@ TEST(KernelSelectorTest, LatentAttentionTakesWgmmaOnlyOnComputeCapability90WithS
             MlaDecodeKernel::kMmaSync);
 }
 
+TEST(KernelSelectorTest, MoeGroupedGemmTakesWgmmaOnlyOnComputeCapability90WithSm90aCode) {
+  EXPECT_EQ(Select(kH200, kDefaultBuild).moe_gemm, MoeGemmKernel::kWgmmaSm90);
+  EXPECT_EQ(Select(kH200, kSm80Build).moe_gemm, MoeGemmKernel::kWmma);
+  EXPECT_EQ(Select(kA100, kDefaultBuild).moe_gemm, MoeGemmKernel::kWmma);
+  EXPECT_EQ(Select(kH200, kDefaultBuild, {.moe_gemm_sm90 = false}).moe_gemm, MoeGemmKernel::kWmma);
+}
+
 TEST(KernelSelectorTest, CodeArchIsTheNewestCompiledArchNotNewerThanTheDevice) {
   EXPECT_EQ(CodeArchFor(90, {80, 90}), 90);
   EXPECT_EQ(CodeArchFor(89, {80, 90}), 80);

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/kernel_selector.h"
 #include "kernels/cuda/quant_gemv.h"
 #include "ring/moe_config.h"
 
@@ -132,6 +133,9 @@ struct MoeGroupedLinear {
   // MoeGemvRowChunk(max_group_rows, ...) rows of a group, holding fewer accumulators (registers:
   // more blocks per multiprocessor for decode's one or few rows). The sums do not depend on it.
   int max_group_rows = 0;
+  // LaunchMoeGroupedGemm only: the KernelPlan's kernel (wgmma: the device must be compute
+  // capability 9.0 and the build carry sm_90a code).
+  MoeGemmKernel gemm_kernel = MoeGemmKernel::kWmma;
 };
 // Rows per pass of the grouped GEMVs over a group's weights (rows beyond it re-read the weights,
 // mostly from L2). Measured on an H100 (bench/cuda/NOTES.md, Qwen3-30B-A3B's shape): one row per
@@ -145,7 +149,8 @@ int MoeGemvRowChunk(int max_group_rows, bool quantized);
 // CUDA cores, one pass over each used group's weights per MoeGemvRowChunk rows (decode-sized
 // steps: only the experts in use are read). Any k; grid sized by n and groups.
 absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream);
-// Tensor cores (mma through WMMA, 128x128 tiles, cp.async pipeline) over the tile list of
+// Tensor cores (mma through WMMA, or wgmma on Hopper: a.gemm_kernel; 128x128 tiles, cp.async
+// pipeline) over the tile list of
 // LaunchMoeRoute (tiles/num_tiles; max_tiles = its capacity), or over ceil(rows / kMoeTileRows)
 // tiles of the one group when offsets is null. k % 8 == 0, x and w 16-byte aligned. No
 // activation (run LaunchMoeActivation on its 2n-wide output).

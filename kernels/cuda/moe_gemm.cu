@@ -12,6 +12,7 @@
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_device.cuh"
+#include "kernels/cuda/moe_gemm_sm90.h"
 
 namespace ringserve::cuda {
 namespace {
@@ -385,6 +386,14 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedLinear& a, const int32_t* tile
   }
   const int grid_tiles = tiles != nullptr ? max_tiles : (a.rows + kBM - 1) / kBM;
   if (grid_tiles == 0) return absl::OkStatus();
+  if (a.gemm_kernel == MoeGemmKernel::kWgmmaSm90) {
+#if defined(RS_HAVE_SM90_PREFILL)
+    return LaunchMoeGroupedGemmSm90(a, tiles, num_tiles, grid_tiles, stream);
+#else
+    return absl::InvalidArgumentError(
+        "LaunchMoeGroupedGemm: the wgmma kernel needs a build for sm_90 (its sm_90a code)");
+#endif
+  }
   RS_RETURN_IF_ERROR(PrepareMoeKernels());
   const dim3 grid(grid_tiles, (a.n + kBN - 1) / kBN);
   LaunchDependent(GroupedGemmKernel, grid, kGemmThreads, kGemmSmem, stream, a, tiles, num_tiles);

@@ -326,9 +326,9 @@ absl::Status CudaModelSlice::AllocateRuntime() {
     for (const auto& moe : moe_) {
       if (moe) dequant_scratch = std::max(dequant_scratch, moe->dequant_scratch_bytes());
     }
-    RS_ASSIGN_OR_RETURN(moe_ws_, CudaMoeWorkspace::Create(c.moe, c.hidden_size,
-                                                          std::max<int>(t, cuda_.max_graph_batch),
-                                                          options_.layers.size(), dequant_scratch));
+    RS_ASSIGN_OR_RETURN(moe_ws_, CudaMoeWorkspace::Create(
+                                     c.moe, c.hidden_size, std::max<int>(t, cuda_.max_graph_batch),
+                                     options_.layers.size(), dequant_scratch, kernels_.moe_gemm));
     activation_bytes_ += moe_ws_->bytes();
   }
   if (mla_attention_) activation_bytes_ += mla_attention_->scratch_bytes();

@@ -58,8 +58,8 @@ absl::Status CopyFloats(SafetensorsModel& weights, const TensorSpec& spec, float
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(
-    const MoeConfig& moe, int hidden, int max_tokens, int num_layers,
-    int64_t dequant_scratch_bytes) {
+    const MoeConfig& moe, int hidden, int max_tokens, int num_layers, int64_t dequant_scratch_bytes,
+    MoeGemmKernel gemm_kernel) {
   if (!moe.enabled() || hidden <= 0 || max_tokens <= 0 || num_layers < 0 ||
       dequant_scratch_bytes < 0) {
     return absl::InvalidArgumentError("CudaMoeWorkspace: needs a MoE config and positive sizes");
@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(
   const int64_t width = std::max(moe.expert_intermediate_size, moe.shared_intermediate_size);
   ws->max_tokens_ = max_tokens;
   ws->num_layers_ = num_layers;
+  ws->gemm_kernel_ = gemm_kernel;
   ws->max_tiles_ = static_cast<int>(MoeMaxTiles(rows, static_cast<int>(e)));
   auto carve = [&](char* base) {
     Carver c(base);
@@ -325,7 +326,8 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
                       .out = ws.act_,
                       .out_f32 = false,
                       .act = act,
-                      .max_group_rows = tokens};
+                      .max_group_rows = tokens,
+                      .gemm_kernel = ws.gemm_kernel_};
   if (grouped_gemv) {
     RS_RETURN_IF_ERROR(w.quant_gate_up != nullptr
                            ? LaunchMoeQuantGroupedGemv(up, *w.quant_gate_up, stream)
@@ -355,7 +357,8 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
                               .out = out,
                               .out_f32 = false,
                               .act = {},
-                              .max_group_rows = tokens};
+                              .max_group_rows = tokens,
+                              .gemm_kernel = ws.gemm_kernel_};
   if (w.quant_down != nullptr) {
     return grouped_gemv ? LaunchMoeQuantGroupedGemv(down, *w.quant_down, stream)
                         : RunDequantizedGemm(down, *w.quant_down, ws, stream);
@@ -410,7 +413,8 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
                                              .k = hidden_,
                                              .out = ws.logits_,
                                              .out_f32 = true,
-                                             .act = {}},
+                                             .act = {},
+                                             .gemm_kernel = ws.gemm_kernel_},
                                             nullptr, nullptr, 0, stream));
     RS_RETURN_IF_ERROR(LaunchMoeRoute(moe_.router, routing, stream));
   }

@@ -58,9 +58,10 @@ class CudaMoeWorkspace {
   // InvalidArgument unless moe.enabled(); ResourceExhausted when the device is full.
   // `num_layers`: MoE layers that record their touched-expert counts (experts_touched()).
   // `dequant_scratch_bytes`: the largest CudaMoeLayer::dequant_scratch_bytes() of the layers.
+  // `gemm_kernel`: the KernelPlan's grouped GEMM (prefill-sized steps of every layer).
   static absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> Create(
       const MoeConfig& moe, int hidden, int max_tokens, int num_layers,
-      int64_t dequant_scratch_bytes = 0);
+      int64_t dequant_scratch_bytes = 0, MoeGemmKernel gemm_kernel = MoeGemmKernel::kWmma);
   int64_t bytes() const { return static_cast<int64_t>(buffer_.bytes()); }
   int max_tokens() const { return max_tokens_; }
   // [num_layers] int32, device: the number of distinct experts the last step's tokens chose in
@@ -76,6 +77,7 @@ class CudaMoeWorkspace {
   int max_tokens_ = 0;
   int num_layers_ = 0;
   int max_tiles_ = 0;
+  MoeGemmKernel gemm_kernel_ = MoeGemmKernel::kWmma;
   float* logits_ = nullptr;          // [T, E]
   int32_t* ids_ = nullptr;           // [T, k]
   float* weights_ = nullptr;         // [T, k]

@@ -16,6 +16,7 @@
 
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/test_util.h"
 #include "stage/cuda/cuda_quant_linear.h"
@@ -43,6 +44,19 @@ std::vector<T> Download(const DeviceBuffer& buffer, size_t n) {
   EXPECT_EQ(cudaMemcpy(host.data(), buffer.get(), n * sizeof(T), cudaMemcpyDeviceToHost),
             cudaSuccess);
   return host;
+}
+
+std::vector<float> DownloadBf16(const DeviceBuffer& buffer, size_t n) {
+  std::vector<float> out;
+  for (const bf16 v : Download<bf16>(buffer, n)) out.push_back(__bfloat162float(v));
+  return out;
+}
+
+// Whether this device and build run the Hopper grouped GEMM (compute capability 9.0, sm_90a code).
+bool WgmmaHere() {
+  const absl::StatusOr<DeviceInfo> device = QueryDeviceInfo(0);
+  return device.ok() && device->compute_capability == 90 &&
+         CompiledKernelsOfThisBuild().sm90a_prefill;
 }
 
 std::vector<bf16> ToBf16(const std::vector<float>& v) {
@@ -283,19 +297,36 @@ TEST(CudaMoeGroupedLinearTest, GemvAndGemmMatchHostProduct) {
                      .act = {}};
   auto dactive = Upload(std::vector<int32_t>{1, 2, 3, 4, -1});  // group 0 has no rows
   ASSERT_TRUE(dactive.ok());
-  for (int pass = 0; pass < 3; ++pass) {
-    const bool gemm = pass == 2;
-    SCOPED_TRACE(gemm ? "gemm" : pass == 1 ? "gemv over the active list" : "gemv");
+  // Passes: GEMV, GEMV over the active list, then the GEMM with each kernel this device runs
+  // (fp32 out, then bf16 out).
+  const int passes = WgmmaHere() ? 4 : 3;
+  for (int pass = 0; pass < passes; ++pass) {
+    const bool gemm = pass >= 2;
+    a.gemm_kernel = pass == 3 ? MoeGemmKernel::kWgmmaSm90 : MoeGemmKernel::kWmma;
+    SCOPED_TRACE(pass == 3   ? "gemm, wgmma"
+                 : gemm      ? "gemm, wmma"
+                 : pass == 1 ? "gemv over the active list"
+                             : "gemv");
     a.active = pass == 1 ? dactive->as<int32_t>() : nullptr;
     a.max_active = pass == 1 ? 4 : 0;
-    ASSERT_EQ(cudaMemset(out.get(), 0, out.bytes()), cudaSuccess);
-    const absl::Status s = gemm ? LaunchMoeGroupedGemm(a, dtiles->as<int32_t>(),
-                                                       dnum->as<int32_t>(), max_tiles, nullptr)
-                                : LaunchMoeGroupedGemv(a, nullptr);
-    ASSERT_TRUE(s.ok()) << s;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_LT(RelL2(Download<float>(out, want.size()), want), 1e-5);
+    for (const bool f32 : {true, false}) {
+      if (!f32 && !gemm) continue;
+      a.out_f32 = f32;
+      ASSERT_EQ(cudaMemset(out.get(), 0, out.bytes()), cudaSuccess);
+      const absl::Status s = gemm ? LaunchMoeGroupedGemm(a, dtiles->as<int32_t>(),
+                                                         dnum->as<int32_t>(), max_tiles, nullptr)
+                                  : LaunchMoeGroupedGemv(a, nullptr);
+      ASSERT_TRUE(s.ok()) << s;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      if (f32) {
+        EXPECT_LT(RelL2(Download<float>(out, want.size()), want), 1e-5);
+      } else {
+        EXPECT_LT(RelL2(DownloadBf16(out, want.size()), want), 1e-2) << "bf16 out";
+      }
+    }
   }
+  a.out_f32 = true;
+  a.gemm_kernel = MoeGemmKernel::kWmma;
   // The gated GEMV: silu(bf16(gate)) * bf16(up) over n columns, bf16 out.
   a.active = nullptr;
   a.max_active = 0;

@@ -7,6 +7,8 @@
 
 #include "absl/status/status.h"
 #include "common/dtype.h"
+#include "common/parallel_ranges.h"
+#include "common/status_macros.h"
 #include "fmt/format.h"
 #include "stage/model/quant/mxfp4.h"
 
@@ -164,55 +166,61 @@ absl::StatusOr<PackedMatrix> PackExact(std::span<const float> w, int64_t rows, i
   const int bits = PackedBits(format);
   const float max_code = static_cast<float>((1 << bits) - 1);
   const float half = static_cast<float>(1 << (bits - 1));
-  std::vector<float> n(group_cols);
   std::array<float, 256> values{};  // a float format's codes (DecodeFloat), looked up per value
   if (!IsIntegerFormat(format)) {
     for (int b = 0; b < 256; ++b) values[b] = DecodeFloat(format, static_cast<uint8_t>(b));
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t c0 = g * group_cols, c1 = std::min(cols, c0 + group_cols);
-      const float s = scales[r * groups + g];
-      m.scales[r * groups + g] = s;
-      const float* row = w.data() + r * cols;
-      auto not_exact = [&](int64_t c) {
-        return absl::FailedPreconditionError(
-            fmt::format("value {} at [{}, {}] is not an exact {} value times the scale {}", row[c],
-                        r, c, PackedFormatName(format), s));
-      };
-      if (s == 0 || !std::isfinite(s)) {
-        for (int64_t c = c0; c < c1; ++c) {
-          if (row[c] != 0) return not_exact(c);
+  // Rows in parallel (each row's codes start at a byte of their own): a checkpoint load packs
+  // every weight this way.
+  const auto pack_rows = [&](int64_t row_begin, int64_t row_end) -> absl::Status {
+    std::vector<float> n(group_cols);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t c0 = g * group_cols, c1 = std::min(cols, c0 + group_cols);
+        const float s = scales[r * groups + g];
+        m.scales[r * groups + g] = s;
+        const float* row = w.data() + r * cols;
+        auto not_exact = [&](int64_t c) {
+          return absl::FailedPreconditionError(
+              fmt::format("value {} at [{}, {}] is not an exact {} value times the scale {}",
+                          row[c], r, c, PackedFormatName(format), s));
+        };
+        if (s == 0 || !std::isfinite(s)) {
+          for (int64_t c = c0; c < c1; ++c) {
+            if (row[c] != 0) return not_exact(c);
+          }
+          continue;
         }
-        continue;
-      }
-      if (!IsIntegerFormat(format)) {
-        for (int64_t c = c0; c < c1; ++c) {
-          const uint8_t code =
-              format == PackedFormat::kFp8 ? NearestE4m3(row[c] / s) : NearestE2m1(row[c] / s);
-          if (values[code] * s != row[c]) return not_exact(c);
-          PutCode(m, r, c, code);
+        if (!IsIntegerFormat(format)) {
+          for (int64_t c = c0; c < c1; ++c) {
+            const uint8_t code =
+                format == PackedFormat::kFp8 ? NearestE4m3(row[c] / s) : NearestE2m1(row[c] / s);
+            if (values[code] * s != row[c]) return not_exact(c);
+            PutCode(m, r, c, code);
+          }
+          continue;
         }
-        continue;
-      }
-      float lo = 0, hi = 0;
-      for (int64_t c = c0; c < c1; ++c) {
-        n[c - c0] = std::nearbyint(row[c] / s);
-        lo = std::min(lo, n[c - c0]);
-        hi = std::max(hi, n[c - c0]);
-      }
-      if (hi - lo > max_code) return not_exact(c0);
-      // Signed codes around the middle when they fit there (symmetric checkpoints), else from
-      // the group's minimum.
-      const float zero = (lo >= -half && hi <= half - 1) ? half : -lo;
-      m.zeros[r * groups + g] = zero;
-      for (int64_t c = c0; c < c1; ++c) {
-        const float code = n[c - c0] + zero;
-        if (code < 0 || code > max_code || (code - zero) * s != row[c]) return not_exact(c);
-        PutCode(m, r, c, static_cast<uint8_t>(code));
+        float lo = 0, hi = 0;
+        for (int64_t c = c0; c < c1; ++c) {
+          n[c - c0] = std::nearbyint(row[c] / s);
+          lo = std::min(lo, n[c - c0]);
+          hi = std::max(hi, n[c - c0]);
+        }
+        if (hi - lo > max_code) return not_exact(c0);
+        // Signed codes around the middle when they fit there (symmetric checkpoints), else from
+        // the group's minimum.
+        const float zero = (lo >= -half && hi <= half - 1) ? half : -lo;
+        m.zeros[r * groups + g] = zero;
+        for (int64_t c = c0; c < c1; ++c) {
+          const float code = n[c - c0] + zero;
+          if (code < 0 || code > max_code || (code - zero) * s != row[c]) return not_exact(c);
+          PutCode(m, r, c, static_cast<uint8_t>(code));
+        }
       }
     }
-  }
+    return absl::OkStatus();
+  };
+  RS_RETURN_IF_ERROR(ParallelRanges(rows, std::max<int64_t>(1, (1 << 16) / cols), pack_rows));
   return m;
 }
 
