@@ -281,21 +281,23 @@ MlaSplitPlan PlanWgmmaSplits(int num_entries, int num_heads, int max_context, in
   const int64_t ctas =
       static_cast<int64_t>(num_entries) * ((num_heads + kMlaHeadsSm90 - 1) / kMlaHeadsSm90);
   const int most = std::max(1, (max_context + kMinSplitKeysWgmma - 1) / kMinSplitKeysWgmma);
-  int best = 1;
+  MlaSplitPlan best = SplitsOf(max_context, 1, 64);
   double best_cost = 0.0;
   for (int s = 1; s <= most; ++s) {
-    if (s > 1 && static_cast<int64_t>(num_entries) * s * num_heads >
-                     static_cast<int64_t>(kMlaWorkspaceRowsPerSm) * num_sms) {
+    // The splits a count of s becomes once the partition is rounded to whole tiles.
+    const MlaSplitPlan plan = SplitsOf(max_context, s, 64);
+    if (plan.num_splits > 1 && static_cast<int64_t>(num_entries) * plan.num_splits * num_heads >
+                                   static_cast<int64_t>(kMlaWorkspaceRowsPerSm) * num_sms) {
       break;
     }
-    const int64_t waves = (ctas * s + num_sms - 1) / num_sms;
-    const double cost = static_cast<double>(waves) * (static_cast<double>(max_context) / s + 128);
+    const int64_t waves = (ctas * plan.num_splits + num_sms - 1) / num_sms;
+    const double cost = static_cast<double>(waves) * (plan.partition + 128.0);
     if (s == 1 || cost < best_cost) {
-      best = s;
+      best = plan;
       best_cost = cost;
     }
   }
-  return SplitsOf(max_context, best, 64);
+  return best;
 }
 
 }  // namespace

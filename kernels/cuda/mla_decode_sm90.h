@@ -8,7 +8,7 @@
 // keys read from shared memory), the two exchange row maxima once, write the probabilities
 // (bf16) to shared memory, and warpgroup w accumulates output dims [256 w, 256 w + 256)
 // (P . V with V the tile's latents, wgmma m64n128k16 x 2). One CTA per SM: the query tile, two
-// key tiles and P take 225 KB.
+// key tiles, P and the statistics take 226 KB.
 #pragma once
 
 #include "absl/status/status.h"
