@@ -73,21 +73,23 @@ TEST(KernelSelectorTest, Sm80OnlyBuildRunsTheSm80PathsOnAnH200) {
 }
 
 TEST(KernelSelectorTest, LatentAttentionTakesWgmmaOnlyOnComputeCapability90WithSm90aCode) {
-  EXPECT_EQ(Select(kH200, kDefaultBuild).mla_decode, MlaDecodeKernel::kWgmmaSm90);
-  EXPECT_EQ(Select(kH200, kSm80Build).mla_decode, MlaDecodeKernel::kMmaSync);
-  EXPECT_EQ(Select(kH200, {.archs = {80, 90}, .sm90a_prefill = false}).mla_decode,
+  const KernelOptions on{.mla_decode_sm90 = true};
+  EXPECT_EQ(Select(kH200, kDefaultBuild, on).mla_decode, MlaDecodeKernel::kWgmmaSm90);
+  EXPECT_EQ(Select(kH200, kSm80Build, on).mla_decode, MlaDecodeKernel::kMmaSync);
+  EXPECT_EQ(Select(kH200, {.archs = {80, 90}, .sm90a_prefill = false}, on).mla_decode,
             MlaDecodeKernel::kMmaSync);
-  EXPECT_EQ(Select(kA100, kDefaultBuild).mla_decode, MlaDecodeKernel::kMmaSync);
-  EXPECT_EQ(Select(kSm86, kDefaultBuild).mla_decode, MlaDecodeKernel::kMmaSync);
-  EXPECT_EQ(Select(kH200, kDefaultBuild, {.mla_decode_sm90 = false}).mla_decode,
-            MlaDecodeKernel::kMmaSync);
+  EXPECT_EQ(Select(kA100, kDefaultBuild, on).mla_decode, MlaDecodeKernel::kMmaSync);
+  EXPECT_EQ(Select(kSm86, kDefaultBuild, on).mla_decode, MlaDecodeKernel::kMmaSync);
+  // Off by default (not yet run on a GPU).
+  EXPECT_EQ(Select(kH200, kDefaultBuild).mla_decode, MlaDecodeKernel::kMmaSync);
 }
 
 TEST(KernelSelectorTest, MoeGroupedGemmTakesWgmmaOnlyOnComputeCapability90WithSm90aCode) {
-  EXPECT_EQ(Select(kH200, kDefaultBuild).moe_gemm, MoeGemmKernel::kWgmmaSm90);
-  EXPECT_EQ(Select(kH200, kSm80Build).moe_gemm, MoeGemmKernel::kWmma);
-  EXPECT_EQ(Select(kA100, kDefaultBuild).moe_gemm, MoeGemmKernel::kWmma);
-  EXPECT_EQ(Select(kH200, kDefaultBuild, {.moe_gemm_sm90 = false}).moe_gemm, MoeGemmKernel::kWmma);
+  const KernelOptions on{.moe_gemm_sm90 = true};
+  EXPECT_EQ(Select(kH200, kDefaultBuild, on).moe_gemm, MoeGemmKernel::kWgmmaSm90);
+  EXPECT_EQ(Select(kH200, kSm80Build, on).moe_gemm, MoeGemmKernel::kWmma);
+  EXPECT_EQ(Select(kA100, kDefaultBuild, on).moe_gemm, MoeGemmKernel::kWmma);
+  EXPECT_EQ(Select(kH200, kDefaultBuild).moe_gemm, MoeGemmKernel::kWmma);  // off by default
 }
 
 TEST(KernelSelectorTest, CodeArchIsTheNewestCompiledArchNotNewerThanTheDevice) {
