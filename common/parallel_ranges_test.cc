@@ -29,7 +29,9 @@ TEST(ParallelRangesTest, CoversEveryItemOnceInDisjointRanges) {
       int64_t next = 0;
       for (const auto& [begin, end] : ranges) {
         EXPECT_EQ(begin, next);
-        if (end != n) EXPECT_GE(end - begin, std::min(n, min_items));
+        if (end != n) {
+          EXPECT_GE(end - begin, std::min(n, min_items));
+        }
         next = end;
       }
       EXPECT_EQ(next, n);
@@ -45,7 +47,7 @@ TEST(ParallelRangesTest, ReturnsTheErrorOfTheFirstFailingRange) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "0");
   // Only a later range fails.
-  const absl::Status later = ParallelRanges(10000, 1, [](int64_t begin, int64_t end) {
+  const absl::Status later = ParallelRanges(10000, 1, [](int64_t, int64_t end) {
     return end == 10000 ? absl::NotFoundError("last") : absl::OkStatus();
   });
   EXPECT_EQ(later.code(), absl::StatusCode::kNotFound);
