@@ -1,5 +1,5 @@
-// Device-side pieces shared by the grouped expert kernels (moe_gemm.cu, moe_quant.cu). Not for
-// host code.
+// Device-side pieces shared by the grouped expert kernels (moe_gemm.cu, moe_gemm_sm90.cu,
+// moe_quant.cu). Not for host code.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +9,30 @@
 #include "kernels/cuda/moe.h"
 
 namespace ringserve::cuda {
+
+// The grouped GEMM CTA's tile: group g, rows [m0, end) of the gathered rows (tile blockIdx.x of
+// the tile list, or of the one group without it). False: this CTA has no tile (past num_tiles,
+// a group outside [group_begin, group_end), rows past the end).
+struct MoeGemmTile {
+  int group = 0;
+  int m0 = 0;
+  int end = 0;
+};
+__device__ __forceinline__ bool MoeGemmTileOf(const MoeGroupedLinear& a, const int32_t* tiles,
+                                              const int32_t* num_tiles, int tile_rows,
+                                              MoeGemmTile& t) {
+  t.end = a.rows;
+  if (tiles != nullptr) {
+    if (static_cast<int>(blockIdx.x) >= *num_tiles) return false;
+    t.group = tiles[2 * blockIdx.x];
+    if (t.group < a.group_begin || (a.group_end >= 0 && t.group >= a.group_end)) return false;
+    t.m0 = tiles[2 * blockIdx.x + 1];
+    t.end = a.offsets[t.group + 1];
+    return true;
+  }
+  t.m0 = blockIdx.x * tile_rows;
+  return t.m0 < t.end;
+}
 
 // stage/model/cpu_moe.cc's activations, on the bf16-rounded gate and up values.
 __device__ __forceinline__ float MoeActivate(const MoeActivationParams& p, float g, float u) {

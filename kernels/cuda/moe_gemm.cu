@@ -143,17 +143,9 @@ __global__ void __launch_bounds__(kGemmThreads)
   using namespace nvcuda;
   WaitForPreviousKernel();
   extern __shared__ __align__(128) unsigned char smem[];
-  int g = 0, m0 = 0, end = a.rows;
-  if (tiles != nullptr) {
-    if (static_cast<int>(blockIdx.x) >= *num_tiles) return;
-    g = tiles[2 * blockIdx.x];
-    if (g < a.group_begin || (a.group_end >= 0 && g >= a.group_end)) return;
-    m0 = tiles[2 * blockIdx.x + 1];
-    end = a.offsets[g + 1];
-  } else {
-    m0 = blockIdx.x * kBM;
-    if (m0 >= end) return;
-  }
+  MoeGemmTile tile;
+  if (!MoeGemmTileOf(a, tiles, num_tiles, kBM, tile)) return;
+  const int g = tile.group, m0 = tile.m0, end = tile.end;
   const int n0 = blockIdx.y * kBN;
   const int n = a.n, k = a.k;
   const bf16* w = a.w + static_cast<int64_t>(g - a.group_begin) * n * k;

@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/moe_device.cuh"
 #include "kernels/cuda/moe_gemm_sm90.h"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -34,17 +35,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   WaitForPreviousKernel();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
-  int g = 0, m0 = 0, end = a.rows;
-  if (tiles != nullptr) {
-    if (static_cast<int>(blockIdx.x) >= *num_tiles) return;
-    g = tiles[2 * blockIdx.x];
-    if (g < a.group_begin || (a.group_end >= 0 && g >= a.group_end)) return;
-    m0 = tiles[2 * blockIdx.x + 1];
-    end = a.offsets[g + 1];
-  } else {
-    m0 = blockIdx.x * kBM;
-    if (m0 >= end) return;
-  }
+  MoeGemmTile tile;
+  if (!MoeGemmTileOf(a, tiles, num_tiles, kBM, tile)) return;
+  const int g = tile.group, m0 = tile.m0, end = tile.end;
   const int n0 = blockIdx.y * kBN;
   const int n = a.n, k = a.k;
   const bf16* w = a.w + static_cast<int64_t>(g - a.group_begin) * n * k;
