@@ -210,6 +210,13 @@ TEST(DeepseekConfigTest, RefusesWhatItDoesNotImplement) {
   Json llama_yarn = LlamaJson();
   llama_yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   ExpectRefused(llama_yarn, "\"yarn\" (supported for DeepSeek models only)");
+  Json sliding = DeepseekV3Json();
+  sliding["sliding_window"] = 64;
+  sliding["layer_types"] = Json::array();
+  for (int layer = 0; layer < sliding["num_hidden_layers"].get<int>(); ++layer) {
+    sliding["layer_types"].push_back("sliding_attention");
+  }
+  ExpectRefused(sliding, "latent attention has no sliding window");
 }
 
 TEST(DeepseekConfigTest, YarnRampBlendsInterpolatedAndExtrapolatedFrequencies) {

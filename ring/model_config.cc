@@ -13,6 +13,7 @@
 #include "ring/config_json.h"
 #include "ring/deepseek_config.h"
 #include "ring/moe_config_parse.h"
+#include "ring/sliding_window_parse.h"
 
 namespace ringserve {
 namespace {
@@ -172,8 +173,7 @@ absl::Status ParseTokenIds(const Json& j, ModelConfig& config, const std::string
   return absl::OkStatus();
 }
 
-absl::Status RefuseUnsupported(const Json& j, const ModelConfig& config,
-                               const std::string& source) {
+absl::Status RefuseUnsupported(const Json& j, const std::string& source) {
   auto act = j.find("hidden_act");
   if (act != j.end() && !act->is_null() &&
       (!act->is_string() || act->get<std::string>() != "silu")) {
@@ -181,29 +181,6 @@ absl::Status RefuseUnsupported(const Json& j, const ModelConfig& config,
   }
   RS_ASSIGN_OR_RETURN(bool mlp_bias, GetBool(j, "mlp_bias", false, source));
   if (mlp_bias) return Invalid(source, "unsupported mlp_bias: true");
-  // Sliding window attention changes results once a sequence is longer than the window.
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetInt(j, "sliding_window", source, false));
-  // gpt-oss's sliding layers are parsed with its MoE fields (moe_config.cc).
-  if (config.architecture == Architecture::kGptOss) return absl::OkStatus();
-  const bool mistral_window = config.architecture == Architecture::kMistral ||
-                              config.architecture == Architecture::kMixtral;
-  if (mistral_window && window && *window < config.max_position_embeddings) {
-    return Invalid(source, fmt::format("unsupported sliding_window {} (< "
-                                       "max_position_embeddings {}): sliding window attention",
-                                       *window, config.max_position_embeddings));
-  }
-  RS_ASSIGN_OR_RETURN(bool use_sliding, GetBool(j, "use_sliding_window", false, source));
-  if (use_sliding) return Invalid(source, "unsupported use_sliding_window: true");
-  auto types = j.find("layer_types");
-  if (types != j.end() && types->is_array()) {
-    for (const Json& type : *types) {
-      if (!type.is_string() || type.get<std::string>() != "full_attention") {
-        return Invalid(source, fmt::format("unsupported layer type {} in layer_types (only "
-                                           "full_attention)",
-                                           type.dump()));
-      }
-    }
-  }
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> tp, GetInt(j, "pretraining_tp", source, false));
   if (tp && *tp != 1) return Invalid(source, fmt::format("unsupported pretraining_tp {}", *tp));
   return absl::OkStatus();
@@ -329,8 +306,9 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
     }
     break;
   }
-  RS_RETURN_IF_ERROR(RefuseUnsupported(j, config, source));
+  RS_RETURN_IF_ERROR(RefuseUnsupported(j, source));
   RS_RETURN_IF_ERROR(ParseMoeConfig(j, config, source));
+  RS_RETURN_IF_ERROR(ParseSlidingWindow(j, config, source));
   return config;
 }
 

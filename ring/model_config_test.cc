@@ -151,13 +151,42 @@ TEST(ModelConfigTest, QwenFamiliesBiasAndNorms) {
   EXPECT_TRUE(biased->o_bias);
 }
 
-TEST(ModelConfigTest, MistralWindowAtLeastContextIsAccepted) {
+TEST(ModelConfigTest, MistralSlidesOnEveryLayerWhenItsWindowIsShorterThanTheContext) {
   Json j = LlamaJson();
   j["architectures"] = {"MistralForCausalLM"};
   j["sliding_window"] = nullptr;
-  EXPECT_TRUE(Parse(j).ok());
-  j["sliding_window"] = 256;  // == max_position_embeddings: never slides
-  EXPECT_TRUE(Parse(j).ok());
+  auto full = Parse(j);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE(full->sliding_layers.empty());
+  j["sliding_window"] = 256;  // == max_position_embeddings: never drops a key
+  auto covering = Parse(j);
+  ASSERT_TRUE(covering.ok()) << covering.status();
+  EXPECT_TRUE(covering->sliding_layers.empty());
+  j["sliding_window"] = 128;  // Mistral-7B-v0.1's kind: 4096 of 32768
+  auto sliding = Parse(j);
+  ASSERT_TRUE(sliding.ok()) << sliding.status();
+  EXPECT_EQ(sliding->SlidingWindowOf(0), 128);
+  EXPECT_EQ(sliding->SlidingWindowOf(1), 128);
+  j["layer_types"] = {"full_attention", "sliding_attention"};  // the file's layer_types decide
+  auto typed = Parse(j);
+  ASSERT_TRUE(typed.ok()) << typed.status();
+  EXPECT_EQ(typed->SlidingWindowOf(0), 0);
+  EXPECT_EQ(typed->SlidingWindowOf(1), 128);
+}
+
+TEST(ModelConfigTest, QwenSlidesFromMaxWindowLayersWhenUseSlidingWindow) {
+  Json j = LlamaJson();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["sliding_window"] = 64;
+  j["max_window_layers"] = 1;
+  auto off = Parse(j);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(off->sliding_layers.empty());
+  j["use_sliding_window"] = true;
+  auto on = Parse(j);
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_EQ(on->SlidingWindowOf(0), 0);
+  EXPECT_EQ(on->SlidingWindowOf(1), 64);
 }
 
 TEST(ModelConfigTest, RefusesUnsupported) {
@@ -166,18 +195,16 @@ TEST(ModelConfigTest, RefusesUnsupported) {
   ExpectRefused(j, "unsupported architecture \"GPT2LMHeadModel\"");
 
   j = LlamaJson();
-  j["architectures"] = {"MistralForCausalLM"};
-  j["sliding_window"] = 128;
-  ExpectRefused(j, "sliding_window 128");
+  j["layer_types"] = {"full_attention", "sliding_attention"};  // no sliding_window
+  ExpectRefused(j, "sliding_window");
 
   j = LlamaJson();
-  j["architectures"] = {"Qwen2ForCausalLM"};
-  j["use_sliding_window"] = true;
-  ExpectRefused(j, "use_sliding_window");
+  j["layer_types"] = {"full_attention", "chunked_attention"};
+  ExpectRefused(j, "chunked_attention");
 
   j = LlamaJson();
-  j["layer_types"] = {"full_attention", "sliding_attention"};
-  ExpectRefused(j, "sliding_attention");
+  j["layer_types"] = {"full_attention"};
+  ExpectRefused(j, "layer_types");
 
   j = LlamaJson();
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};

@@ -61,7 +61,7 @@ absl::Status ParseQwenMoe(const Json& j, ModelConfig& c, const std::string& sour
 }
 
 // gpt-oss: router with bias, top-k then softmax, clamped SwiGLU experts with biases, attention
-// sinks, sliding and full attention layers as layer_types says.
+// sinks (its sliding layers: sliding_window_parse.h).
 absl::Status ParseGptOss(const Json& j, ModelConfig& c, const std::string& source) {
   MoeConfig& m = c.moe;
   m.router.scoring = RouterScoring::kTopKSoftmax;
@@ -82,38 +82,6 @@ absl::Status ParseGptOss(const Json& j, ModelConfig& c, const std::string& sourc
     }
   }
   c.attention_sinks = true;
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetInt(j, "sliding_window", source, false));
-  c.sliding_layers.assign(c.num_layers, false);
-  auto types = j.find("layer_types");
-  if (types == j.end() || types->is_null()) {
-    // transformers' default: even layers slide, odd layers attend to everything.
-    for (int layer = 0; layer < c.num_layers; ++layer) c.sliding_layers[layer] = layer % 2 == 0;
-  } else {
-    if (!types->is_array() || static_cast<int>(types->size()) != c.num_layers) {
-      return Invalid(source,
-                     fmt::format("layer_types must list one type per layer ({})", c.num_layers));
-    }
-    for (int layer = 0; layer < c.num_layers; ++layer) {
-      const Json& type = (*types)[layer];
-      const std::string name = type.is_string() ? type.get<std::string>() : type.dump();
-      if (name == "sliding_attention") {
-        c.sliding_layers[layer] = true;
-      } else if (name != "full_attention") {
-        return Invalid(
-            source, fmt::format("unsupported layer type \"{}\" in layer_types[{}]", name, layer));
-      }
-    }
-  }
-  bool any_sliding = false;
-  for (bool s : c.sliding_layers) any_sliding = any_sliding || s;
-  if (any_sliding) {
-    if (!window || *window <= 0) {
-      return Invalid(source, "sliding_attention layers need a positive sliding_window");
-    }
-    c.sliding_window = static_cast<int>(std::min<int64_t>(*window, int64_t{1} << 30));
-  } else {
-    c.sliding_layers.clear();
-  }
   return absl::OkStatus();
 }
 

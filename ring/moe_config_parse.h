@@ -1,7 +1,7 @@
 // The mixture-of-experts and attention-variant fields of config.json (Qwen2/3-MoE, Mixtral,
 // GLM-4.5, gpt-oss, DeepSeek-V2/V3): experts, router, dense/MoE layer pattern, shared experts,
-// gpt-oss's sliding layers and sinks. Called by ParseModelConfig once the dense fields (and
-// DeepSeek's MLA fields) are parsed.
+// gpt-oss's sinks (sliding layers of every family: sliding_window_parse.h). Called by
+// ParseModelConfig once the dense fields (and DeepSeek's MLA fields) are parsed.
 #pragma once
 
 #include <string>
@@ -12,7 +12,7 @@
 
 namespace ringserve {
 
-// Fills config.moe (and, for gpt-oss, sliding_window / sliding_layers / attention_sinks) from
+// Fills config.moe (and, for gpt-oss, attention_sinks) from
 // `j` for config.architecture; leaves dense architectures unchanged. DeepSeek-V3 routes as
 // ParseDeepSeekMoe says; DeepSeek-V2 with softmax scores (scoring_func softmax), topk_method
 // greedy or group_limited_greedy (n_group, topk_group; a group scores its best expert), weights

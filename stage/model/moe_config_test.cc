@@ -105,9 +105,6 @@ TEST(MoeConfigTest, RefusesWhatItCannotHonourNamingTheKey) {
   j["num_experts_per_tok"] = 129;
   ExpectRefused(j, "num_experts_per_tok");
   j = Qwen3MoeA3B();
-  j["use_sliding_window"] = true;
-  ExpectRefused(j, "use_sliding_window");
-  j = Qwen3MoeA3B();
   j["quantization_config"] = {{"quant_method", "mxfp4"}};
   ExpectRefused(j, "quantization_config.quant_method \"mxfp4\"");
 
@@ -143,9 +140,27 @@ TEST(MoeConfigTest, GptOssSlidingLayersAndSinks) {
   ExpectRefused(j, "chunked_attention");
   j["layer_types"] = {"sliding_attention", "full_attention"};
   ExpectRefused(j, "layer_types");
-  j.erase("layer_types");
+  j.erase("layer_types");  // transformers' default: even layers slide
+  c = Parse(j);
+  EXPECT_EQ(c.SlidingWindowOf(2), 128);
+  EXPECT_EQ(c.SlidingWindowOf(3), 0);
   j["sliding_window"] = nullptr;
   ExpectRefused(j, "sliding_window");
+}
+
+// Qwen MoE files without layer_types: layers from max_window_layers on slide when
+// use_sliding_window is true.
+TEST(MoeConfigTest, QwenMoeSlidingWindowFromMaxWindowLayers) {
+  Json j = Qwen3MoeA3B();
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  j["max_window_layers"] = 40;
+  ModelConfig c = Parse(j);
+  EXPECT_EQ(c.SlidingWindowOf(39), 0);
+  EXPECT_EQ(c.SlidingWindowOf(40), 4096);
+  EXPECT_EQ(c.SlidingWindowOf(47), 4096);
+  j["use_sliding_window"] = false;
+  EXPECT_TRUE(Parse(j).sliding_layers.empty());
 }
 
 // A MoE layer's weight memory counts every expert: Qwen3-30B-A3B's layer holds 128 experts of

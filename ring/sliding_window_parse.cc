@@ -1,0 +1,106 @@
+#include "ring/sliding_window_parse.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+#include "common/status_macros.h"
+#include "fmt/format.h"
+#include "ring/config_json.h"
+
+namespace ringserve {
+namespace {
+
+using config_json::GetBool;
+using config_json::GetInt;
+using config_json::Invalid;
+using Json = nlohmann::json;
+
+// transformers' default max_window_layers of the Qwen families.
+constexpr int64_t kQwenMaxWindowLayers = 28;
+
+// The family's rule for files without layer_types (see the header).
+absl::StatusOr<std::vector<bool>> FamilyRule(const Json& j, const ModelConfig& c,
+                                             std::optional<int64_t> window,
+                                             const std::string& source) {
+  std::vector<bool> sliding(c.num_layers, false);
+  switch (c.architecture) {
+    case Architecture::kMistral:
+    case Architecture::kMixtral:
+      if (window) sliding.assign(c.num_layers, true);
+      break;
+    case Architecture::kQwen2:
+    case Architecture::kQwen3:
+    case Architecture::kQwen2Moe:
+    case Architecture::kQwen3Moe: {
+      RS_ASSIGN_OR_RETURN(const bool use, GetBool(j, "use_sliding_window", false, source));
+      if (!use || !window) break;
+      RS_ASSIGN_OR_RETURN(std::optional<int64_t> first,
+                          GetInt(j, "max_window_layers", source, false));
+      for (int layer = 0; layer < c.num_layers; ++layer) {
+        sliding[layer] = layer >= first.value_or(kQwenMaxWindowLayers);
+      }
+      break;
+    }
+    case Architecture::kGptOss:
+      for (int layer = 0; layer < c.num_layers; ++layer) sliding[layer] = layer % 2 == 0;
+      break;
+    default:
+      break;
+  }
+  return sliding;
+}
+
+absl::StatusOr<std::vector<bool>> FromLayerTypes(const Json& types, const ModelConfig& c,
+                                                 const std::string& source) {
+  if (!types.is_array() || static_cast<int>(types.size()) != c.num_layers) {
+    return Invalid(source,
+                   fmt::format("layer_types must list one type per layer ({})", c.num_layers));
+  }
+  std::vector<bool> sliding(c.num_layers, false);
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const Json& type = types[layer];
+    const std::string name = type.is_string() ? type.get<std::string>() : type.dump();
+    if (name == "sliding_attention") {
+      sliding[layer] = true;
+    } else if (name != "full_attention") {
+      return Invalid(source, fmt::format("unsupported layer type \"{}\" in layer_types[{}] (only "
+                                         "full_attention and sliding_attention)",
+                                         name, layer));
+    }
+  }
+  return sliding;
+}
+
+}  // namespace
+
+absl::Status ParseSlidingWindow(const Json& j, ModelConfig& c, const std::string& source) {
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetInt(j, "sliding_window", source, false));
+  std::vector<bool> sliding;
+  const auto types = j.find("layer_types");
+  if (types != j.end() && !types->is_null()) {
+    RS_ASSIGN_OR_RETURN(sliding, FromLayerTypes(*types, c, source));
+  } else {
+    RS_ASSIGN_OR_RETURN(sliding, FamilyRule(j, c, window, source));
+  }
+  c.sliding_window = 0;
+  c.sliding_layers.clear();
+  if (std::none_of(sliding.begin(), sliding.end(), [](bool s) { return s; })) {
+    return absl::OkStatus();
+  }
+  if (!window || *window <= 0) {
+    return Invalid(source, "sliding_attention layers need a positive sliding_window");
+  }
+  // A window covering the whole context changes nothing (Qwen2's files say 32768 of 32768).
+  if (c.max_position_embeddings > 0 && *window >= c.max_position_embeddings) {
+    return absl::OkStatus();
+  }
+  if (c.mla) {
+    return Invalid(source, "sliding_window: DeepSeek's latent attention has no sliding window");
+  }
+  c.sliding_window = static_cast<int>(*window);
+  c.sliding_layers = std::move(sliding);
+  return absl::OkStatus();
+}
+
+}  // namespace ringserve

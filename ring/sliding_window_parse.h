@@ -1,0 +1,29 @@
+// Which layers attend through a sliding window, from config.json, for every architecture.
+//
+// transformers 5 writes `layer_types` ("full_attention" / "sliding_attention", one per layer);
+// when a file has it, it decides. Older files decide by each family's own rule, as transformers
+// derives layer_types from them:
+//   - Mistral, Mixtral: every layer slides when `sliding_window` is set (Mistral-7B-v0.1: 4096);
+//   - Qwen2, Qwen3 and their MoE models: layers >= `max_window_layers` slide when
+//     `use_sliding_window` is true;
+//   - gpt-oss: even layers slide, odd layers attend to everything;
+//   - Llama, GLM-4.5, DeepSeek: no layer slides.
+// A window at least max_position_embeddings never drops a key inside the model's context, so
+// such layers are left full (the faster attention kernels run them). A sliding layer needs a
+// positive `sliding_window`; DeepSeek's latent attention has no windowed kernel and refuses one.
+// Sets config.sliding_window and config.sliding_layers (empty when no layer slides); needs
+// architecture, num_layers and max_position_embeddings parsed. InvalidArgument naming the key.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+#include "ring/model_config.h"
+
+namespace ringserve {
+
+absl::Status ParseSlidingWindow(const nlohmann::json& j, ModelConfig& config,
+                                const std::string& source);
+
+}  // namespace ringserve
