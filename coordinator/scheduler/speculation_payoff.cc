@@ -1,5 +1,6 @@
 #include "coordinator/scheduler/speculation_payoff.h"
 
+#include <algorithm>
 #include <bit>
 
 namespace ringserve {
@@ -28,10 +29,21 @@ void SpeculationPayoff::OnMeasured(const SpeculationPayoffOptions& options, int 
   m.seconds = options.decay * m.seconds + took_s;
   ++m.samples;
   if (b.speculate.samples < options.samples || b.plain.samples < options.samples) return;
-  if (++b.since_decision < options.reprobe_after) return;
+  const Mode faster = b.speculate.rate() >= b.plain.rate() ? Mode::kSpeculate : Mode::kPlain;
+  if (b.interval == 0) b.interval = options.reprobe_after;
+  if (b.probing) {  // this measurement completed the probe
+    b.probing = false;
+    b.interval =
+        faster == b.faster_before
+            ? std::min(options.max_reprobe_after, std::max(options.reprobe_after, 2 * b.interval))
+            : options.reprobe_after;
+  }
+  if (++b.since_decision < b.interval) return;
   // Measure the slower mode again (its old sums stay as the prior).
   b.since_decision = 0;
-  (b.speculate.rate() >= b.plain.rate() ? b.plain : b.speculate).samples = 0;
+  b.probing = true;
+  b.faster_before = faster;
+  (faster == Mode::kSpeculate ? b.plain : b.speculate).samples = 0;
 }
 
 double SpeculationPayoff::Rate(int bucket, Mode mode) const {

@@ -10,7 +10,11 @@
 // and per load bucket (how many sequences decode: 1, 2-3, 4-7, 8-15, ...). A bucket first
 // measures speculation, then plain decoding, `samples` micro-batches each, and then runs the
 // faster mode (speculation on a tie); the slower one is measured again after `reprobe_after`
-// micro-batches of that bucket, so a change of load or acceptance is followed. The first
+// micro-batches of that bucket, so a change of load or acceptance is followed. Each probe costs
+// `samples` micro-batches in the slower mode (and a switch each way), so a probe that confirms
+// the decision doubles the bucket's interval (up to `max_reprobe_after`) and one that overturns
+// it resets the interval to `reprobe_after`: where speculation keeps losing, it is tried ever
+// more rarely. The first
 // micro-batch after a mode switch is not measured (it only starts the drafts, or verifies the last
 // ones).
 //
@@ -26,7 +30,8 @@ struct SpeculationPayoffOptions {
   bool enabled = true;       // false: always speculate (the per-sequence policy still backs off)
   int samples = 16;          // measured micro-batches per mode before deciding
   int reprobe_after = 1000;  // micro-batches of a bucket before the slower mode is measured again
-  double decay = 0.97;       // weight of the past in each mode's token and time sums
+  int max_reprobe_after = 32000;  // the interval's cap after confirming probes (doubling)
+  double decay = 0.97;            // weight of the past in each mode's token and time sums
 };
 
 class SpeculationPayoff {
@@ -59,6 +64,9 @@ class SpeculationPayoff {
     Measure speculate;
     Measure plain;
     int since_decision = 0;  // measured micro-batches since both modes were measured
+    int interval = 0;        // the current reprobe interval (0: options.reprobe_after)
+    bool probing = false;    // the slower mode is being measured again
+    Mode faster_before = Mode::kSpeculate;  // the decision the running probe may overturn
   };
   std::map<int, BucketState> buckets_;
 };

@@ -4,6 +4,7 @@
 #include "coordinator/scheduler/speculation_payoff.h"
 
 #include <numeric>
+#include <vector>
 
 #include "coordinator/scheduler/scheduler.h"
 #include "gtest/gtest.h"
@@ -34,6 +35,42 @@ TEST(SpeculationPayoffTest, MeasuresBothModesThenRunsTheFasterAndProbesAgain) {
   EXPECT_EQ(payoff.ModeFor(options, 8), Mode::kSpeculate);
   EXPECT_FALSE(SpeculationPayoffOptions{.enabled = false}.enabled);
   EXPECT_EQ(payoff.ModeFor({.enabled = false}, 8), Mode::kSpeculate);
+}
+
+// Where speculation keeps losing, each probe that confirms plain decoding doubles the interval
+// to the next (up to max_reprobe_after); a probe that finds speculation faster resets it.
+TEST(SpeculationPayoffTest, ConfirmingProbesGrowTheirIntervalOverturningOnesResetIt) {
+  const SpeculationPayoffOptions options{
+      .samples = 2, .reprobe_after = 10, .max_reprobe_after = 40, .decay = 0.5};
+  SpeculationPayoff payoff;
+  double speculate_rate = 5, plain_rate = 10;  // tokens per second of each mode
+  Mode last = Mode::kSpeculate;
+  // Runs `n` micro-batches as the payoff says (each 1 s); returns the lengths of the runs of
+  // `counted` that ended within them.
+  auto run = [&](int n, Mode counted) {
+    std::vector<int> runs;
+    int length = 0;
+    for (int i = 0; i < n; ++i) {
+      const Mode mode = payoff.ModeFor(options, 8);
+      if (mode != counted && length > 0) {
+        runs.push_back(length);
+        length = 0;
+      }
+      if (mode == counted) ++length;
+      const double rate = mode == Mode::kSpeculate ? speculate_rate : plain_rate;
+      payoff.OnMeasured(options, 8, mode, /*warm=*/mode == last, 1.0, static_cast<int>(rate));
+      last = mode;
+    }
+    return runs;
+  };
+  // Plain decoding: 2 samples and the first interval of 10 (12), then after each confirming
+  // probe (2 speculating samples, the switch's micro-batch unmeasured) 20, 40 and the cap, 40.
+  EXPECT_EQ(run(160, Mode::kPlain), (std::vector<int>{12, 20, 40, 40}));
+  // Speculation pays now: the next probe overturns the decision and the interval restarts at
+  // reprobe_after: speculating runs of 12 (the probe and 10), then 20 after a confirming probe.
+  speculate_rate = 20;
+  EXPECT_EQ(run(60, Mode::kSpeculate), (std::vector<int>{12, 20}));
+  EXPECT_EQ(payoff.ModeFor(options, 8), Mode::kSpeculate);
 }
 
 TEST(SpeculationPayoffTest, BucketsAreLogarithmic) {
