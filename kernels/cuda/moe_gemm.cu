@@ -315,6 +315,14 @@ absl::Status PrepareMoeKernels() {
   RS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
       GroupedGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemmSmem));
   RS_RETURN_IF_ERROR(SetRouteSmallKernelSmem());
+#if defined(RS_HAVE_SM90_PREFILL)
+  int major = 0, minor = 0;
+  RS_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  RS_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major == 9 && minor == 0) RS_RETURN_IF_ERROR(PrepareMoeGroupedGemmSm90());
+#endif
   configured.fetch_or(bit);
   return absl::OkStatus();
 }
@@ -378,6 +386,7 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedLinear& a, const int32_t* tile
   }
   const int grid_tiles = tiles != nullptr ? max_tiles : (a.rows + kBM - 1) / kBM;
   if (grid_tiles == 0) return absl::OkStatus();
+  RS_RETURN_IF_ERROR(PrepareMoeKernels());  // both kernels' shared memory limits, once a device
   if (a.gemm_kernel == MoeGemmKernel::kWgmmaSm90) {
 #if defined(RS_HAVE_SM90_PREFILL)
     return LaunchMoeGroupedGemmSm90(a, tiles, num_tiles, grid_tiles, stream);
@@ -386,7 +395,6 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedLinear& a, const int32_t* tile
         "LaunchMoeGroupedGemm: the wgmma kernel needs a build for sm_90 (its sm_90a code)");
 #endif
   }
-  RS_RETURN_IF_ERROR(PrepareMoeKernels());
   const dim3 grid(grid_tiles, (a.n + kBN - 1) / kBN);
   LaunchDependent(GroupedGemmKernel, grid, kGemmThreads, kGemmSmem, stream, a, tiles, num_tiles);
   return LaunchStatus("GroupedGemmKernel");

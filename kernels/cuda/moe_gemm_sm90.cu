@@ -139,13 +139,15 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace
 
+absl::Status PrepareMoeGroupedGemmSm90() {
+  RS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      GroupedGemmSm90Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  return absl::OkStatus();
+}
+
 absl::Status LaunchMoeGroupedGemmSm90(const MoeGroupedLinear& a, const int32_t* tiles,
                                       const int32_t* num_tiles, int grid_tiles,
                                       LaunchStream stream) {
-  // Once per process (one stage process drives one device).
-  static const cudaError_t attribute_error = cudaFuncSetAttribute(
-      GroupedGemmSm90Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  RS_CUDA_RETURN_IF_ERROR(attribute_error);
   const dim3 grid(grid_tiles, (a.n + kBN - 1) / kBN);
   LaunchDependent(GroupedGemmSm90Kernel, grid, kThreads, kSmemBytes, stream, a, tiles, num_tiles);
   return LaunchStatus("GroupedGemmSm90Kernel");

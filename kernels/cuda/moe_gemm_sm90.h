@@ -8,6 +8,10 @@
 
 namespace ringserve::cuda {
 
+// Sets the kernel's dynamic shared memory limit on the current device (compute capability 9.0);
+// PrepareMoeKernels calls it, before any launch or graph capture.
+absl::Status PrepareMoeGroupedGemmSm90();
+
 // The same contract and grid as the WMMA kernel: grid_tiles tile slots (the tile list's capacity,
 // or ceil(rows / kMoeTileRows) without one) by ceil(n / 128) column blocks. The arguments are
 // checked by LaunchMoeGroupedGemm.
