@@ -67,7 +67,26 @@ ARCHS = {
                 use_sliding_window=False, tie_word_embeddings=True, bos_token_id=1,
                 eos_token_id=[2, 3]),
         rope=dict(rope_type="default", rope_theta=1000000.0)),
+    # Variants (written only when --only names them): sliding windows shorter than the prompts.
+    # Mistral-7B-v0.1's kind: every layer slides (window 8), GQA 4:2.
+    "mistral_window": dict(
+        cls="MistralForCausalLM", cfg="MistralConfig",
+        kw=dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=384,
+                max_position_embeddings=256, rms_norm_eps=1e-5, sliding_window=8,
+                tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+        rope=dict(rope_type="default", rope_theta=10000.0)),
+    # Qwen2 with use_sliding_window: layers from max_window_layers (1) on slide (window 8).
+    "qwen2_window": dict(
+        cls="Qwen2ForCausalLM", cfg="Qwen2Config",
+        kw=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=448,
+                max_position_embeddings=256, rms_norm_eps=1e-6, use_sliding_window=True,
+                sliding_window=8, max_window_layers=1, tie_word_embeddings=False,
+                bos_token_id=1, eos_token_id=2),
+        rope=dict(rope_type="default", rope_theta=1000000.0)),
 }
+VARIANTS = {"mistral_window", "qwen2_window"}
 INIT_STD = 0.08
 
 
@@ -158,7 +177,7 @@ def main():
     summary = {"transformers": transformers.__version__, "torch": torch.__version__}
     print(f"transformers {transformers.__version__} torch {torch.__version__}")
     for arch, spec in ARCHS.items():
-        if args.only and arch not in args.only.split(","):
+        if (arch not in args.only.split(",")) if args.only else arch in VARIANTS:
             continue
         t0 = time.time()
         cfg = make_config(spec)

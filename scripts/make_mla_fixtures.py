@@ -133,7 +133,32 @@ FIXTURES = {
                                                  topk_method="group_limited_greedy",
                                                  routed_scaling_factor=1.5)),
                                   rope=YARN_V2, prompts=[5, 12, 27]),
+    # Variants (written only when --only names them). V3: one group (no group limit),
+    # norm_topk_prob false, routed_scaling_factor 1, every layer MoE, two shared experts, top-3,
+    # 3 heads, v_head_dim 10, rope not interleaved, YaRN without mscale keys (the cos/sin factor
+    # 0.1 ln(factor) + 1, no softmax mscale).
+    "deepseek_v3_moe_alt": dict(cls="DeepseekV3ForCausalLM", cfg="DeepseekV3Config",
+                                kw=dict(COMMON, num_attention_heads=3, num_key_value_heads=3,
+                                        v_head_dim=10, q_lora_rank=24, rope_interleave=False,
+                                        num_hidden_layers=2,
+                                        **dict(MOE_V3, n_group=1, topk_group=1,
+                                               norm_topk_prob=False, routed_scaling_factor=1.0,
+                                               first_k_dense_replace=0, n_shared_experts=2,
+                                               num_experts_per_tok=3)),
+                                rope=dict(rope_type="yarn", rope_theta=10000.0, factor=2.0,
+                                          original_max_position_embeddings=32, beta_fast=32,
+                                          beta_slow=1),
+                                prompts=[5, 12, 40], gap=True),
+    # V2 with q low-rank (as the full V2), greedy top-3 of 8, one shared expert,
+    # routed_scaling_factor 2, default rope.
+    "deepseek_v2_moe_alt": dict(cls="DeepseekV2ForCausalLM", cfg="DeepseekV2Config",
+                                kw=dict(COMMON, q_lora_rank=24,
+                                        **dict(MOE_V2, n_shared_experts=1, num_experts_per_tok=3,
+                                               routed_scaling_factor=2.0)),
+                                rope=dict(rope_type="default", rope_theta=10000.0),
+                                prompts=[5, 12, 27], gap=True),
 }
+VARIANTS = {"deepseek_v3_moe_alt", "deepseek_v2_moe_alt"}
 
 
 def make_config(spec):
@@ -377,7 +402,7 @@ def main():
         dump_sources(args.dump_sources)
     summary = {"transformers": transformers.__version__, "torch": torch.__version__}
     for name, spec in FIXTURES.items():
-        if args.only and name not in args.only.split(","):
+        if (name not in args.only.split(",")) if args.only else name in VARIANTS:
             continue
         try:
             summary[name] = write_fixture(name, spec, args.out)

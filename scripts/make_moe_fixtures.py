@@ -90,7 +90,56 @@ FAMILIES = {
                 num_hidden_layers=2, rms_norm_eps=1e-5, sliding_window=6,
                 layer_types=["sliding_attention", "full_attention"], attention_bias=True),
         rope=dict(rope_type="default", rope_theta=150000.0)),
+    # Variants of the same families with the other setting of each switch (not written into
+    # tests/fixtures/models by default: --only names them; tests/golden/golden_test.cc runs
+    # those present).
+    # norm_topk_prob false, MoE every second layer (decoder_sparse_step 2, no mlp_only_layers),
+    # top-3 of 6, head_dim 16 (!= hidden / heads), tied embeddings.
+    "qwen3_moe_alt": dict(
+        cls="Qwen3MoeForCausalLM", cfg="Qwen3MoeConfig", kind="softmax",
+        kw=dict(COMMON, head_dim=16, intermediate_size=40, moe_intermediate_size=12,
+                num_experts=6, num_experts_per_tok=3, norm_topk_prob=False,
+                decoder_sparse_step=2, mlp_only_layers=[], num_hidden_layers=4,
+                rms_norm_eps=1e-6, attention_bias=False, use_sliding_window=False,
+                tie_word_embeddings=True),
+        rope=dict(rope_type="default", rope_theta=10000.0)),
+    # Top-1 of 4 (weight 1 after renormalizing), GQA 4:2, a sliding window (7) shorter than the
+    # prompts on every layer.
+    "mixtral_window": dict(
+        cls="MixtralForCausalLM", cfg="MixtralConfig", kind="softmax",
+        kw=dict(COMMON, intermediate_size=12, num_local_experts=4, num_experts_per_tok=1,
+                num_hidden_layers=2, rms_norm_eps=1e-5, sliding_window=7),
+        rope=dict(rope_type="default", rope_theta=1000000.0)),
+    # norm_topk_prob true, MoE on every layer but the first (mlp_only_layers [0]).
+    "qwen2_moe_alt": dict(
+        cls="Qwen2MoeForCausalLM", cfg="Qwen2MoeConfig", kind="softmax",
+        kw=dict(COMMON, intermediate_size=48, moe_intermediate_size=12,
+                shared_expert_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
+                norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[0],
+                num_hidden_layers=3, rms_norm_eps=1e-6, use_sliding_window=False),
+        rope=dict(rope_type="default", rope_theta=1000000.0)),
+    # One group (no group limit), norm_topk_prob false, routed_scaling_factor 1, every layer MoE
+    # (first_k_dense_replace 0), two shared experts, top-3 of 6, full rotary, no q/k norm, no
+    # attention bias.
+    "glm4_moe_alt": dict(
+        cls="Glm4MoeForCausalLM", cfg="Glm4MoeConfig", kind="group",
+        kw=dict(COMMON, head_dim=16, intermediate_size=48, moe_intermediate_size=12,
+                n_routed_experts=6, n_shared_experts=2, num_experts_per_tok=3, n_group=1,
+                topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=False,
+                first_k_dense_replace=0, num_hidden_layers=2, rms_norm_eps=1e-5,
+                partial_rotary_factor=1.0, use_qk_norm=False, attention_bias=False),
+        rope=dict(rope_type="default", rope_theta=10000.0)),
+    # Full attention first, then two sliding layers (window 4), top-3 of 8, MQA.
+    "gpt_oss_alt": dict(
+        cls="GptOssForCausalLM", cfg="GptOssConfig", kind="topk_softmax",
+        kw=dict(COMMON, num_key_value_heads=1, intermediate_size=12, num_local_experts=8,
+                num_experts_per_tok=3, num_hidden_layers=3, rms_norm_eps=1e-5,
+                sliding_window=4,
+                layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+                attention_bias=True),
+        rope=dict(rope_type="default", rope_theta=150000.0)),
 }
+VARIANTS = {"qwen3_moe_alt", "mixtral_window", "qwen2_moe_alt", "glm4_moe_alt", "gpt_oss_alt"}
 
 
 def describe_config_class(cfg_cls):
@@ -291,7 +340,7 @@ def run_family(fam, out_dir, result_queue):
         kind = spec["kind"]
         say("state_dict: " + json.dumps({k: list(v.shape) for k, v in model.state_dict().items()
                                          if ".layers.0." in k or ".layers.1." in k or "layers" not in k}))
-        if fam == "gpt_oss":
+        if fam.startswith("gpt_oss"):
             ex = model.model.layers[0].mlp.experts
             say(f"experts attrs: limit={getattr(ex, 'limit', None)} alpha={getattr(ex, 'alpha', None)} "
                 f"cfg.swiglu_limit={getattr(cfg, 'swiglu_limit', None)}")
@@ -326,9 +375,9 @@ def run_family(fam, out_dir, result_queue):
         seqs = [p + r[1] for p, r in zip(prompts, results)]
         gap = min_router_gap(kind, cfg, model, seqs)
         extra = {}
-        if fam == "gpt_oss":
+        if fam.startswith("gpt_oss"):
             extra["clamp_fraction"] = clamp_fraction(model, cfg, seqs[2])
-        if fam == "glm4_moe":
+        if fam.startswith("glm4_moe"):
             vals = [mlp.gate.e_score_correction_bias for _, mlp in moe_blocks(model)]
             extra["correction_bias_absmax"] = max(v.abs().max().item() for v in vals)
 
@@ -420,7 +469,8 @@ def main():
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     print(f"transformers {transformers.__version__} torch {torch.__version__}", flush=True)
-    fams = [f for f in FAMILIES if not args.only or f in args.only.split(",")]
+    only = args.only.split(",") if args.only else None
+    fams = [f for f in FAMILIES if (f in only if only else f not in VARIANTS)]
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     procs = [ctx.Process(target=run_family, args=(f, args.out, queue)) for f in fams]
