@@ -307,6 +307,26 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(std::string_view body) {
         !content->is_array()) {
       return InvalidParam(where + ".content", "'content' must be a string or a list of parts.");
     }
+    if (content != nullptr && content->is_array()) {
+      // The served models read text only: an image, audio or file part would be dropped.
+      for (size_t p = 0; p < content->size(); ++p) {
+        const Json& part = (*content)[p];
+        const std::string at = fmt::format("{}.content[{}]", where, p);
+        const Json* type = part.is_object() ? Field(part, "type") : nullptr;
+        if (type == nullptr || !type->is_string()) {
+          return InvalidParam(at, "Each content part must be an object with a string 'type'.");
+        }
+        if (type->get<std::string>() != "text") {
+          return InvalidParam(at, fmt::format("Content part type '{}' is not supported: this "
+                                              "server's models take text parts only.",
+                                              type->get<std::string>()));
+        }
+        const Json* text = Field(part, "text");
+        if (text == nullptr || !text->is_string()) {
+          return InvalidParam(at, "A text content part needs a string 'text'.");
+        }
+      }
+    }
   }
   request.messages = *messages;
   if (const Json* kwargs = Field(json, "chat_template_kwargs"); !IsNullish(kwargs)) {

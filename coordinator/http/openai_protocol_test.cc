@@ -133,6 +133,13 @@ TEST(OpenAiProtocolTest, RejectsWhatItCannotHonourNamingTheField) {
        "top_logprobs", "between 0 and 20"},
       {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})", "tools",
        "not supported"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},
+          {"type":"image_url","image_url":{"url":"http://x"}}]}]})",
+       "messages[0].content[1]", "'image_url' is not supported"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"text":"a"}]}]})",
+       "messages[0].content[0]", "string 'type'"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":5}]}]})",
+       "messages[0].content[0]", "string 'text'"},
   };
   for (const BadCase& c : cases) {
     std::string body = c.body;
