@@ -686,8 +686,15 @@ absl::StatusOr<MicroBatchResult> Scheduler::OnMicroBatchDone(
             1 + (speculation.empty() ? 0 : static_cast<int>(speculation[sampled].accepted.size()));
         ++sampled;
       }
+      // From the later of its issue and the previous completion (the ring's time, also with
+      // several micro-batches in flight), plus the time the coordinator took to plan it after
+      // that completion: a speculating sequence waits for each result, a plain decode planned
+      // ahead hides it, so it is a cost of the mode. The gap is charged up to the micro-batch's
+      // own time, so that a ring left idle is not.
+      const double ran = now - std::max(record.issued_s, s.last_done_s);
+      const double gap = std::clamp(record.issued_s - s.last_done_s, 0.0, ran);
       s.payoff.OnMeasured(options_.speculation.payoff, record.decoding, record.mode, record.warm,
-                          now - std::max(record.issued_s, s.last_done_s), emitted);
+                          ran + gap, emitted);
     }
     s.last_done_s = now;
   }

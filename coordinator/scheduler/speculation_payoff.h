@@ -6,7 +6,9 @@
 // batch (or with a small target) that time is more than the accepted drafts save. So the
 // scheduler measures both: decode-only micro-batches are timed (from the later of their issue
 // and the previous completion, to their completion: the ring's throughput, also with several
-// micro-batches in flight) and their emitted tokens counted, per mode (speculating or plain)
+// micro-batches in flight; plus the coordinator's time between the previous completion and
+// their issue, up to their own time: speculating sequences wait for each result, plain decodes
+// planned ahead hide it) and their emitted tokens counted, per mode (speculating or plain)
 // and per load bucket (how many sequences decode: 1, 2-3, 4-7, 8-15, ...). A bucket first
 // measures speculation, then plain decoding, `samples` micro-batches each, and then runs the
 // faster mode (speculation on a tie); the slower one is measured again after `reprobe_after`
