@@ -182,6 +182,11 @@ TEST(ModelConfigTest, QwenSlidesFromMaxWindowLayersWhenUseSlidingWindow) {
   auto off = Parse(j);
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_TRUE(off->sliding_layers.empty());
+  j["layer_types"] = {"full_attention", "sliding_attention"};  // dropped with the window
+  auto typed_off = Parse(j);
+  ASSERT_TRUE(typed_off.ok()) << typed_off.status();
+  EXPECT_TRUE(typed_off->sliding_layers.empty());
+  j.erase("layer_types");
   j["use_sliding_window"] = true;
   auto on = Parse(j);
   ASSERT_TRUE(on.ok()) << on.status();

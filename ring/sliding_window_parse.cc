@@ -33,8 +33,7 @@ absl::StatusOr<std::vector<bool>> FamilyRule(const Json& j, const ModelConfig& c
     case Architecture::kQwen3:
     case Architecture::kQwen2Moe:
     case Architecture::kQwen3Moe: {
-      RS_ASSIGN_OR_RETURN(const bool use, GetBool(j, "use_sliding_window", false, source));
-      if (!use || !window) break;
+      if (!window) break;
       RS_ASSIGN_OR_RETURN(std::optional<int64_t> first,
                           GetInt(j, "max_window_layers", source, false));
       for (int layer = 0; layer < c.num_layers; ++layer) {
@@ -72,10 +71,23 @@ absl::StatusOr<std::vector<bool>> FromLayerTypes(const Json& types, const ModelC
   return sliding;
 }
 
+bool IsQwenFamily(Architecture a) {
+  return a == Architecture::kQwen2 || a == Architecture::kQwen3 || a == Architecture::kQwen2Moe ||
+         a == Architecture::kQwen3Moe;
+}
+
 }  // namespace
 
 absl::Status ParseSlidingWindow(const Json& j, ModelConfig& c, const std::string& source) {
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetInt(j, "sliding_window", source, false));
+  c.sliding_window = 0;
+  c.sliding_layers.clear();
+  if (IsQwenFamily(c.architecture)) {
+    // transformers' Qwen configs drop the window unless use_sliding_window is true, so every
+    // layer attends to everything then, whatever layer_types says.
+    RS_ASSIGN_OR_RETURN(const bool use, GetBool(j, "use_sliding_window", false, source));
+    if (!use) return absl::OkStatus();
+  }
   std::vector<bool> sliding;
   const auto types = j.find("layer_types");
   if (types != j.end() && !types->is_null()) {
@@ -83,8 +95,6 @@ absl::Status ParseSlidingWindow(const Json& j, ModelConfig& c, const std::string
   } else {
     RS_ASSIGN_OR_RETURN(sliding, FamilyRule(j, c, window, source));
   }
-  c.sliding_window = 0;
-  c.sliding_layers.clear();
   if (std::none_of(sliding.begin(), sliding.end(), [](bool s) { return s; })) {
     return absl::OkStatus();
   }
@@ -98,7 +108,7 @@ absl::Status ParseSlidingWindow(const Json& j, ModelConfig& c, const std::string
   if (c.mla) {
     return Invalid(source, "sliding_window: DeepSeek's latent attention has no sliding window");
   }
-  c.sliding_window = static_cast<int>(*window);
+  c.sliding_window = static_cast<int>(std::min<int64_t>(*window, int64_t{1} << 30));
   c.sliding_layers = std::move(sliding);
   return absl::OkStatus();
 }

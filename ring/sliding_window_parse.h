@@ -5,7 +5,8 @@
 // derives layer_types from them:
 //   - Mistral, Mixtral: every layer slides when `sliding_window` is set (Mistral-7B-v0.1: 4096);
 //   - Qwen2, Qwen3 and their MoE models: layers >= `max_window_layers` slide when
-//     `use_sliding_window` is true;
+//     `use_sliding_window` is true (when it is false no layer slides, layer_types or not: their
+//     transformers configs drop the window then);
 //   - gpt-oss: even layers slide, odd layers attend to everything;
 //   - Llama, GLM-4.5, DeepSeek: no layer slides.
 // A window at least max_position_embeddings never drops a key inside the model's context, so
