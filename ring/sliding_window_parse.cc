@@ -19,33 +19,28 @@ using Json = nlohmann::json;
 // transformers' default max_window_layers of the Qwen families.
 constexpr int64_t kQwenMaxWindowLayers = 28;
 
-// The family's rule for files without layer_types (see the header).
+bool IsQwenFamily(Architecture a) {
+  return a == Architecture::kQwen2 || a == Architecture::kQwen3 || a == Architecture::kQwen2Moe ||
+         a == Architecture::kQwen3Moe;
+}
+
+// The family's rule for files without layer_types (see the header); Qwen files reach it only
+// with use_sliding_window true.
 absl::StatusOr<std::vector<bool>> FamilyRule(const Json& j, const ModelConfig& c,
                                              std::optional<int64_t> window,
                                              const std::string& source) {
   std::vector<bool> sliding(c.num_layers, false);
-  switch (c.architecture) {
-    case Architecture::kMistral:
-    case Architecture::kMixtral:
-      if (window) sliding.assign(c.num_layers, true);
-      break;
-    case Architecture::kQwen2:
-    case Architecture::kQwen3:
-    case Architecture::kQwen2Moe:
-    case Architecture::kQwen3Moe: {
-      if (!window) break;
-      RS_ASSIGN_OR_RETURN(std::optional<int64_t> first,
-                          GetInt(j, "max_window_layers", source, false));
-      for (int layer = 0; layer < c.num_layers; ++layer) {
-        sliding[layer] = layer >= first.value_or(kQwenMaxWindowLayers);
-      }
-      break;
+  const Architecture a = c.architecture;
+  if ((a == Architecture::kMistral || a == Architecture::kMixtral) && window) {
+    sliding.assign(c.num_layers, true);
+  } else if (IsQwenFamily(a) && window) {
+    RS_ASSIGN_OR_RETURN(std::optional<int64_t> first,
+                        GetInt(j, "max_window_layers", source, false));
+    for (int layer = 0; layer < c.num_layers; ++layer) {
+      sliding[layer] = layer >= first.value_or(kQwenMaxWindowLayers);
     }
-    case Architecture::kGptOss:
-      for (int layer = 0; layer < c.num_layers; ++layer) sliding[layer] = layer % 2 == 0;
-      break;
-    default:
-      break;
+  } else if (a == Architecture::kGptOss) {
+    for (int layer = 0; layer < c.num_layers; ++layer) sliding[layer] = layer % 2 == 0;
   }
   return sliding;
 }
@@ -69,11 +64,6 @@ absl::StatusOr<std::vector<bool>> FromLayerTypes(const Json& types, const ModelC
     }
   }
   return sliding;
-}
-
-bool IsQwenFamily(Architecture a) {
-  return a == Architecture::kQwen2 || a == Architecture::kQwen3 || a == Architecture::kQwen2Moe ||
-         a == Architecture::kQwen3Moe;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "common/status_macros.h"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_device.cuh"
@@ -316,12 +317,8 @@ absl::Status PrepareMoeKernels() {
       GroupedGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemmSmem));
   RS_RETURN_IF_ERROR(SetRouteSmallKernelSmem());
 #if defined(RS_HAVE_SM90_PREFILL)
-  int major = 0, minor = 0;
-  RS_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  RS_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major == 9 && minor == 0) RS_RETURN_IF_ERROR(PrepareMoeGroupedGemmSm90());
+  RS_ASSIGN_OR_RETURN(const DeviceInfo info, QueryDeviceInfo(device));
+  if (info.compute_capability == 90) RS_RETURN_IF_ERROR(PrepareMoeGroupedGemmSm90());
 #endif
   configured.fetch_or(bit);
   return absl::OkStatus();
