@@ -86,11 +86,20 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
   }
   if (type == "default") return rope;
   RS_ASSIGN_OR_RETURN(std::optional<double> factor, GetNumber(*params, "factor", source));
+  if (!factor && type == "yarn") {
+    // transformers: max_position_embeddings / original_max_position_embeddings (1 without it).
+    RS_ASSIGN_OR_RETURN(const std::optional<int64_t> max_positions,
+                        GetInt(j, "max_position_embeddings", source, true));
+    RS_ASSIGN_OR_RETURN(const std::optional<int64_t> original,
+                        GetInt(*params, "original_max_position_embeddings", source, false));
+    factor = original && *original > 0 ? static_cast<double>(*max_positions) / *original : 1.0;
+  }
   if (!factor || !(*factor > 0)) {
     return Invalid(
         source, fmt::format("{} rope type \"{}\" needs a positive \"factor\"", params_key, type));
   }
   rope.factor = *factor;
+  if (type == "dynamic") return rope;  // plain frequencies up to max_position_embeddings
   if (type == "linear") {
     rope.type = RopeType::kLinear;
     return rope;
@@ -141,19 +150,36 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
     return rope;
   }
   return Invalid(source, fmt::format("unsupported {} rope type \"{}\" (supported: default, "
-                                     "linear, llama3, yarn)",
+                                     "linear, dynamic, llama3, yarn)",
                                      params_key, type));
 }
 
-// partial_rotary_factor, top level or inside rope_parameters / rope_scaling; 1 if absent.
-absl::StatusOr<double> ParsePartialRotary(const Json& j, const std::string& source) {
+// GptOssConfig's defaults for a file without rope parameters: YaRN over 4,096 positions by 32
+// (truncate false), theta 150,000 unless rope_theta is given.
+void ApplyGptOssRopeDefaults(const Json& j, RopeConfig& rope) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (auto it = j.find(key); it != j.end() && !it->is_null()) return;
+  }
+  if (auto it = j.find("rope_theta"); it == j.end() || it->is_null()) rope.theta = 150000.0;
+  rope.type = RopeType::kYarn;
+  rope.factor = 32.0;
+  rope.original_max_position_embeddings = 4096;
+  rope.beta_fast = 32.0;
+  rope.beta_slow = 1.0;
+  rope.truncate = false;
+}
+
+// partial_rotary_factor, top level or inside rope_parameters / rope_scaling; `fallback` if
+// absent (GLM-4.5's config class defaults to 0.5, the others rotate every value).
+absl::StatusOr<double> ParsePartialRotary(const Json& j, const std::string& source,
+                                          double fallback) {
   RS_ASSIGN_OR_RETURN(std::optional<double> partial, GetNumber(j, "partial_rotary_factor", source));
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     auto it = j.find(key);
     if (partial || it == j.end() || !it->is_object()) continue;
     RS_ASSIGN_OR_RETURN(partial, GetNumber(*it, "partial_rotary_factor", source));
   }
-  return partial.value_or(1.0);
+  return partial.value_or(fallback);
 }
 
 absl::Status ParseTokenIds(const Json& j, ModelConfig& config, const std::string& source) {
@@ -232,15 +258,13 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
   if (eps) config.rms_norm_eps = static_cast<float>(*eps);
   if (!(config.rms_norm_eps > 0)) return Invalid(source, "rms_norm_eps must be positive");
   RS_ASSIGN_OR_RETURN(config.rope, ParseRope(j, source));
+  if (config.architecture == Architecture::kGptOss) ApplyGptOssRopeDefaults(j, config.rope);
   const bool mla = config.architecture == Architecture::kDeepseekV2 ||
                    config.architecture == Architecture::kDeepseekV3;
   if (mla) {
     RS_RETURN_IF_ERROR(ParseDeepseekConfig(j, source, config));
   } else {
     RS_RETURN_IF_ERROR(ParseHeads(j, source, config));
-  }
-  if (config.rope.type == RopeType::kYarn && !mla) {
-    return Invalid(source, "unsupported rope type \"yarn\" (supported for DeepSeek models only)");
   }
 
   RS_ASSIGN_OR_RETURN(bool attention_bias, GetBool(j, "attention_bias", false, source));
@@ -278,7 +302,9 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
   if (config.architecture == Architecture::kGlm4Moe) {
     RS_ASSIGN_OR_RETURN(config.qk_norm, GetBool(j, "use_qk_norm", false, source));
   }
-  RS_ASSIGN_OR_RETURN(const double partial, ParsePartialRotary(j, source));
+  RS_ASSIGN_OR_RETURN(
+      const double partial,
+      ParsePartialRotary(j, source, config.architecture == Architecture::kGlm4Moe ? 0.5 : 1.0));
   if (partial != 1.0 && config.architecture != Architecture::kGlm4Moe) {
     return Invalid(source, fmt::format("unsupported partial_rotary_factor {}", partial));
   }
@@ -288,6 +314,15 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
     return Invalid(source, fmt::format("partial_rotary_factor {} must make an even rotary "
                                        "dimension of head_dim {}",
                                        partial, config.head_dim));
+  }
+  if (config.rope.type == RopeType::kYarn && !mla) {
+    if (config.rotary_dim != config.head_dim) {
+      return Invalid(source, fmt::format("unsupported rope type \"yarn\" with "
+                                         "partial_rotary_factor {} (only with every value rotated)",
+                                         partial));
+    }
+    const float factor = static_cast<float>(YarnAttentionFactor(config.rope));
+    config.score_factor = factor * factor;
   }
   RS_ASSIGN_OR_RETURN(config.tie_word_embeddings, GetBool(j, "tie_word_embeddings", false, source));
   RS_RETURN_IF_ERROR(ParseTokenIds(j, config, source));

@@ -8,6 +8,7 @@
 // message naming the key, never silently ignored.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,7 +41,9 @@ enum class RopeType {
   kDefault,  // plain RoPE: inv_freq[i] = theta^(-2i / head_dim)
   kLinear,   // positions divided by `factor` (equivalently inv_freq / factor)
   kLlama3,   // Llama 3.1 frequency-dependent scaling (factor, low/high_freq_factor, original max)
-  kYarn,     // YaRN (DeepSeek models only): frequencies blended by a ramp, cos/sin scaled
+  kYarn,     // YaRN: frequencies blended by a ramp, cos/sin scaled (YarnAttentionFactor)
+  // "dynamic" (dynamic NTK) parses as kDefault: transformers changes the frequencies only for
+  // sequences longer than max_position_embeddings, which ringserve never runs.
 };
 
 struct RopeConfig {
@@ -105,6 +108,11 @@ struct ModelConfig {
   int max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f;
   RopeConfig rope;
+  // YaRN's attention factor squared (1 otherwise). transformers multiplies cos and sin by that
+  // factor, which scales every rotated q and k value; with every value rotated (YaRN with
+  // partial rotary is refused) that equals scaling the scores, so the kernels rotate plainly
+  // and AttentionScale() carries it. (MLA folds its own into mla->softmax_scale.)
+  float score_factor = 1.0f;
 
   // Biases of the attention projections. Qwen2: q/k/v always, o never; Llama/Qwen3:
   // `attention_bias` for q/k/v/o; Mistral: none.
@@ -134,6 +142,10 @@ struct ModelConfig {
   // DeepSeek-V2/V3 only.
   std::optional<MlaConfig> mla;
 
+  // Softmax scale of ordinary attention: head_dim^-0.5 times score_factor.
+  float AttentionScale() const {
+    return 1.0f / std::sqrt(static_cast<float>(head_dim)) * score_factor;
+  }
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
   // The window of `layer`'s attention, 0 for full attention.

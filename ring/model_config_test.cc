@@ -1,5 +1,6 @@
 #include "ring/model_config.h"
 
+#include <cmath>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -117,6 +118,51 @@ TEST(ModelConfigTest, LinearRopeScalesFrequencies) {
   for (size_t i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(scaled[i], plain[i] / 4);
 }
 
+TEST(ModelConfigTest, YarnOnOrdinaryAttentionScalesTheScoresBySquaredAttentionFactor) {
+  Json j = LlamaJson();
+  j["rope_parameters"] = {{"rope_type", "yarn"},
+                          {"rope_theta", 10000.0},
+                          {"factor", 4.0},
+                          {"original_max_position_embeddings", 64}};
+  auto config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope.type, RopeType::kYarn);
+  // transformers multiplies cos and sin by 0.1 ln 4 + 1; q.k carries its square.
+  const float factor = static_cast<float>(0.1 * std::log(4.0) + 1.0);
+  EXPECT_FLOAT_EQ(config->score_factor, factor * factor);
+  EXPECT_FLOAT_EQ(config->AttentionScale(), factor * factor / 4.0f);  // head_dim 16
+  // The frequencies are YaRN's: the fastest pair extrapolated, the slowest interpolated.
+  const std::vector<float> yarn = RopeInverseFrequencies(config->rope, 16);
+  config->rope.type = RopeType::kDefault;
+  const std::vector<float> plain = RopeInverseFrequencies(config->rope, 16);
+  EXPECT_FLOAT_EQ(yarn[0], plain[0]);
+  EXPECT_FLOAT_EQ(yarn[7], plain[7] / 4);
+
+  // An explicit attention_factor wins; without a factor, max_position_embeddings / original.
+  j["rope_parameters"].erase("factor");
+  j["rope_parameters"]["attention_factor"] = 1.5;
+  config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_DOUBLE_EQ(config->rope.factor, 4.0);  // 256 / 64
+  EXPECT_FLOAT_EQ(config->score_factor, 2.25f);
+
+  // Without YaRN the scale is plain.
+  config = Parse(LlamaJson());
+  ASSERT_TRUE(config.ok());
+  EXPECT_FLOAT_EQ(config->AttentionScale(), 0.25f);
+}
+
+TEST(ModelConfigTest, DynamicRopeKeepsPlainFrequenciesWithinMaxPositions) {
+  Json j = LlamaJson();
+  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}, {"rope_theta", 10000.0}};
+  auto config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope.type, RopeType::kDefault);
+  EXPECT_FLOAT_EQ(config->score_factor, 1.0f);
+  j["rope_parameters"].erase("factor");
+  ExpectRefused(j, "factor");
+}
+
 TEST(ModelConfigTest, QwenFamiliesBiasAndNorms) {
   Json j = LlamaJson();
   j["architectures"] = {"Qwen2ForCausalLM"};
@@ -212,12 +258,8 @@ TEST(ModelConfigTest, RefusesUnsupported) {
   ExpectRefused(j, "layer_types");
 
   j = LlamaJson();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  ExpectRefused(j, "rope type \"yarn\"");
-
-  j = LlamaJson();
-  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}, {"rope_theta", 10000.0}};
-  ExpectRefused(j, "rope type \"dynamic\"");
+  j["rope_parameters"] = {{"rope_type", "longrope"}, {"factor", 2.0}, {"rope_theta", 10000.0}};
+  ExpectRefused(j, "rope type \"longrope\"");
 
   j = LlamaJson();
   j["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"rope_theta", 10000.0}};

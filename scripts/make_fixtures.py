@@ -85,8 +85,18 @@ ARCHS = {
                 sliding_window=8, max_window_layers=1, tie_word_embeddings=False,
                 bos_token_id=1, eos_token_id=2),
         rope=dict(rope_type="default", rope_theta=1000000.0)),
+    # Qwen2.5-style YaRN (factor 4 over 16 original positions, prompts past them); factor is not
+    # max_position_embeddings / original (256 / 16), so the fixture tells which transformers uses.
+    "qwen2_yarn": dict(
+        cls="Qwen2ForCausalLM", cfg="Qwen2Config",
+        kw=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=320,
+                max_position_embeddings=256, rms_norm_eps=1e-6, use_sliding_window=False,
+                tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+        rope=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                  original_max_position_embeddings=16)),
 }
-VARIANTS = {"mistral_window", "qwen2_window"}
+VARIANTS = {"mistral_window", "qwen2_window", "qwen2_yarn"}
 INIT_STD = 0.08
 
 

@@ -138,8 +138,26 @@ FAMILIES = {
                 layer_types=["full_attention", "sliding_attention", "sliding_attention"],
                 attention_bias=True),
         rope=dict(rope_type="default", rope_theta=150000.0)),
+    # gpt-oss without rope parameters: GptOssConfig's own (YaRN, factor 32, not truncated).
+    "gpt_oss_yarn": dict(
+        cls="GptOssForCausalLM", cfg="GptOssConfig", kind="topk_softmax",
+        kw=dict(COMMON, intermediate_size=12, num_local_experts=4, num_experts_per_tok=2,
+                num_hidden_layers=2, rms_norm_eps=1e-5, sliding_window=6,
+                layer_types=["sliding_attention", "full_attention"], attention_bias=True),
+        rope=None),
+    # Qwen3-MoE with use_sliding_window and no layer_types: which layers slide is the config
+    # class's rule (window 5, shorter than the prompts).
+    "qwen3_moe_window": dict(
+        cls="Qwen3MoeForCausalLM", cfg="Qwen3MoeConfig", kind="softmax",
+        kw=dict(COMMON, intermediate_size=40, moe_intermediate_size=12, num_experts=4,
+                num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+                mlp_only_layers=[], num_hidden_layers=3, rms_norm_eps=1e-6,
+                attention_bias=False, use_sliding_window=True, sliding_window=5,
+                max_window_layers=1),
+        rope=dict(rope_type="default", rope_theta=10000.0)),
 }
-VARIANTS = {"qwen3_moe_alt", "mixtral_window", "qwen2_moe_alt", "glm4_moe_alt", "gpt_oss_alt"}
+VARIANTS = {"qwen3_moe_alt", "mixtral_window", "qwen2_moe_alt", "glm4_moe_alt", "gpt_oss_alt",
+            "gpt_oss_yarn", "qwen3_moe_window"}
 
 
 def describe_config_class(cfg_cls):
@@ -152,6 +170,8 @@ def describe_config_class(cfg_cls):
 def make_config(spec):
     cfg_cls = getattr(transformers, spec["cfg"])
     kw = dict(spec["kw"])
+    if spec["rope"] is None:  # the config class's own rope parameters
+        return cfg_cls(**kw)
     rope = dict(spec["rope"])
     partial = kw.get("partial_rotary_factor")
     try:

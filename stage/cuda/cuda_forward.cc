@@ -393,7 +393,7 @@ absl::Status CudaModelSlice::RunAttention(int l, const Plan& p, const KvCacheLay
   const ModelConfig& c = config_;
   const int32_t* m = meta_.as<int32_t>();
   const AttentionShape shape{.num_heads = c.num_heads,
-                             .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                             .scale = c.AttentionScale(),
                              .cache = cache,
                              .sinks = layers_[l].sinks,
                              .sliding_window = c.SlidingWindowOf(options_.layers.first + l)};

@@ -228,7 +228,7 @@ void CpuModelSlice::RunAttention(int local_layer, const MicroBatch& batch,
                         positions.data(), inv_freq_.data());
 
   const cpu::KvLayerView kv = kv_->Layer(local_layer);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float scale = c.AttentionScale();
   const cpu::AttentionVariant variant{
       .sliding_window = c.SlidingWindowOf(options_.layers.first + local_layer),
       .sinks = w.sinks.empty() ? nullptr : w.sinks.data()};

@@ -1,5 +1,6 @@
 // The MoE fields of config.json: layer patterns, router options, attention variants, the keys
 // refused, and what a MoE layer costs in weight memory.
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -135,6 +136,20 @@ TEST(MoeConfigTest, GptOssSlidingLayersAndSinks) {
   EXPECT_EQ(c.SlidingWindowOf(1), 0);
   EXPECT_EQ(c.moe.router.scoring, RouterScoring::kTopKSoftmax);
   EXPECT_EQ(c.moe.activation, ExpertActivation::kClampedSwiglu);
+  // No rope parameters: GptOssConfig's YaRN (factor 32 over 4,096 positions, not truncated).
+  EXPECT_EQ(c.rope.type, RopeType::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 32.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_FALSE(c.rope.truncate);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 150000.0);
+  const float factor = static_cast<float>(0.1 * std::log(32.0) + 1.0);
+  EXPECT_FLOAT_EQ(c.score_factor, factor * factor);
+  // Explicit parameters are taken as written.
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 150000.0}};
+  c = Parse(j);
+  EXPECT_EQ(c.rope.type, RopeType::kDefault);
+  EXPECT_FLOAT_EQ(c.score_factor, 1.0f);
+  j.erase("rope_parameters");
 
   j["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention", "full_attention"};
   ExpectRefused(j, "chunked_attention");

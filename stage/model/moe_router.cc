@@ -90,10 +90,11 @@ void RouteTokens(const RouterOptions& o, std::span<const float> logits,
           TopK(group_score, o.topk_group, order);
           std::vector<bool> kept(o.n_group, false);
           for (int32_t g : order) kept[g] = true;
-          // Experts of dropped groups cannot be chosen (DeepSeek-V3 masks them with -inf;
-          // transformers with 0, the same whenever scores + bias are positive).
+          // Experts of dropped groups choose with 0, as transformers masks them (DeepSeek's own
+          // code masks with -inf; the two differ only where fewer than top_k kept experts have
+          // a positive score + bias, and then transformers, our reference, picks dropped ones).
           for (int x = 0; x < e; ++x) {
-            if (!kept[x / per_group]) choice[x] = -std::numeric_limits<float>::infinity();
+            if (!kept[x / per_group]) choice[x] = 0.0f;
           }
         }
         TopK(choice, k, order);
