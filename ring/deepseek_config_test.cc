@@ -25,14 +25,6 @@ void ExpectRefused(const Json& j, const std::string& message) {
   EXPECT_THAT(std::string(config.status().message()), HasSubstr("test.json"));
 }
 
-Json LlamaJson() {
-  return Json::parse(R"({
-    "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
-    "max_position_embeddings": 256
-  })");
-}
-
 // DeepSeek-V3's published config.json (MLA and YaRN fields), with every layer dense.
 Json DeepseekV3Json() {
   return Json::parse(R"({
@@ -113,6 +105,13 @@ TEST(DeepseekConfigTest, V3MoeLayersUseTheGroupedSigmoidRouter) {
   j.erase("first_k_dense_replace");  // V3's default is 3 as well
   EXPECT_TRUE(Parse(j)->moe.IsMoeLayer(3));
   EXPECT_FALSE(Parse(j)->moe.IsMoeLayer(2));
+  // Without the routing keys: DeepseekV3Config's defaults (8 groups, best 4, scale 2.5).
+  for (const char* key : {"n_group", "topk_group", "routed_scaling_factor"}) j.erase(key);
+  config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->moe.router.n_group, 8);
+  EXPECT_EQ(config->moe.router.topk_group, 4);
+  EXPECT_FLOAT_EQ(config->moe.router.routed_scaling_factor, 2.5f);
 }
 
 // DeepSeek-V2-Lite's published MoE fields.
@@ -207,9 +206,6 @@ TEST(DeepseekConfigTest, RefusesWhatItDoesNotImplement) {
   Json linear = DeepseekV3Json();
   linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   ExpectRefused(linear, "rope type for DeepSeek");
-  Json llama_yarn = LlamaJson();
-  llama_yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  ExpectRefused(llama_yarn, "\"yarn\" (supported for DeepSeek models only)");
   Json sliding = DeepseekV3Json();
   sliding["sliding_window"] = 64;
   sliding["layer_types"] = Json::array();

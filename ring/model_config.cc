@@ -53,7 +53,8 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
   RopeConfig rope;
   const Json* params = nullptr;
   std::string params_key;
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+  // transformers 5 takes rope_scaling over rope_parameters when a file has both.
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
     auto it = j.find(key);
     if (it != j.end() && !it->is_null()) {
       if (!it->is_object()) return Invalid(source, fmt::format("\"{}\" must be an object", key));

@@ -104,6 +104,11 @@ TEST(ModelConfigTest, Llama3RopeTransformers5Spelling) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->rope.type, RopeType::kDefault);
   EXPECT_DOUBLE_EQ(config->rope.theta, 1000000.0);
+  // With both spellings, rope_scaling wins (transformers 5: `rope_scaling or rope_parameters`).
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope.type, RopeType::kLinear);
 }
 
 TEST(ModelConfigTest, LinearRopeScalesFrequencies) {

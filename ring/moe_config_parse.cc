@@ -166,10 +166,13 @@ absl::Status ParseDeepSeekMoe(const Json& j, ModelConfig& c, const std::string& 
   RS_ASSIGN_OR_RETURN(m.router.norm_topk_prob, GetBool(j, "norm_topk_prob", true, source));
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> n_group, GetInt(j, "n_group", source, false));
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> topk_group, GetInt(j, "topk_group", source, false));
-  m.router.n_group = static_cast<int>(n_group.value_or(1));
-  m.router.topk_group = static_cast<int>(topk_group.value_or(1));
+  // Absent keys take the config class's defaults: DeepseekV3Config's 8 groups, best 4, scale
+  // 2.5; Glm4MoeConfig's 1, 1, 1.
+  const bool v3 = c.architecture == Architecture::kDeepseekV3;
+  m.router.n_group = static_cast<int>(n_group.value_or(v3 ? 8 : 1));
+  m.router.topk_group = static_cast<int>(topk_group.value_or(v3 ? 4 : 1));
   RS_ASSIGN_OR_RETURN(std::optional<double> scale, GetNumber(j, "routed_scaling_factor", source));
-  m.router.routed_scaling_factor = static_cast<float>(scale.value_or(1.0));
+  m.router.routed_scaling_factor = static_cast<float>(scale.value_or(v3 ? 2.5 : 1.0));
   m.correction_bias = true;
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> shared, GetInt(j, "n_shared_experts", source, false));
   if (shared.value_or(1) < 0) return Invalid(source, "n_shared_experts must be >= 0");
