@@ -80,7 +80,11 @@ absl::Status ParseSlidingWindow(const Json& j, ModelConfig& c, const std::string
   }
   std::vector<bool> sliding;
   const auto types = j.find("layer_types");
-  if (types != j.end() && !types->is_null()) {
+  if (c.architecture == Architecture::kQwen3Moe) {
+    // Qwen3MoeConfig has neither layer_types nor max_window_layers: its model masks every
+    // layer with the window (as Mixtral) and ignores those keys in a file.
+    sliding.assign(c.num_layers, true);
+  } else if (types != j.end() && !types->is_null()) {
     RS_ASSIGN_OR_RETURN(sliding, FromLayerTypes(*types, c, source));
   } else {
     RS_ASSIGN_OR_RETURN(sliding, FamilyRule(j, c, window, source));

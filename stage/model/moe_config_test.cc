@@ -163,16 +163,15 @@ TEST(MoeConfigTest, GptOssSlidingLayersAndSinks) {
   ExpectRefused(j, "sliding_window");
 }
 
-// Qwen MoE files without layer_types: layers from max_window_layers on slide when
-// use_sliding_window is true.
-TEST(MoeConfigTest, QwenMoeSlidingWindowFromMaxWindowLayers) {
+// Qwen3-MoE with use_sliding_window: every layer slides (Qwen3MoeConfig has no
+// max_window_layers or layer_types; its model masks all layers as Mixtral's does).
+TEST(MoeConfigTest, Qwen3MoeSlidesOnEveryLayerWithUseSlidingWindow) {
   Json j = Qwen3MoeA3B();
   j["use_sliding_window"] = true;
   j["sliding_window"] = 4096;
-  j["max_window_layers"] = 40;
+  j["max_window_layers"] = 40;  // ignored, as transformers ignores it
   ModelConfig c = Parse(j);
-  EXPECT_EQ(c.SlidingWindowOf(39), 0);
-  EXPECT_EQ(c.SlidingWindowOf(40), 4096);
+  EXPECT_EQ(c.SlidingWindowOf(0), 4096);
   EXPECT_EQ(c.SlidingWindowOf(47), 4096);
   j["use_sliding_window"] = false;
   EXPECT_TRUE(Parse(j).sliding_layers.empty());
