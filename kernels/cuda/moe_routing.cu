@@ -241,8 +241,7 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
         }
         const unsigned kept_mask = KeptGroups(o, group_score);
         for (int x = lane; x < e; x += 32) {
-          // 0 as transformers masks (moe_router.cc: not DeepSeek's -inf).
-          if (!(kept_mask & (1u << (x / per_group)))) choice[x] = 0.0f;
+          if (!(kept_mask & (1u << (x / per_group)))) choice[x] = -INFINITY;
         }
         __syncwarp();
       }

@@ -90,11 +90,11 @@ void RouteTokens(const RouterOptions& o, std::span<const float> logits,
           TopK(group_score, o.topk_group, order);
           std::vector<bool> kept(o.n_group, false);
           for (int32_t g : order) kept[g] = true;
-          // Experts of dropped groups choose with 0, as transformers masks them (DeepSeek's own
-          // code masks with -inf; the two differ only where fewer than top_k kept experts have
-          // a positive score + bias, and then transformers, our reference, picks dropped ones).
+          // Experts of dropped groups cannot be chosen: -inf, as DeepSeek's reference code
+          // masks them (some transformers versions mask with 0, which differs only where fewer
+          // than top_k kept experts have a positive score + bias).
           for (int x = 0; x < e; ++x) {
-            if (!kept[x / per_group]) choice[x] = 0.0f;
+            if (!kept[x / per_group]) choice[x] = -std::numeric_limits<float>::infinity();
           }
         }
         TopK(choice, k, order);

@@ -102,11 +102,10 @@ TEST(MoeRouterTest, CorrectionBiasChangesTheChoiceButNotTheWeights) {
   EXPECT_NEAR(biased.weights[0], Sigmoid(0.1f) / (Sigmoid(0.1f) + Sigmoid(0.2f)) * 2.5f, 1e-6);
 }
 
-TEST(MoeRouterTest, DroppedGroupsChooseWithZeroAsTransformersMasksThem) {
+TEST(MoeRouterTest, DroppedGroupsStayUnchosenWhenKeptChoicesAreNegative) {
   // Groups {0,1} {2,3}; group 1 wins (0.99 - 0.07 against 0.05 + 0.05). A bias of -0.8 makes
-  // expert 3's choice negative (sigmoid(1) - 0.8), so transformers' mask value 0 of the dropped
-  // group's experts wins the second pick: expert 2, then expert 0 (a 0, the lower index of the
-  // tie). DeepSeek's own -inf mask would pick expert 3.
+  // expert 3's choice negative (sigmoid(1) - 0.8); dropped experts are masked with -inf (as
+  // DeepSeek's reference does), so expert 3 is still picked over the dropped group.
   RouterOptions o{.scoring = RouterScoring::kSigmoidGroupedTopK,
                   .num_experts = 4,
                   .top_k = 2,
@@ -114,12 +113,9 @@ TEST(MoeRouterTest, DroppedGroupsChooseWithZeroAsTransformersMasksThem) {
                   .topk_group = 1};
   const std::vector<float> logits = {-3.0f, -3.0f, 5.0f, 1.0f};
   Routed r = Route(o, logits, {0.0f, 0.0f, 0.0f, -0.8f});
-  EXPECT_THAT(r.ids, ElementsAre(2, 0));
-  // Weights stay the sigmoid scores of the chosen experts.
-  EXPECT_NEAR(r.weights[1], Sigmoid(-3.0f), 1e-6);
-  // With every choice positive the dropped group is never picked.
-  r = Route(o, logits);
   EXPECT_THAT(r.ids, ElementsAre(2, 3));
+  // Weights stay the sigmoid scores of the chosen experts.
+  EXPECT_NEAR(r.weights[1], Sigmoid(1.0f), 1e-6);
 }
 
 TEST(MoeRouterTest, GroupScoreIsTheSumOfTheTwoBestBiasedScores) {
