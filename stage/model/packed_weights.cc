@@ -84,7 +84,7 @@ absl::StatusOr<PackedWeight> ReadPackedWeight(SafetensorsModel& weights,
                                               const quant::QuantConfig& quant,
                                               const TensorSpec& spec) {
   PackedWeight result;
-  if (!IsQuantizedWeight(quant, spec)) {
+  if (!IsQuantizedWeight(quant, spec) || StoredUnquantized(weights, quant, spec)) {
     result.why_not = "not quantized";
     return result;
   }

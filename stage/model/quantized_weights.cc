@@ -215,10 +215,21 @@ bool IsQuantizedWeight(const quant::QuantConfig& quant, const TensorSpec& spec) 
   return quant::StorageOf(quant, ModuleOf(spec)).method != QuantMethod::kNone;
 }
 
+bool StoredUnquantized(SafetensorsModel& weights, const quant::QuantConfig& quant,
+                       const TensorSpec& spec) {
+  if (quant.method != QuantMethod::kFp8 || spec.stacked_experts) return false;
+  absl::StatusOr<TensorView> view = weights.GetAnyShape(spec.name);
+  if (!view.ok()) return false;
+  const DType dtype = view->info->dtype;
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
 absl::StatusOr<std::vector<float>> ReadWeightFloat(SafetensorsModel& weights,
                                                    const quant::QuantConfig& quant,
                                                    const TensorSpec& spec) {
-  if (!IsQuantizedWeight(quant, spec)) return weights.ReadFloat(spec.name, spec.shape);
+  if (!IsQuantizedWeight(quant, spec) || StoredUnquantized(weights, quant, spec)) {
+    return weights.ReadFloat(spec.name, spec.shape);
+  }
   const quant::LinearStorage storage = quant::StorageOf(quant, ModuleOf(spec));
   absl::StatusOr<std::vector<float>> w = ReadQuantized(weights, quant, storage, spec);
   if (!w.ok()) {

@@ -42,7 +42,14 @@ namespace ringserve {
 // Whether `spec` is a linear weight (or gpt-oss stacked experts) that `quant` stores quantized.
 bool IsQuantizedWeight(const quant::QuantConfig& quant, const TensorSpec& spec);
 
-// `spec` as fp32, row-major, spec.shape: dequantized when IsQuantizedWeight, else converted from
+// Whether `spec`, a linear weight quantized under an FP8 configuration, is stored in a float
+// dtype in the file (a writer that kept it in full precision without listing it, e.g. an
+// lm_head): it is then read as stored.
+bool StoredUnquantized(SafetensorsModel& weights, const quant::QuantConfig& quant,
+                       const TensorSpec& spec);
+
+// `spec` as fp32, row-major, spec.shape: dequantized when IsQuantizedWeight (and not
+// StoredUnquantized), else converted from
 // F32/F16/BF16. NotFound naming the missing tensor; InvalidArgument naming the tensor and the
 // format for wrong dtypes or shapes.
 absl::StatusOr<std::vector<float>> ReadWeightFloat(SafetensorsModel& weights,

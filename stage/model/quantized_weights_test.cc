@@ -76,6 +76,32 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantizedFixtureTest,
                                            "gptq_int4", "gptq_int8", "awq_int4"),
                          [](const auto& info) { return info.param; });
 
+// An FP8 file whose skip list leaves lm_head out (transformers then quantizes it) but whose
+// writer stored lm_head in bf16: read as stored.
+TEST(QuantizedWeightsTest, Fp8ModuleStoredInFloatIsReadAsStored) {
+  const std::string dir = QuantFixture("fp8_block");
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  nlohmann::json j = ReadJson(dir + "/config.json");
+  j["quantization_config"]["modules_to_not_convert"] = {"model.layers.1.self_attn.o_proj"};
+  auto quant = quant::ParseQuantConfig(j, "config.json");
+  ASSERT_TRUE(quant.ok()) << quant.status();
+  auto weights = SafetensorsModel::Open(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  for (const TensorSpec& spec : SliceTensorSpecs(*config, {0, config->num_layers}, **weights)) {
+    if (spec.name != "lm_head.weight") continue;
+    ASSERT_TRUE(IsQuantizedWeight(*quant, spec));
+    EXPECT_TRUE(StoredUnquantized(**weights, *quant, spec));
+    auto w = ReadWeightFloat(**weights, *quant, spec);
+    ASSERT_TRUE(w.ok()) << w.status();
+    auto plain = (*weights)->ReadFloat(spec.name, spec.shape);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ(*w, *plain);
+    return;
+  }
+  FAIL() << "no lm_head.weight in the fixture";
+}
+
 // Tensors of tests/fixtures/quant/reference_vectors.safetensors (scripts/make_quant_fixtures.py):
 // transformers' own dequantization functions on random inputs.
 class ReferenceVectors {

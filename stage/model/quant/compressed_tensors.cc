@@ -1,5 +1,7 @@
 #include "stage/model/quant/compressed_tensors.h"
 
+#include <algorithm>
+
 #include "common/status_macros.h"
 #include "fmt/format.h"
 
@@ -56,7 +58,11 @@ absl::StatusOr<std::vector<float>> DequantizeCompressedInt(std::span<const int8_
         fmt::format("zero points of \"{}\": {} values, expected {} x {}", scale.name,
                     args.zero_points.size(), grid_rows, grid_cols));
   }
-  if (!args.g_idx.empty()) {
+  // A g_idx holding -1 is the initial value of one activation ordering never changed: the
+  // reference reads such a weight in column order, as without g_idx.
+  const bool column_order =
+      args.g_idx.empty() || std::find(args.g_idx.begin(), args.g_idx.end(), -1) != args.g_idx.end();
+  if (!column_order) {
     if (static_cast<int64_t>(args.g_idx.size()) != cols) {
       return absl::InvalidArgumentError(fmt::format("g_idx of \"{}\": {} values, expected {}",
                                                     scale.name, args.g_idx.size(), cols));
@@ -74,7 +80,7 @@ absl::StatusOr<std::vector<float>> DequantizeCompressedInt(std::span<const int8_
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t grid_row = (r / args.grid.block_rows) * grid_cols;
     for (int64_t c = 0; c < cols; ++c) {
-      const int64_t g = grid_row + (args.g_idx.empty() ? c / args.grid.block_cols : args.g_idx[c]);
+      const int64_t g = grid_row + (column_order ? c / args.grid.block_cols : args.g_idx[c]);
       const int zero = args.zero_points.empty() ? 0 : args.zero_points[g];
       out[r * cols + c] = static_cast<float>(q[r * cols + c] - zero) * scales[g];
     }

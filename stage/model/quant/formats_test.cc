@@ -198,6 +198,15 @@ TEST(CompressedTensorsTest, GroupRuleWithZeroPointsAndActivationOrder) {
                                       .zero_points = {},
                                       .g_idx = {0, 0, 0, 0, 0, 0, 0, 2}});
   EXPECT_FALSE(bad.ok());
+  // A g_idx still holding its initial -1 means column order (the reference's is_column_order).
+  auto initial = DequantizeCompressedInt(q, View(s),
+                                         {.rows = rows,
+                                          .cols = cols,
+                                          .grid = {1, group},
+                                          .zero_points = {},
+                                          .g_idx = std::vector<int64_t>(cols, -1)});
+  ASSERT_TRUE(initial.ok()) << initial.status();
+  EXPECT_EQ(*initial, *plain);
 }
 
 // --- GPTQ ------------------------------------------------------------------------------------

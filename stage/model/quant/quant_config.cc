@@ -129,6 +129,8 @@ absl::Status ParseFp8(const Parser& p, const Json& q, QuantConfig& config) {
   }
   config.scale_ue8m0 = scale_fmt == "ue8m0";
   RS_ASSIGN_OR_RETURN(config.modules_to_not_convert, p.Strings(q, "modules_to_not_convert", ""));
+  const auto skip_list = q.find("modules_to_not_convert");
+  config.fp8_skip_list_given = skip_list != q.end() && !skip_list->is_null();
   // transformers 5 writes "modules_to_convert": null; a list would restrict the converted modules.
   RS_ASSIGN_OR_RETURN(std::vector<std::string> to_convert, p.Strings(q, "modules_to_convert", ""));
   if (!to_convert.empty()) return p.Error("modules_to_convert", "a list is not supported (null)");
@@ -182,9 +184,10 @@ absl::Status ParseAwq(const Parser& p, const Json& q, QuantConfig& config) {
   if (Lower(version) != "gemm") {
     return p.Error("version", fmt::format("\"{}\" is not supported (gemm)", version));
   }
+  // transformers 5 saves AutoAWQ's backend as "auto"; the storage is the same GEMM layout.
   RS_ASSIGN_OR_RETURN(std::string backend, p.String(q, "backend", "", "autoawq"));
-  if (Lower(backend) != "autoawq") {
-    return p.Error("backend", fmt::format("\"{}\" is not supported (autoawq)", backend));
+  if (Lower(backend) != "autoawq" && Lower(backend) != "auto") {
+    return p.Error("backend", fmt::format("\"{}\" is not supported (autoawq, auto)", backend));
   }
   RS_ASSIGN_OR_RETURN(config.modules_to_not_convert, p.Strings(q, "modules_to_not_convert", ""));
   return absl::OkStatus();
@@ -228,8 +231,8 @@ absl::StatusOr<CompressedScheme> ParseCompressedGroup(const Parser& p, const std
   s.num_bits = static_cast<int>(bits);
   if (format == "pack-quantized" && type == "int") {
     s.storage = Storage::kPacked;
-  } else if ((format == "int-quantized" || format == "naive-quantized") && type == "int" &&
-             bits == 8) {
+  } else if ((format == "int-quantized" || format == "naive-quantized") && type == "int") {
+    // Weights of any width up to 8 bits stored one int8 each.
     s.storage = Storage::kInt;
   } else if ((format == "float-quantized" || format == "naive-quantized") && type == "float") {
     s.storage = Storage::kFloat;
@@ -296,6 +299,13 @@ absl::Status ParseCompressed(const Parser& p, const Json& q, QuantConfig& config
     if (format == sparsity->end() || *format != "dense") {
       return p.Error("sparsity_config", "sparse checkpoints are not supported");
     }
+  }
+  // Rotations (QuIP, SpinQuant) the reference applies at run time; llm-compressor writes {}
+  // when there are none.
+  auto transforms = q.find("transform_config");
+  if (transforms != q.end() && !transforms->is_null() &&
+      !(transforms->is_object() && transforms->empty())) {
+    return p.Error("transform_config", "weight and activation transforms are not supported");
   }
   RS_ASSIGN_OR_RETURN(std::string top_format, p.String(q, "format", "", "dense"));
   auto groups = q.find("config_groups");
@@ -425,7 +435,8 @@ LinearStorage StorageOf(const QuantConfig& config, std::string_view module) {
       return {.method = config.method};
     case QuantMethod::kFp8:
     case QuantMethod::kAwq:
-      if (module == "lm_head" || MatchesNotConvert(module, config.modules_to_not_convert)) {
+      if ((module == "lm_head" && !config.fp8_skip_list_given) ||
+          MatchesNotConvert(module, config.modules_to_not_convert)) {
         return {};
       }
       return {.method = config.method};
@@ -437,9 +448,10 @@ LinearStorage StorageOf(const QuantConfig& config, std::string_view module) {
       const size_t dot = module.find('.', kLayers.size());
       if (dot == std::string_view::npos) return {};
       const std::string_view inner = module.substr(dot + 1);  // "self_attn.q_proj"
+      // optimum quantizes a block's module when its name ends with a listed one.
       if (!config.gptq_block_modules.empty() &&
-          std::find(config.gptq_block_modules.begin(), config.gptq_block_modules.end(), inner) ==
-              config.gptq_block_modules.end()) {
+          std::none_of(config.gptq_block_modules.begin(), config.gptq_block_modules.end(),
+                       [&](const std::string& m) { return inner.ends_with(m); })) {
         return {};
       }
       return {.method = config.method};

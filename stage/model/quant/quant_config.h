@@ -4,7 +4,8 @@
 // Supported (anything else is refused with InvalidArgument naming the key and its value):
 //   quant_method fp8                 fmt e4m3, weight_block_size [r, c], scale_fmt absent/float/
 //                                    ue8m0, activation_scheme dynamic/static,
-//                                    modules_to_not_convert (+ lm_head always).
+//                                    modules_to_not_convert (+ lm_head unless a list is
+//                                    given: transformers' default skip).
 //   quant_method compressed-tensors  quantization_status compressed; config_groups whose weights
 //   are
 //                                    int (1-8 bits, format pack-quantized or int-quantized) or
@@ -77,6 +78,9 @@ struct QuantConfig {
 
   // fp8 / awq / mxfp4: substring patterns ("*" matches a layer number) of unquantized modules.
   std::vector<std::string> modules_to_not_convert;
+  // fp8: the file lists modules_to_not_convert. transformers adds its default skip (lm_head)
+  // only when the list is null, so with a list lm_head is quantized unless the list names it.
+  bool fp8_skip_list_given = false;
 
   // compressed-tensors.
   std::vector<CompressedScheme> schemes;

@@ -40,7 +40,24 @@ TEST(QuantConfigTest, DeepSeekFp8WithUe8m0AndModulesToNotConvert) {
   EXPECT_EQ(StorageOf(*config, "model.layers.3.self_attn.q_proj").method, QuantMethod::kFp8);
   EXPECT_EQ(StorageOf(*config, "model.layers.12.self_attn.o_proj").method, QuantMethod::kNone);
   EXPECT_EQ(StorageOf(*config, "model.layers.1.mlp.gate_proj").method, QuantMethod::kFp8);
-  EXPECT_EQ(StorageOf(*config, "lm_head").method, QuantMethod::kNone);  // always, as transformers
+  // With a list that leaves lm_head out, transformers quantizes it.
+  EXPECT_EQ(StorageOf(*config, "lm_head").method, QuantMethod::kFp8);
+}
+
+TEST(QuantConfigTest, Fp8QuantizesLmHeadWhenASkipListLeavesItOut) {
+  // No list: transformers' default skip keeps lm_head in full precision.
+  auto config = Parse(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(StorageOf(*config, "lm_head").method, QuantMethod::kNone);
+  // A list without lm_head: transformers quantizes it.
+  config = Parse(R"({"quant_method": "fp8", "weight_block_size": [128, 128],
+                     "modules_to_not_convert": ["model.layers.0.mlp.gate"]})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(StorageOf(*config, "lm_head").method, QuantMethod::kFp8);
+  config = Parse(R"({"quant_method": "fp8", "weight_block_size": [128, 128],
+                     "modules_to_not_convert": ["lm_head"]})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(StorageOf(*config, "lm_head").method, QuantMethod::kNone);
 }
 
 TEST(QuantConfigTest, Fp8DefaultsToBlocksOf128) {
@@ -94,6 +111,29 @@ TEST(QuantConfigTest, GptqAndAwq) {
   ASSERT_TRUE(awq.ok()) << awq.status();
   EXPECT_EQ(StorageOf(*awq, "model.layers.0.self_attn.v_proj").method, QuantMethod::kNone);
   EXPECT_EQ(StorageOf(*awq, "model.layers.0.self_attn.k_proj").method, QuantMethod::kAwq);
+  // modules_in_block_to_quantize: a block module whose name ends with a listed one.
+  gptq = Parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 128,
+                   "modules_in_block_to_quantize": [["q_proj", "k_proj"], ["mlp.down_proj"]]})");
+  ASSERT_TRUE(gptq.ok()) << gptq.status();
+  EXPECT_EQ(StorageOf(*gptq, "model.layers.0.self_attn.q_proj").method, QuantMethod::kGptq);
+  EXPECT_EQ(StorageOf(*gptq, "model.layers.0.mlp.down_proj").method, QuantMethod::kGptq);
+  EXPECT_EQ(StorageOf(*gptq, "model.layers.0.self_attn.v_proj").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*gptq, "model.layers.0.mlp.up_proj").method, QuantMethod::kNone);
+  // transformers 5 re-saves AutoAWQ's backend as "auto" (same GEMM storage).
+  awq = Parse(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true,
+                  "version": "gemm", "backend": "auto"})");
+  ASSERT_TRUE(awq.ok()) << awq.status();
+}
+
+TEST(QuantConfigTest, CompressedIntQuantizedTakesAnyWidthUpTo8Bits) {
+  // llm-compressor stores W4A8 weights one int8 each under int-quantized.
+  auto config = Parse(R"({"quant_method": "compressed-tensors", "format": "int-quantized",
+      "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": {"num_bits": 4, "type": "int", "strategy": "channel"}}},
+      "transform_config": {}})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(StorageOf(*config, "model.layers.0.mlp.up_proj").method,
+            QuantMethod::kCompressedTensors);
 }
 
 TEST(QuantConfigTest, UnsupportedSchemesNameTheKey) {
@@ -120,6 +160,10 @@ TEST(QuantConfigTest, UnsupportedSchemesNameTheKey) {
       "sparsity_config": {"format": "sparse-24-bitmask"},
       "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})"),
               HasSubstr("sparsity_config"));
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "transform_config": {"config_groups": {"u": {"type": "hadamard"}}},
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})"),
+              HasSubstr("transform_config"));
   EXPECT_THAT(ErrorOf(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
       "ignore": ["re:(unclosed"],
       "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})"),
