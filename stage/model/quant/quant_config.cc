@@ -193,6 +193,33 @@ absl::Status ParseAwq(const Parser& p, const Json& q, QuantConfig& config) {
   return absl::OkStatus();
 }
 
+// Names compared with their digit runs as numbers: "group_2" < "group_10".
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const bool da = std::isdigit(static_cast<unsigned char>(a[i])) != 0;
+    const bool db = std::isdigit(static_cast<unsigned char>(b[j])) != 0;
+    if (da && db) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && std::isdigit(static_cast<unsigned char>(a[ei]))) ++ei;
+      while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej]))) ++ej;
+      const std::string_view na = std::string_view(a).substr(i, ei - i);
+      const std::string_view nb = std::string_view(b).substr(j, ej - j);
+      const std::string_view ta = na.substr(std::min(na.find_first_not_of('0'), na.size()));
+      const std::string_view tb = nb.substr(std::min(nb.find_first_not_of('0'), nb.size()));
+      if (ta.size() != tb.size()) return ta.size() < tb.size();
+      if (ta != tb) return ta < tb;
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
 absl::StatusOr<CompressedScheme> ParseCompressedGroup(const Parser& p, const std::string& name,
                                                       const Json& group,
                                                       const std::string& top_format) {
@@ -317,6 +344,11 @@ absl::Status ParseCompressed(const Parser& p, const Json& q, QuantConfig& config
                         ParseCompressedGroup(p, it.key(), it.value(), top_format));
     config.schemes.push_back(std::move(scheme));
   }
+  // The file's order ("group_2" before "group_10"; the parsed object sorts names as text).
+  std::stable_sort(config.schemes.begin(), config.schemes.end(),
+                   [](const CompressedScheme& a, const CompressedScheme& b) {
+                     return NaturalLess(a.group_name, b.group_name);
+                   });
   RS_ASSIGN_OR_RETURN(config.ignore, p.Strings(q, "ignore", ""));
   return p.CheckRegexes(config.ignore, "ignore");
 }
@@ -460,15 +492,22 @@ LinearStorage StorageOf(const QuantConfig& config, std::string_view module) {
       for (const std::string& pattern : config.ignore) {
         if (pattern != "Linear" && MatchesTarget(module, pattern)) return {};
       }
+      // The reference's precedence: an exact name over a "re:" pattern over "Linear"; among
+      // equals the later group.
+      const CompressedScheme* best = nullptr;
+      int best_rank = 3;
       for (const CompressedScheme& scheme : config.schemes) {
         for (const std::string& target : scheme.targets) {
-          if (MatchesTarget(module, target)) {
-            if (scheme.storage == CompressedScheme::Storage::kDense) return {};
-            return {.method = config.method, .scheme = &scheme};
+          if (!MatchesTarget(module, target)) continue;
+          const int rank = target == "Linear" ? 2 : (target.rfind("re:", 0) == 0 ? 1 : 0);
+          if (rank <= best_rank) {
+            best = &scheme;
+            best_rank = rank;
           }
         }
       }
-      return {};
+      if (best == nullptr || best->storage == CompressedScheme::Storage::kDense) return {};
+      return {.method = config.method, .scheme = best};
     }
   }
   return {};

@@ -60,6 +60,25 @@ TEST(QuantConfigTest, Fp8QuantizesLmHeadWhenASkipListLeavesItOut) {
   EXPECT_EQ(StorageOf(*config, "lm_head").method, QuantMethod::kNone);
 }
 
+TEST(QuantConfigTest, CompressedTensorsPrecedenceExactThenRegexThenLinearThenLaterGroup) {
+  // group_10 comes after group_2 in the file (and in name order taken numerically).
+  auto config = Parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+    "config_groups": {
+      "group_10": {"targets": ["re:.*down_proj$"], "weights": {"num_bits": 8}},
+      "group_2": {"targets": ["Linear", "re:.*down_proj$"], "weights": {"num_bits": 4}},
+      "group_3": {"targets": ["model.layers.0.mlp.up_proj"], "weights": {"num_bits": 2}}}})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->schemes.size(), 3u);
+  EXPECT_EQ(config->schemes[0].group_name, "group_2");
+  EXPECT_EQ(config->schemes[2].group_name, "group_10");
+  // A pattern beats "Linear"; of two equal patterns the later group wins.
+  EXPECT_EQ(StorageOf(*config, "model.layers.0.mlp.down_proj").scheme->num_bits, 8);
+  // An exact name beats everything.
+  EXPECT_EQ(StorageOf(*config, "model.layers.0.mlp.up_proj").scheme->num_bits, 2);
+  // Otherwise "Linear".
+  EXPECT_EQ(StorageOf(*config, "model.layers.1.mlp.up_proj").scheme->num_bits, 4);
+}
+
 TEST(QuantConfigTest, Fp8DefaultsToBlocksOf128) {
   auto config = Parse(R"({"quant_method": "fp8"})");
   ASSERT_TRUE(config.ok()) << config.status();
