@@ -256,7 +256,11 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
   RS_ASSIGN_OR_RETURN(config.max_position_embeddings,
                       GetPositive(j, "max_position_embeddings", source));
   RS_ASSIGN_OR_RETURN(std::optional<double> eps, GetNumber(j, "rms_norm_eps", source));
-  if (eps) config.rms_norm_eps = static_cast<float>(*eps);
+  // Absent: the config class's default (Mixtral, GLM-4.5 and gpt-oss 1e-5; the others 1e-6).
+  const bool eps_1e5 = config.architecture == Architecture::kMixtral ||
+                       config.architecture == Architecture::kGlm4Moe ||
+                       config.architecture == Architecture::kGptOss;
+  config.rms_norm_eps = static_cast<float>(eps.value_or(eps_1e5 ? 1e-5 : 1e-6));
   if (!(config.rms_norm_eps > 0)) return Invalid(source, "rms_norm_eps must be positive");
   RS_ASSIGN_OR_RETURN(config.rope, ParseRope(j, source));
   if (config.architecture == Architecture::kGptOss) ApplyGptOssRopeDefaults(j, config.rope);
@@ -275,11 +279,9 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
     case Architecture::kQwen3Moe:
       config.qkv_bias = config.o_bias = attention_bias;
       break;
-    case Architecture::kGptOss: {  // attention_bias defaults to true there
-      RS_ASSIGN_OR_RETURN(config.qkv_bias, GetBool(j, "attention_bias", true, source));
-      config.o_bias = config.qkv_bias;
+    case Architecture::kGptOss:  // GptOssConfig sets attention_bias true whatever the file says
+      config.qkv_bias = config.o_bias = true;
       break;
-    }
     case Architecture::kQwen2:
       config.qkv_bias = true;
       config.o_bias = false;

@@ -132,6 +132,11 @@ TEST(MoeConfigTest, GptOssSlidingLayersAndSinks) {
   ModelConfig c = Parse(j);
   EXPECT_TRUE(c.attention_sinks);
   EXPECT_TRUE(c.qkv_bias && c.o_bias);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);  // GptOssConfig's default
+  // GptOssConfig sets attention_bias true whatever the file says.
+  j["attention_bias"] = false;
+  EXPECT_TRUE(Parse(j).qkv_bias);
+  j.erase("attention_bias");
   EXPECT_EQ(c.SlidingWindowOf(0), 128);
   EXPECT_EQ(c.SlidingWindowOf(1), 0);
   EXPECT_EQ(c.moe.router.scoring, RouterScoring::kTopKSoftmax);
