@@ -365,7 +365,7 @@ bool MatchesTarget(std::string_view module, const std::string& target) {
   return module == target;
 }
 
-// transformers' modules_to_not_convert test: the key is a substring of the name, or of the name
+// AutoAWQ's modules_to_not_convert test: the key is a substring of the name, or of the name
 // with every number replaced by "*".
 bool MatchesNotConvert(std::string_view module, const std::vector<std::string>& keys) {
   std::string starred;
@@ -380,6 +380,26 @@ bool MatchesNotConvert(std::string_view module, const std::vector<std::string>& 
   for (const std::string& key : keys) {
     if (module.find(key) != std::string_view::npos || starred.find(key) != std::string::npos) {
       return true;
+    }
+  }
+  return false;
+}
+
+// transformers 5's test for fp8 and mxfp4 (should_convert_module): a key keeps a module
+// unquantized when it matches the name from its start as a regular expression (Python's
+// re.match: "model.layers.*.self_attn.o_proj" names every layer's), or the name ends with it. A
+// key that is not a valid expression is compared as text.
+bool MatchesSkipKey(std::string_view module, const std::vector<std::string>& keys) {
+  const std::string name(module);
+  for (const std::string& key : keys) {
+    if (key.empty()) continue;
+    if (name.ends_with(key)) return true;
+    try {
+      if (std::regex_search(name, std::regex(key), std::regex_constants::match_continuous)) {
+        return true;
+      }
+    } catch (const std::regex_error&) {
+      if (name.starts_with(key)) return true;
     }
   }
   return false;
@@ -461,14 +481,18 @@ LinearStorage StorageOf(const QuantConfig& config, std::string_view module) {
     case QuantMethod::kMxfp4:  // only gpt-oss's stacked experts
       if (!(module.ends_with(".mlp.experts.gate_up_proj") ||
             module.ends_with(".mlp.experts.down_proj")) ||
-          MatchesNotConvert(module, config.modules_to_not_convert)) {
+          MatchesSkipKey(module, config.modules_to_not_convert)) {
         return {};
       }
       return {.method = config.method};
     case QuantMethod::kFp8:
-    case QuantMethod::kAwq:
       if ((module == "lm_head" && !config.fp8_skip_list_given) ||
-          MatchesNotConvert(module, config.modules_to_not_convert)) {
+          MatchesSkipKey(module, config.modules_to_not_convert)) {
+        return {};
+      }
+      return {.method = config.method};
+    case QuantMethod::kAwq:  // AutoAWQ's own test: the key is a substring of the name
+      if (module == "lm_head" || MatchesNotConvert(module, config.modules_to_not_convert)) {
         return {};
       }
       return {.method = config.method};

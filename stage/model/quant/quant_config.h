@@ -76,7 +76,8 @@ struct QuantConfig {
   bool gptq_lm_head = false;                    // gptq "lm_head": the lm_head is quantized too
   std::vector<std::string> gptq_block_modules;  // modules_in_block_to_quantize, flattened
 
-  // fp8 / awq / mxfp4: substring patterns ("*" matches a layer number) of unquantized modules.
+  // fp8 / mxfp4: keys of unquantized modules as transformers 5 reads them (a regular expression
+  // matched from the name's start, or a suffix); awq: substrings ("*" matches a layer number).
   std::vector<std::string> modules_to_not_convert;
   // fp8: the file lists modules_to_not_convert. transformers adds its default skip (lm_head)
   // only when the list is null, so with a list lm_head is quantized unless the list names it.

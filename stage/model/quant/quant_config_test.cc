@@ -42,6 +42,15 @@ TEST(QuantConfigTest, DeepSeekFp8WithUe8m0AndModulesToNotConvert) {
   EXPECT_EQ(StorageOf(*config, "model.layers.1.mlp.gate_proj").method, QuantMethod::kFp8);
   // With a list that leaves lm_head out, transformers quantizes it.
   EXPECT_EQ(StorageOf(*config, "lm_head").method, QuantMethod::kFp8);
+  // transformers 5's key test: from the name's start as an expression, or a suffix; a key inside
+  // the name ("self_attn") is no match.
+  config = Parse(R"({"quant_method": "fp8", "weight_block_size": [128, 128],
+                     "modules_to_not_convert": ["self_attn", "down_proj", "model.layers.2"]})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(StorageOf(*config, "model.layers.0.self_attn.q_proj").method, QuantMethod::kFp8);
+  EXPECT_EQ(StorageOf(*config, "model.layers.0.mlp.down_proj").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*config, "model.layers.2.mlp.up_proj").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*config, "model.layers.1.mlp.up_proj").method, QuantMethod::kFp8);
 }
 
 TEST(QuantConfigTest, Fp8QuantizesLmHeadWhenASkipListLeavesItOut) {
