@@ -111,9 +111,12 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
     RS_ASSIGN_OR_RETURN(std::optional<double> high, GetNumber(*params, "high_freq_factor", source));
     RS_ASSIGN_OR_RETURN(std::optional<int64_t> original,
                         GetInt(*params, "original_max_position_embeddings", source, false));
-    if (!low || !high || !original) {
-      return Invalid(source, fmt::format("{} rope type \"llama3\" needs low_freq_factor, "
-                                         "high_freq_factor and original_max_position_embeddings",
+    if (!original) {  // transformers falls back to max_position_embeddings
+      RS_ASSIGN_OR_RETURN(original, GetInt(j, "max_position_embeddings", source, true));
+    }
+    if (!low || !high) {
+      return Invalid(source, fmt::format("{} rope type \"llama3\" needs low_freq_factor and "
+                                         "high_freq_factor",
                                          params_key));
     }
     if (!(*low > 0) || !(*high > *low) || *original <= 0) {

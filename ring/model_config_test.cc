@@ -86,6 +86,11 @@ TEST(ModelConfigTest, Llama3RopeOldSpelling) {
   config = Parse(j);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->rope.type, RopeType::kLlama3);
+  // Without original_max_position_embeddings, transformers takes max_position_embeddings.
+  j["rope_scaling"].erase("original_max_position_embeddings");
+  config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope.original_max_position_embeddings, 256);
 }
 
 TEST(ModelConfigTest, Llama3RopeTransformers5Spelling) {
