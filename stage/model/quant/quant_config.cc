@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <regex>
 #include <sstream>
+#include <unordered_map>
 
 #include "absl/status/status.h"
 #include "common/status_macros.h"
@@ -353,14 +356,36 @@ absl::Status ParseCompressed(const Parser& p, const Json& q, QuantConfig& config
   return p.CheckRegexes(config.ignore, "ignore");
 }
 
+// A pattern compiled once per process, or nullptr when it is not a valid expression. Every
+// linear module of a model is tested on its own (tens of thousands in a DeepSeek file), and
+// building a std::regex costs far more than matching one.
+const std::regex* CompiledPattern(const std::string& pattern) {
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<std::string, std::unique_ptr<const std::regex>>;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto [it, inserted] = cache->try_emplace(pattern);
+  if (inserted) {
+    try {
+      it->second = std::make_unique<const std::regex>(pattern);
+    } catch (const std::regex_error&) {
+      it->second = nullptr;
+    }
+  }
+  return it->second.get();
+}
+
+// Python's re.match: the expression matches a prefix of the name.
+bool MatchesFromStart(const std::string& name, const std::regex& re) {
+  return std::regex_search(name, re, std::regex_constants::match_continuous);
+}
+
 // compressed-tensors' match: "re:<regex>" matched from the start of the name (Python re.match),
-// "Linear" (every linear module), or the exact name.
+// "Linear" (every linear module), or the exact name. Parsing checked that every "re:" compiles.
 bool MatchesTarget(std::string_view module, const std::string& target) {
   if (target == "Linear") return true;
   if (target.rfind("re:", 0) == 0) {
-    const std::regex re(target.substr(3));
-    const std::string name(module);
-    return std::regex_search(name, re, std::regex_constants::match_continuous);
+    const std::regex* re = CompiledPattern(target.substr(3));
+    return re != nullptr && MatchesFromStart(std::string(module), *re);
   }
   return module == target;
 }
@@ -394,13 +419,8 @@ bool MatchesSkipKey(std::string_view module, const std::vector<std::string>& key
   for (const std::string& key : keys) {
     if (key.empty()) continue;
     if (name.ends_with(key)) return true;
-    try {
-      if (std::regex_search(name, std::regex(key), std::regex_constants::match_continuous)) {
-        return true;
-      }
-    } catch (const std::regex_error&) {
-      if (name.starts_with(key)) return true;
-    }
+    const std::regex* re = CompiledPattern(key);
+    if (re != nullptr ? MatchesFromStart(name, *re) : name.starts_with(key)) return true;
   }
   return false;
 }
