@@ -53,7 +53,9 @@ absl::Status RefuseMoeLayerFrequency(const Json& j, const std::string& source) {
 
 absl::Status ParseDeepseekConfig(const Json& j, const std::string& source, ModelConfig& config) {
   MlaConfig mla;
+  // Absent: DeepseekV2Config's and DeepseekV3Config's default, 1536; null: a plain q_proj.
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> q_lora, OptionalInt(j, "q_lora_rank", source));
+  if (!j.contains("q_lora_rank")) q_lora = 1536;
   if (q_lora) {
     if (*q_lora <= 0 || *q_lora > (int64_t{1} << 20)) {
       return Invalid(source, fmt::format("q_lora_rank must be positive or null, got {}", *q_lora));

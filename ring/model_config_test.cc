@@ -228,6 +228,13 @@ TEST(ModelConfigTest, MistralSlidesOnEveryLayerWhenItsWindowIsShorterThanTheCont
   ASSERT_TRUE(typed.ok()) << typed.status();
   EXPECT_EQ(typed->SlidingWindowOf(0), 0);
   EXPECT_EQ(typed->SlidingWindowOf(1), 128);
+  // Without the key, MistralConfig's default window: 4096.
+  j.erase("layer_types");
+  j.erase("sliding_window");
+  j["max_position_embeddings"] = 32768;
+  auto absent = Parse(j);
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_EQ(absent->SlidingWindowOf(1), 4096);
 }
 
 TEST(ModelConfigTest, QwenSlidesFromMaxWindowLayersWhenUseSlidingWindow) {

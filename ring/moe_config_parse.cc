@@ -104,13 +104,9 @@ absl::Status ParseDeepseekV2Moe(const Json& j, ModelConfig& c, const std::string
   RS_ASSIGN_OR_RETURN(m.router.num_experts, GetPositive(j, "n_routed_experts", source));
   RS_ASSIGN_OR_RETURN(m.router.top_k, GetPositive(j, "num_experts_per_tok", source));
   RS_ASSIGN_OR_RETURN(m.expert_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
-  RS_ASSIGN_OR_RETURN(bool norm, GetBool(j, "norm_topk_prob", false, source));
-  if (norm) {
-    // transformers ignores it, DeepSeek's own code renormalizes instead of scaling: the two
-    // references disagree, so neither is followed silently.
-    return Invalid(source,
-                   "unsupported norm_topk_prob true for DeepseekV2ForCausalLM (only false)");
-  }
+  // norm_topk_prob is read as transformers 5.17 reads it for DeepSeek-V2: not at all (every
+  // published V2 file says false; DeepSeek's own code would renormalize instead of scaling).
+  RS_RETURN_IF_ERROR(GetBool(j, "norm_topk_prob", false, source).status());
   RS_ASSIGN_OR_RETURN(std::optional<std::string> scoring, GetString(j, "scoring_func", source));
   if (scoring && *scoring != "softmax") {
     return Invalid(source, fmt::format("unsupported scoring_func \"{}\" for DeepseekV2ForCausalLM "

@@ -24,6 +24,14 @@ bool IsQwenFamily(Architecture a) {
          a == Architecture::kQwen3Moe;
 }
 
+// The config class's sliding_window when a file leaves the key out (an explicit null is no
+// window): MistralConfig and the Qwen configs 4096, GptOssConfig 128.
+std::optional<int64_t> DefaultWindow(Architecture a) {
+  if (a == Architecture::kMistral || IsQwenFamily(a)) return 4096;
+  if (a == Architecture::kGptOss) return 128;
+  return std::nullopt;
+}
+
 // The family's rule for files without layer_types (see the header); Qwen files reach it only
 // with use_sliding_window true.
 absl::StatusOr<std::vector<bool>> FamilyRule(const Json& j, const ModelConfig& c,
@@ -34,10 +42,15 @@ absl::StatusOr<std::vector<bool>> FamilyRule(const Json& j, const ModelConfig& c
   if ((a == Architecture::kMistral || a == Architecture::kMixtral) && window) {
     sliding.assign(c.num_layers, true);
   } else if (IsQwenFamily(a) && window) {
-    RS_ASSIGN_OR_RETURN(std::optional<int64_t> first,
+    RS_ASSIGN_OR_RETURN(std::optional<int64_t> bound,
                         GetInt(j, "max_window_layers", source, false));
+    const int64_t max_window_layers = bound.value_or(kQwenMaxWindowLayers);
     for (int layer = 0; layer < c.num_layers; ++layer) {
-      sliding[layer] = layer >= first.value_or(kQwenMaxWindowLayers);
+      // Qwen2MoeConfig: every other layer below max_window_layers, starting with the first;
+      // Qwen2Config and Qwen3Config: the layers from max_window_layers on.
+      sliding[layer] = a == Architecture::kQwen2Moe
+                           ? layer % 2 == 0 && layer < max_window_layers
+                           : layer >= max_window_layers;
     }
   } else if (a == Architecture::kGptOss) {
     for (int layer = 0; layer < c.num_layers; ++layer) sliding[layer] = layer % 2 == 0;
@@ -70,6 +83,7 @@ absl::StatusOr<std::vector<bool>> FromLayerTypes(const Json& types, const ModelC
 
 absl::Status ParseSlidingWindow(const Json& j, ModelConfig& c, const std::string& source) {
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetInt(j, "sliding_window", source, false));
+  if (!j.contains("sliding_window")) window = DefaultWindow(c.architecture);
   c.sliding_window = 0;
   c.sliding_layers.clear();
   if (IsQwenFamily(c.architecture)) {

@@ -4,13 +4,16 @@
 // when a file has it, it decides. Older files decide by each family's own rule, as transformers
 // derives layer_types from them:
 //   - Mistral, Mixtral: every layer slides when `sliding_window` is set (Mistral-7B-v0.1: 4096);
-//   - Qwen2, Qwen3 and Qwen2-MoE: layers >= `max_window_layers` slide when
-//     `use_sliding_window` is true (when it is false no layer slides, layer_types or not: their
-//     transformers configs drop the window then);
+//   - Qwen2 and Qwen3: layers >= `max_window_layers` slide when `use_sliding_window` is true
+//     (when it is false no layer slides, layer_types or not: their transformers configs drop the
+//     window then); Qwen2-MoE likewise but its even layers < `max_window_layers` slide
+//     (Qwen2MoeConfig's rule);
 //   - Qwen3-MoE: every layer slides when `use_sliding_window` is true, whatever layer_types or
 //     max_window_layers say (its config class has neither; its model masks every layer);
 //   - gpt-oss: even layers slide, odd layers attend to everything;
 //   - Llama, GLM-4.5, DeepSeek: no layer slides.
+// A file without the `sliding_window` key takes its config class's default (Mistral and the Qwen
+// families 4096, gpt-oss 128); an explicit null is no window.
 // A window at least max_position_embeddings never drops a key inside the model's context, so
 // such layers are left full (the faster attention kernels run them). A sliding layer needs a
 // positive `sliding_window`; DeepSeek's latent attention has no windowed kernel and refuses one.

@@ -80,8 +80,9 @@ TEST(KernelSelectorTest, LatentAttentionTakesWgmmaOnlyOnComputeCapability90WithS
             MlaDecodeKernel::kMmaSync);
   EXPECT_EQ(Select(kA100, kDefaultBuild, on).mla_decode, MlaDecodeKernel::kMmaSync);
   EXPECT_EQ(Select(kSm86, kDefaultBuild, on).mla_decode, MlaDecodeKernel::kMmaSync);
-  // Off by default (not yet run on a GPU).
-  EXPECT_EQ(Select(kH200, kDefaultBuild).mla_decode, MlaDecodeKernel::kMmaSync);
+  EXPECT_EQ(Select(kH200, kDefaultBuild).mla_decode, MlaDecodeKernel::kWgmmaSm90);  // default
+  EXPECT_EQ(Select(kH200, kDefaultBuild, {.mla_decode_sm90 = false}).mla_decode,
+            MlaDecodeKernel::kMmaSync);
 }
 
 TEST(KernelSelectorTest, MoeGroupedGemmTakesWgmmaOnlyOnComputeCapability90WithSm90aCode) {
@@ -89,7 +90,9 @@ TEST(KernelSelectorTest, MoeGroupedGemmTakesWgmmaOnlyOnComputeCapability90WithSm
   EXPECT_EQ(Select(kH200, kDefaultBuild, on).moe_gemm, MoeGemmKernel::kWgmmaSm90);
   EXPECT_EQ(Select(kH200, kSm80Build, on).moe_gemm, MoeGemmKernel::kWmma);
   EXPECT_EQ(Select(kA100, kDefaultBuild, on).moe_gemm, MoeGemmKernel::kWmma);
-  EXPECT_EQ(Select(kH200, kDefaultBuild).moe_gemm, MoeGemmKernel::kWmma);  // off by default
+  EXPECT_EQ(Select(kH200, kDefaultBuild).moe_gemm, MoeGemmKernel::kWgmmaSm90);  // default
+  EXPECT_EQ(Select(kH200, kDefaultBuild, {.moe_gemm_sm90 = false}).moe_gemm,
+            MoeGemmKernel::kWmma);
 }
 
 TEST(KernelSelectorTest, CodeArchIsTheNewestCompiledArchNotNewerThanTheDevice) {

@@ -559,7 +559,8 @@ TEST(CudaGlmLargeGroupTest, TwelveHeadsPerKvHeadMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "mistral_window",
+                                           "qwen2_window", "qwen2_yarn"));
 INSTANTIATE_TEST_SUITE_P(Moe, CudaFixtureTest,
                          ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe",
                                            "gpt_oss"));

@@ -120,7 +120,9 @@ TEST_P(CudaMoeGoldenTest, PrefillAndGreedyDecodeMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Moe, CudaMoeGoldenTest,
                          ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe",
-                                           "gpt_oss"));
+                                           "gpt_oss", "qwen3_moe_alt", "qwen3_moe_window",
+                                           "mixtral_window", "qwen2_moe_alt", "glm4_moe_alt",
+                                           "gpt_oss_alt", "gpt_oss_yarn"));
 
 }  // namespace
 }  // namespace ringserve::cuda

@@ -182,6 +182,40 @@ TEST(MoeConfigTest, Qwen3MoeSlidesOnEveryLayerWithUseSlidingWindow) {
   EXPECT_TRUE(Parse(j).sliding_layers.empty());
 }
 
+// Qwen2-MoE with use_sliding_window and no layer_types: Qwen2MoeConfig's rule, every other
+// layer below max_window_layers from the first (not Qwen2's "from max_window_layers on").
+TEST(MoeConfigTest, Qwen2MoeSlidesOnEvenLayersBelowMaxWindowLayers) {
+  Json j = Qwen3MoeA3B();
+  j["architectures"] = {"Qwen2MoeForCausalLM"};
+  j["shared_expert_intermediate_size"] = 5632;
+  j["num_hidden_layers"] = 6;
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  j["max_window_layers"] = 4;
+  ModelConfig c = Parse(j);
+  const std::vector<int> expected = {4096, 0, 4096, 0, 0, 0};
+  for (int layer = 0; layer < 6; ++layer) {
+    EXPECT_EQ(c.SlidingWindowOf(layer), expected[layer]) << "layer " << layer;
+  }
+  j.erase("sliding_window");  // Qwen2MoeConfig's default window, 4096
+  EXPECT_EQ(Parse(j).SlidingWindowOf(0), 4096);
+}
+
+// A file without the sliding_window key takes its config class's default; null is no window.
+TEST(MoeConfigTest, AbsentSlidingWindowTakesTheConfigClassDefault) {
+  Json gpt_oss = Json::parse(R"({
+    "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "intermediate_size": 2880,
+    "num_hidden_layers": 2, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072,
+    "num_local_experts": 32, "num_experts_per_tok": 4, "swiglu_limit": 7.0})");
+  EXPECT_EQ(Parse(gpt_oss).SlidingWindowOf(0), 128);
+  Json mixtral = Qwen3MoeA3B();
+  mixtral["architectures"] = {"MixtralForCausalLM"};
+  mixtral["num_local_experts"] = 8;
+  mixtral.erase("sliding_window");  // MixtralConfig: none
+  EXPECT_TRUE(Parse(mixtral).sliding_layers.empty());
+}
+
 // A MoE layer's weight memory counts every expert: Qwen3-30B-A3B's layer holds 128 experts of
 // 3 x 2048 x 768 plus attention and the router; a dense layer of the same model is far smaller.
 TEST(MoeConfigTest, LayerWeightBytesCountEveryExpert) {

@@ -238,15 +238,19 @@ TEST_P(GoldenTest, GreedyContinuationThroughThreeSlices) {
   RunGreedy(fixture_, *chain);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, GoldenTest,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "qwen3_moe",
-                                           "mixtral", "qwen2_moe", "glm4_moe", "gpt_oss",
-                                           "deepseek_v3", "deepseek_v3_nolora", "deepseek_v2",
-                                           "deepseek_v3_moe", "deepseek_v2_moe",
-                                           "deepseek_v2_moe_group", "deepseek_v3_latent512",
-                                           "deepseek_v3_moe_latent512",
-                                           "deepseek_v2_moe_latent512"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(
+    Architectures, GoldenTest,
+    ::testing::Values("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe",
+                      "glm4_moe", "gpt_oss", "deepseek_v3", "deepseek_v3_nolora", "deepseek_v2",
+                      "deepseek_v3_moe", "deepseek_v2_moe", "deepseek_v2_moe_group",
+                      "deepseek_v3_latent512", "deepseek_v3_moe_latent512",
+                      "deepseek_v2_moe_latent512",
+                      // Config variants: sliding windows, YaRN, defaults
+                      // left out, other routing switches.
+                      "mistral_window", "qwen2_window", "qwen2_yarn", "qwen3_moe_alt",
+                      "qwen3_moe_window", "mixtral_window", "qwen2_moe_alt", "glm4_moe_alt",
+                      "gpt_oss_alt", "gpt_oss_yarn", "deepseek_v3_moe_alt", "deepseek_v2_moe_alt"),
+    [](const auto& info) { return info.param; });
 
 // Quantized checkpoints (tests/fixtures/models/quant, scripts/make_quant_fixtures.py): the slice
 // dequantizes at load; transformers ran on the same dequantized weights.
