@@ -48,9 +48,8 @@ absl::StatusOr<std::vector<bool>> FamilyRule(const Json& j, const ModelConfig& c
     for (int layer = 0; layer < c.num_layers; ++layer) {
       // Qwen2MoeConfig: every other layer below max_window_layers, starting with the first;
       // Qwen2Config and Qwen3Config: the layers from max_window_layers on.
-      sliding[layer] = a == Architecture::kQwen2Moe
-                           ? layer % 2 == 0 && layer < max_window_layers
-                           : layer >= max_window_layers;
+      sliding[layer] = a == Architecture::kQwen2Moe ? layer % 2 == 0 && layer < max_window_layers
+                                                    : layer >= max_window_layers;
     }
   } else if (a == Architecture::kGptOss) {
     for (int layer = 0; layer < c.num_layers; ++layer) sliding[layer] = layer % 2 == 0;

@@ -242,7 +242,7 @@ TEST(MlaDecodeTest, SplitPlanCoversTheContextAndRefusesBadPartitions) {
   }
   EXPECT_EQ(PlanMlaDecodeSplits(32, 128, 32768, 132, wgmma).num_splits, 2);  // 128 CTAs
   EXPECT_EQ(PlanMlaDecodeSplits(1, 128, 32768, 132, wgmma).num_splits, 64);  // 512 keys each
-  EXPECT_EQ(PlanMlaDecodeSplits(1, 128, 4096, 132, wgmma).num_splits, 16);  // 256 keys each
+  EXPECT_EQ(PlanMlaDecodeSplits(1, 128, 4096, 132, wgmma).num_splits, 16);   // 256 keys each
   EXPECT_EQ(PlanMlaDecodeSplits(1, 128, 128, 132, wgmma).num_splits, 1);
   // Fewer heads than a wgmma tile: the mma.sync kernel and its plan.
   EXPECT_EQ(MlaDecodeKernelFor(wgmma, 16), MlaDecodeKernel::kMmaSync);
