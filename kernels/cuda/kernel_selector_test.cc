@@ -91,8 +91,7 @@ TEST(KernelSelectorTest, MoeGroupedGemmTakesWgmmaOnlyOnComputeCapability90WithSm
   EXPECT_EQ(Select(kH200, kSm80Build, on).moe_gemm, MoeGemmKernel::kWmma);
   EXPECT_EQ(Select(kA100, kDefaultBuild, on).moe_gemm, MoeGemmKernel::kWmma);
   EXPECT_EQ(Select(kH200, kDefaultBuild).moe_gemm, MoeGemmKernel::kWgmmaSm90);  // default
-  EXPECT_EQ(Select(kH200, kDefaultBuild, {.moe_gemm_sm90 = false}).moe_gemm,
-            MoeGemmKernel::kWmma);
+  EXPECT_EQ(Select(kH200, kDefaultBuild, {.moe_gemm_sm90 = false}).moe_gemm, MoeGemmKernel::kWmma);
 }
 
 TEST(KernelSelectorTest, CodeArchIsTheNewestCompiledArchNotNewerThanTheDevice) {
