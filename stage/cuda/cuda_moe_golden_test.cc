@@ -51,7 +51,10 @@ TEST_P(CudaMoeGoldenTest, PrefillAndGreedyDecodeMatchTransformers) {
                                  .kv_num_blocks = 64};
   auto cpu = CpuModelSlice::Load(cpu_options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  auto probe = ringserve::testing::Bf16NoiseProbe::Load(cpu_options);
+  // 24 noisy copies, not the default 6: router near-ties flip under few of them (gpt_oss_alt's
+  // 12-token prompt: under 0.01 relative L2 with 6 copies, 0.26 with 24; the GPU slice's bf16
+  // landed at 0.048).
+  auto probe = ringserve::testing::Bf16NoiseProbe::Load(cpu_options, 24);
   ASSERT_TRUE(probe.ok()) << probe.status();
   // The bound of a comparison of `batch`'s logits: the CPU reference and the probe run it.
   auto bound_for = [&](const MicroBatch& batch) {
