@@ -44,6 +44,8 @@ ABSL_FLAG(std::string, shape, "llama8b", "model shape with random weights: llama
 ABSL_FLAG(std::string, quant, "",
           "random weights only: linear layers held quantized (int4, int8, fp8, fp4); empty: bf16");
 ABSL_FLAG(int, quant_group, 128, "columns per scale of --quant");
+ABSL_FLAG(bool, fp8_gemm_wgmma, false,
+          "--quant fp8 prefill through the wgmma FP8 GEMM (KernelOptions::fp8_gemm_sm90)");
 ABSL_FLAG(bool, quick, false, "fewer steps and repetitions, 4k instead of 32k long context");
 ABSL_FLAG(bool, kernels_only, false, "just the small-kernel table at 32 tokens (for profilers)");
 ABSL_FLAG(bool, prefill_only, false, "just the prefill breakdown and the prefill rows");
@@ -727,6 +729,7 @@ int Main(int argc, char** argv) {
   // The slice's kernels: the defaults but for the flags' overrides.
   KernelOptions kernels;
   kernels.prefill_key_tile_sm90 = absl::GetFlag(FLAGS_prefill_key_tile);
+  kernels.fp8_gemm_sm90 = absl::GetFlag(FLAGS_fp8_gemm_wgmma);
   if (const absl::Status valid = ValidateKernelOptions(kernels); !valid.ok()) {
     std::fprintf(stderr, "%s\n", std::string(valid.message()).c_str());
     return 2;

@@ -9,6 +9,7 @@
 #include "common/dtype.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/fp8_gemm_sm90.h"
 
 namespace ringserve::cuda {
 
@@ -33,12 +34,21 @@ absl::StatusOr<std::unique_ptr<Fp8BlockGemm>> Fp8BlockGemm::Create(size_t worksp
   RS_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
   gemm->handle_ = handle;
   RS_RETURN_IF_ERROR(gemm->workspace_.Allocate(workspace_bytes));
-  int device = 0, major = 0;
+  int device = 0, major = 0, minor = 0;
   RS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   RS_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  // The block-scaled modes are Hopper's (cuBLASLt 12.9+); other GPUs take the caller's path.
+  RS_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  // The block-scaled modes are Hopper's (cuBLASLt 12.9+), the wgmma kernel 9.0's (sm_90a code);
+  // other GPUs take the caller's path.
   gemm->hopper_ = major == 9;
+#if defined(RS_HAVE_SM90_PREFILL)
+  if (major == 9 && minor == 0) {
+    RS_RETURN_IF_ERROR(PrepareFp8BlockGemmSm90());
+    gemm->wgmma_ok_ = true;  // until SelfCheck says otherwise
+  }
+#endif
   if (gemm->hopper_) RS_RETURN_IF_ERROR(gemm->SelfCheck());
   return gemm;
 }
@@ -78,12 +88,22 @@ absl::Status Fp8BlockGemm::SelfCheck() {
   RS_CUDA_RETURN_IF_ERROR(cudaMemcpy(dx.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
   RS_RETURN_IF_ERROR(
       LaunchQuantizeFp8Groups(dx.as<bf16>(), dxc.as<uint8_t>(), dxs.as<float>(), m, k, nullptr));
-  for (const bool block : {false, true}) {
-    bool& ok = block ? block_ok_ : row_ok_;
-    ok = true;  // for GetPlan
-    if (GetPlan(m, n, k, block) == nullptr) continue;
+  // Each mode alone: cuBLASLt's per-row, its per-block, then the wgmma kernel (per-row scales).
+  const bool wgmma_built = wgmma_ok_;
+  bool checked[3] = {true, true, true};  // by Mode
+  for (const Mode mode : {Mode::kRow, Mode::kBlock, Mode::kWgmma}) {
+    const bool block = mode == Mode::kBlock;
+    row_ok_ = mode == Mode::kRow;
+    block_ok_ = block;
+    wgmma_ok_ = mode == Mode::kWgmma && wgmma_built;
+    if (mode != Mode::kWgmma ? GetPlan(m, n, k, block) == nullptr : !wgmma_ok_) {
+      checked[static_cast<int>(mode)] = false;
+      continue;
+    }
+    bool& ok = checked[static_cast<int>(mode)];
     RS_RETURN_IF_ERROR(Linear(dxc.as<uint8_t>(), dxs.as<float>(), dw.as<uint8_t>(), drs.as<float>(),
                               block ? dbs.as<float>() : nullptr, dy.as<bf16>(), m, n, k, nullptr));
+    RS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     std::vector<uint16_t> y(m * n);
     RS_CUDA_RETURN_IF_ERROR(cudaMemcpy(y.data(), dy.get(), y.size() * 2, cudaMemcpyDeviceToHost));
     for (int t = 0; t < m && ok; ++t) {
@@ -93,11 +113,16 @@ absl::Status Fp8BlockGemm::SelfCheck() {
       }
     }
     if (!ok) {
-      RS_LOG_WARN("cuBLASLt's FP8 GEMM with {} weight scales failed its check: not used",
-                  block ? "128x128 block" : "per-row");
+      RS_LOG_WARN("the FP8 GEMM {} failed its check: not used",
+                  mode == Mode::kWgmma ? "wgmma kernel"
+                                       : (block ? "of cuBLASLt with 128x128 block scales"
+                                                : "of cuBLASLt with per-row scales"));
     }
   }
-  plans_.clear();  // the check's shape only
+  row_ok_ = checked[static_cast<int>(Mode::kRow)];
+  block_ok_ = checked[static_cast<int>(Mode::kBlock)];
+  wgmma_ok_ = checked[static_cast<int>(Mode::kWgmma)];
+  plans_.clear();  // the check's shape only, and made while one mode was on
   return absl::OkStatus();
 }
 
@@ -154,16 +179,47 @@ Fp8BlockGemm::Plan* Fp8BlockGemm::GetPlan(int m, int n, int k, bool block) {
   return slot.get();
 }
 
-bool Fp8BlockGemm::Supported(int m, int n, int k) { return GetPlan(m, n, k, false) != nullptr; }
+bool Fp8BlockGemm::WgmmaSupported(int m, int n, int k) const {
+  return wgmma_ok_ && m >= 4 && n >= 4 && k >= kFp8Block && m % 4 == 0 && n % 4 == 0 &&
+         k % kFp8Block == 0;
+}
+
+bool Fp8BlockGemm::Supported(int m, int n, int k) {
+  return GetPlan(m, n, k, false) != nullptr || WgmmaSupported(m, n, k);
+}
+
+const char* Fp8BlockGemm::last_mode() const {
+  switch (last_) {
+    case Mode::kBlock:
+      return "cublaslt block";
+    case Mode::kRow:
+      return "cublaslt row";
+    case Mode::kWgmma:
+      return "wgmma";
+  }
+  return "";
+}
 
 absl::Status Fp8BlockGemm::Linear(const uint8_t* x_codes, const float* x_scales,
                                   const uint8_t* w_codes, const float* w_row_scales,
                                   const float* w_block_scales, bf16* y, int m, int n, int k,
                                   LaunchStream stream) {
   Plan* plan = w_block_scales != nullptr ? GetPlan(m, n, k, true) : nullptr;
-  last_block_ = plan != nullptr;
+  last_ = plan != nullptr ? Mode::kBlock : Mode::kRow;
   const float* w_scales = plan != nullptr ? w_block_scales : w_row_scales;
   if (plan == nullptr) plan = GetPlan(m, n, k, false);
+  if (plan == nullptr && WgmmaSupported(m, n, k)) {
+    last_ = Mode::kWgmma;
+    return LaunchFp8BlockGemmSm90({.x_codes = x_codes,
+                                   .x_scales = x_scales,
+                                   .w_codes = w_codes,
+                                   .w_scales = w_row_scales,
+                                   .y = y,
+                                   .m = m,
+                                   .n = n,
+                                   .k = k},
+                                  stream);
+  }
   if (plan == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("no FP8 block-scaled GEMM for m=", m, " n=", n, " k=", k));

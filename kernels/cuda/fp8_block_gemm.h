@@ -12,11 +12,13 @@
 //     row-major with ld = Fp8BlockScaleStride(k) (BLK128x128_32F). fp32 accumulation in cuBLASLt.
 //     The block form is used where cuBLASLt runs it, else the per-row form.
 //
-// cuBLASLt runs these only on Hopper: Supported() is false elsewhere (and for shapes it has no
-// algorithm for), and the caller keeps its dequantize + bf16 GEMM path. Create runs each weight
-// scale mode once on a problem with a known answer and never uses a mode that misses it (a
-// cuBLASLt that reads a scale layout otherwise than documented above). Plans are cached per
-// shape. Not thread-safe; asynchronous on the stream, no allocation after Create (capturable).
+// On Hopper (compute capability 9.0) cuBLASLt runs these where it has an algorithm (its
+// 128-element scale modes; CUDA 13's has none on Hopper); else, when the build has sm_90a code,
+// our wgmma kernel (fp8_gemm_sm90.h: the per-row scales, m and n multiples of 4). Supported() is
+// false on other GPUs, and the caller keeps its dequantize + bf16 GEMM path. Create runs each
+// mode once on a problem with a known answer and never uses a mode that misses it (a cuBLASLt
+// that reads a scale layout otherwise than documented above). Plans are cached per shape. Not
+// thread-safe; asynchronous on the stream, no allocation after Create (capturable).
 #pragma once
 
 #include <cstdint>
@@ -47,16 +49,19 @@ class Fp8BlockGemm {
   Fp8BlockGemm(const Fp8BlockGemm&) = delete;
   Fp8BlockGemm& operator=(const Fp8BlockGemm&) = delete;
 
-  // Whether cuBLASLt has an algorithm for this shape on this device (an sm_90 device, k a
-  // multiple of 128, n and m multiples of 16 and 4) with the weights' per-row scales. Caches the
-  // plans.
+  // Whether this shape runs on this device: cuBLASLt has an algorithm for it with the weights'
+  // per-row scales (an sm_90 device, k a multiple of 128, n and m multiples of 16 and 4), or the
+  // wgmma kernel does (k a multiple of 128, n and m of 4). Caches the plans.
   bool Supported(int m, int n, int k);
   // Supported(m, n, k) must hold; FailedPrecondition otherwise. w_block_scales may be null.
   absl::Status Linear(const uint8_t* x_codes, const float* x_scales, const uint8_t* w_codes,
                       const float* w_row_scales, const float* w_block_scales, bf16* y, int m, int n,
                       int k, LaunchStream stream);
-  // The weight scale layout the last Linear used: "block" or "row" (benchmarks, tests).
-  const char* last_mode() const { return last_block_ ? "block" : "row"; }
+  // Leaves the wgmma kernel out of Supported and Linear (cuBLASLt's modes only).
+  void DisableWgmma() { wgmma_ok_ = false; }
+  // What ran the last Linear: "cublaslt block", "cublaslt row" (the weight scale layout it
+  // read) or "wgmma" (benchmarks, tests).
+  const char* last_mode() const;
 
  private:
   struct Plan;
@@ -66,9 +71,12 @@ class Fp8BlockGemm {
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
+  bool WgmmaSupported(int m, int n, int k) const;
+
   bool hopper_ = false;
-  bool last_block_ = false;
-  bool row_ok_ = false, block_ok_ = false;  // the scale modes that passed SelfCheck
+  enum class Mode { kBlock, kRow, kWgmma } last_ = Mode::kRow;
+  bool row_ok_ = false, block_ok_ = false;  // the cuBLASLt scale modes that passed SelfCheck
+  bool wgmma_ok_ = false;                   // the wgmma kernel: built, 9.0, passed SelfCheck
   std::map<std::tuple<int, int, int, bool>, std::unique_ptr<Plan>> plans_;  // null: unsupported
 };
 

@@ -41,6 +41,11 @@ struct KernelOptions {
   // compute capability 9.0 when the build has its sm_90a code; false: the WMMA kernel. On an
   // H100, Qwen3-30B-A3B's 8k prefill: 366 TFLOP/s against 251 (`moe_bench --moe_gemm`).
   bool moe_gemm_sm90 = true;
+  // FP8 block-scaled checkpoints' prefill GEMMs with our wgmma kernel (fp8_gemm_sm90.h) where
+  // cuBLASLt has no block-scaled FP8 algorithm (CUDA 13 on Hopper); false: dequantize to bf16
+  // and cuBLASLt's bf16 GEMM. Off: on an H100 the 8k prefill of the Llama-3.1-8B shape ran at
+  // 0.83x of bf16 through it against ~0.99x dequantizing (bench/cuda/NOTES.md).
+  bool fp8_gemm_sm90 = false;
   // Keys per K/V tile of the wgmma prefill kernel: 64 (97 KB of shared memory, two CTAs per SM;
   // on an H200 the 8k causal attention took 1.33-1.37 ms against 1.66-1.78 with 128) or 128.
   int prefill_key_tile_sm90 = 64;

@@ -268,9 +268,9 @@ TEST(Fp8BlockGemmTest, QuantizeGroupsMatchesHost) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// cuBLASLt's block-scaled FP8 GEMM (Hopper only) against the fp64 product of the quantized
-// activations and the block-scaled weights, and within the quantization's bound (2^-4 of each
-// product) of the product with the unquantized activations.
+// The FP8 block-scaled GEMM (cuBLASLt's or the wgmma kernel; Hopper only) against the fp64 product
+// of the quantized activations and the block-scaled weights, and within the quantization's bound
+// (2^-4 of each product) of the product with the unquantized activations.
 TEST(Fp8BlockGemmTest, MatchesHostReference) {
   RS_SKIP_WITHOUT_GPU();
   const int m = 200, n = 384, k = 512;
@@ -327,7 +327,10 @@ TEST(Fp8BlockGemmTest, MatchesHostReference) {
           unquantized += wv * x[t * k + c];
           mag += std::fabs(wv * x[t * k + c]);
         }
-        ASSERT_NEAR(got[t * n + o], want, 1e-4 * mag + 4e-3 * std::fabs(want))
+        // Hopper's fp8 MMAs keep about 14 bits of a group's sum (DeepSeek-V3's report measured
+        // it; the kernels promote every 128 columns): 5e-4 of the magnitude, far below what a
+        // wrong scale or column would move (a group's share, ~1/4 of it here).
+        ASSERT_NEAR(got[t * n + o], want, 5e-4 * mag + 4e-3 * std::fabs(want))
             << "token " << t << " out " << o;
         ASSERT_NEAR(got[t * n + o], unquantized, 0.0625 * mag + 4e-3 * std::fabs(unquantized));
       }

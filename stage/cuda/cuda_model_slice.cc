@@ -94,6 +94,7 @@ absl::StatusOr<std::unique_ptr<CudaModelSlice>> CudaModelSlice::Load(const Slice
   std::unique_ptr<CudaModelSlice> slice(new CudaModelSlice());
   RS_RETURN_IF_ERROR(slice->Init(config, options, cuda));
   RS_ASSIGN_OR_RETURN(slice->quant_, QuantLinears::Load(config, options, slice->stream_));
+  slice->quant_.AllowWgmmaFp8Gemm(cuda.kernels.fp8_gemm_sm90);
   RS_RETURN_IF_ERROR(slice->AllocateWeights());
   RS_RETURN_IF_ERROR(slice->LoadWeights());
   RS_RETURN_IF_ERROR(slice->AllocateRuntime());
@@ -111,6 +112,7 @@ absl::StatusOr<std::unique_ptr<CudaModelSlice>> CudaModelSlice::CreateRandom(
     RS_ASSIGN_OR_RETURN(slice->quant_,
                         QuantLinears::Random(config, options, format, cuda.random_quant_group, seed,
                                              slice->stream_));
+    slice->quant_.AllowWgmmaFp8Gemm(cuda.kernels.fp8_gemm_sm90);
   }
   RS_RETURN_IF_ERROR(slice->AllocateWeights());
   RS_RETURN_IF_ERROR(slice->RandomizeWeights(seed));

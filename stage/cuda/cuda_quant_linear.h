@@ -73,6 +73,12 @@ class QuantLinears {
   absl::Status Linear(GemmRunner& gemm, const bf16* x, const QuantMatrixView& w, void* y,
                       OutType out, int m, LaunchStream stream);
 
+  // false (KernelOptions::fp8_gemm_sm90 off): FP8 prefill GEMMs never take the wgmma kernel,
+  // only cuBLASLt's block-scaled GEMM where it has one, else dequantize + bf16 GEMM.
+  void AllowWgmmaFp8Gemm(bool allow) {
+    if (fp8_ != nullptr && !allow) fp8_->DisableWgmma();
+  }
+
  private:
   absl::Status Add(int layer, LayerLinear which, const quant::PackedMatrix& m, cudaStream_t stream);
   absl::Status AllocateScratch();
