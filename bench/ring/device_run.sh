@@ -5,7 +5,9 @@
 # 1, 2 and 4 stages on ONE GPU over cuda_ipc, at 1/8/32/64 streams (128-token prompts), decode
 # spreading against packing — with ringserve_loadgen against the real coordinator. Logs and JSON
 # go to $OUT; a table is printed as it goes ($OUT/table.md) and again at the end.
-# Env: DURATION_S (default 3), SKIP_TESTS=1, STREAMS="1 8 32 64",
+# Env: DURATION_S (default 3), SKIP_TESTS=1, STREAMS="1 8 32 64", SHAPE (a make_random_model
+# shape, e.g. qwen3-30b-a3b with PARTITIONS="16x1 4x4 8x2" and MODEL_LAYERS=16: the first layers
+# only, for a disk and GPU that do not hold the whole model),
 # RINGS="s1 s4 s4_m4_spread s4_m4_packed s2" (which rings, in order; also s4_bal: P4BAL, default
 # 9,8,8,7); for a smoke test without
 # a GPU: DEVICE=cpu CHANNEL=tcp SHAPE=tiny PARTITIONS="2x1 1x2 1x2" (the partitions in the
@@ -57,9 +59,10 @@ if [ "${MPS:-0}" = 1 ]; then
   echo "rings run under CUDA MPS" | tee -a "$out/tests.txt"
 fi
 
-model=/tmp/rs_bench_$shape
+model=/tmp/rs_bench_$shape${MODEL_LAYERS:+_$MODEL_LAYERS}
 start=$(date +%s)
 [ -f "$model/config.json" ] || "$bin/make_random_model" --shape "$shape" --out "$model" --dtype bf16 --notokenizer \
+  ${MODEL_LAYERS:+--layers $MODEL_LAYERS} \
   >"$out/model.log" 2>&1 || { cat "$out/model.log"; exit 1; }
 echo "model written in $(( $(date +%s) - start )) s" | tee -a "$out/tests.txt"
 
