@@ -69,10 +69,10 @@ class Fp8BlockGemm {
   Plan* GetPlan(int m, int n, int k, bool block);
   absl::Status SelfCheck();
 
-  void* handle_ = nullptr;  // cublasLtHandle_t
-  DeviceBuffer workspace_;
   bool WgmmaSupported(int m, int n, int k) const;
 
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  DeviceBuffer workspace_;
   bool hopper_ = false;
   enum class Mode { kBlock, kRow, kWgmma } last_ = Mode::kRow;
   bool row_ok_ = false, block_ok_ = false;  // the cuBLASLt scale modes that passed SelfCheck
