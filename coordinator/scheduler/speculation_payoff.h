@@ -29,8 +29,8 @@
 namespace ringserve {
 
 struct SpeculationPayoffOptions {
-  bool enabled = true;       // false: always speculate (the per-sequence policy still backs off)
-  int samples = 16;          // measured micro-batches per mode before deciding
+  bool enabled = true;  // false: always speculate (the per-sequence policy still backs off)
+  int samples = 16;     // measured micro-batches per mode before deciding
   // Micro-batches of a bucket before the slower mode is measured again: a few seconds at any
   // load (an H100 ran ~1,200 micro-batches a second at 8 streams of a small target, where the
   // re-probes at 1,000, with two mode switches each, cost that ring 5% of its throughput).
