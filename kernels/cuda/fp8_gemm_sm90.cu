@@ -97,9 +97,9 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8BlockGemmSm90Kernel(Fp8GemmArg
   float acc[64], part0[64], part1[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
-    // Loads run kStages - 2 tiles ahead: of the other two stages one feeds the MMAs in flight and
-    // one holds the tile being promoted (its scales).
-#pragma unroll
+
+  // Loads run kStages - 2 tiles ahead: of the other two stages one feeds the MMAs in flight and
+  // one holds the tile being promoted (its scales).
   for (int s = 0; s < kStages - 2; ++s) {
     if (s < k_tiles) load(s, s);
     CpAsyncCommit();
