@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8BlockGemmSm90Kernel(Fp8GemmArg
       WgmmaE4m3(part, Descriptor(sx + wg * 64 * 128 + kk * 32, 16, 1024),
                 Descriptor(sw + kk * 32, 16, 1024), kk > 0);
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    WgmmaCommit();
   };
   const auto promote = [&](int kt, float* part) {
     const float* scales =
@@ -138,36 +138,32 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8BlockGemmSm90Kernel(Fp8GemmArg
       acc[4 * c + 3] += part[4 * c + 3] * (x_hi * w.y);
     }
   };
-  const auto wait_for_all_but_last = [] {
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-  };
-  const auto wait_for_all = [] { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); };
   arrive(0);
   issue(0, part0);
   int kt = 0;
   for (; kt + 2 < k_tiles; kt += 2) {  // tile kt in flight in part0; kt + 1 and kt + 2 exist
     arrive(kt + 1);
     issue(kt + 1, part1);
-    wait_for_all_but_last();
+    WgmmaWait<1>();
     FenceRegisters(part0);
     promote(kt, part0);
     arrive(kt + 2);
     issue(kt + 2, part0);
-    wait_for_all_but_last();
+    WgmmaWait<1>();
     FenceRegisters(part1);
     promote(kt + 1, part1);
   }
   if (kt + 1 < k_tiles) {  // the last two tiles
     arrive(kt + 1);
     issue(kt + 1, part1);
-    wait_for_all_but_last();
+    WgmmaWait<1>();
     FenceRegisters(part0);
     promote(kt, part0);
-    wait_for_all();
+    WgmmaWait<0>();
     FenceRegisters(part1);
     promote(kt + 1, part1);
   } else {
-    wait_for_all();
+    WgmmaWait<0>();
     FenceRegisters(part0);
     promote(kt, part0);
   }

@@ -33,9 +33,18 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t smem_addr, uint32_t lead
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void WgmmaCommitAndWait() {
+// Closes the group of wgmma issued since the last commit.
+__device__ __forceinline__ void WgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Waits until at most N committed groups are still running (N = 0: all done).
+template <int N>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void WgmmaCommitAndWait() {
+  WgmmaCommit();
+  WgmmaWait<0>();
 }
 // Keeps the compiler from moving accesses of the accumulators across a wgmma wait or fence.
 template <int N = 64>
