@@ -72,6 +72,11 @@ struct DecodeBatch {
   // otherwise) and a device with 100 KB of shared memory per CTA (an Internal launch error
   // otherwise).
   DecodeAttentionKernel kernel = DecodeAttentionKernel::kCudaCore;
+  // Optional, with num_splits > 1: DecodeSplitTickets(num_entries, num_heads) int32 of device
+  // memory, zero before the launch and left zero after it. The CTA that finishes an entry's head
+  // set last then merges its splits, instead of a merge kernel after the attention kernel (one
+  // launch fewer a layer). Launches that share tickets must not run concurrently.
+  int32_t* split_tickets = nullptr;
 };
 
 // A decode step's q/k/v projection before the attention input stage, for
@@ -96,6 +101,8 @@ absl::Status LaunchDecodeAttentionFromQkv(const AttentionShape& shape, const Dec
                                           bf16* out, const DecodeBatch& batch, LaunchStream stream);
 
 int64_t DecodeWorkspaceFloats(int num_entries, int num_heads, int head_dim, int num_splits);
+// Tickets DecodeBatch::split_tickets needs for a launch of num_entries entries.
+int64_t DecodeSplitTickets(int num_entries, int num_heads);
 
 absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, bf16* out,
                                    const DecodeBatch& batch, LaunchStream stream);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <tuple>
@@ -211,7 +212,26 @@ void RunDecodeCase(int head_dim, int heads, int kv_heads, std::vector<int32_t> c
                        .sliding_window = sliding_window};
   RS_ASSERT_OK(LaunchDecodeAttention(shape, dq.as<bf16>(), dout.as<bf16>(), batch,
                                      LaunchStream(nullptr, plan.dependent_launch)));
-  EXPECT_LT(RelL2(DownloadBf16(dout, q.size()), want), 1e-2) << "splits " << batch.num_splits;
+  const std::vector<float> got = DownloadBf16(dout, q.size());
+  EXPECT_LT(RelL2(got, want), 1e-2) << "splits " << batch.num_splits;
+  if (batch.num_splits == 1) return;
+  // The splits merged by the CTA that finishes last (split tickets): the same bits, twice (the
+  // tickets are left at zero for the next launch).
+  DeviceBuffer tickets;
+  ASSERT_TRUE(tickets.Allocate(DecodeSplitTickets(entries, heads) * 4).ok());
+  ASSERT_EQ(cudaMemset(tickets.get(), 0, tickets.bytes()), cudaSuccess);
+  DecodeBatch ticketed = batch;
+  ticketed.split_tickets = tickets.as<int32_t>();
+  for (int launch = 0; launch < 2; ++launch) {
+    Poison(dout);
+    RS_ASSERT_OK(LaunchDecodeAttention(shape, dq.as<bf16>(), dout.as<bf16>(), ticketed,
+                                       LaunchStream(nullptr, plan.dependent_launch)));
+    const std::vector<float> merged = DownloadBf16(dout, q.size());
+    EXPECT_EQ(std::memcmp(merged.data(), got.data(), got.size() * sizeof(float)), 0)
+        << "split tickets, launch " << launch;
+  }
+  EXPECT_EQ(Download<int32_t>(tickets, DecodeSplitTickets(entries, heads)),
+            std::vector<int32_t>(DecodeSplitTickets(entries, heads), 0));
 }
 
 // gpt-oss's attention on the CUDA-core kernel: sinks (with one and several splits) and sliding

@@ -195,27 +195,19 @@ __global__ void DecodeReduceKernel(DecodeArgs a) {
   const int ctx = a.batch.context_lens[e];
   if (ctx <= 0) return;
   const int d = a.shape.cache.head_dim;
-  const int num_splits = a.batch.num_splits;
   const int used = (ctx + a.batch.partition - 1) / a.batch.partition;
-  const int64_t part0 = (static_cast<int64_t>(e) * a.shape.num_heads + head) * num_splits;
-  const float* ml = a.batch.workspace +
-                    static_cast<int64_t>(a.batch.num_entries) * a.shape.num_heads * num_splits * d;
-  float mx = -FLT_MAX;
-  for (int s = 0; s < used; ++s) mx = fmaxf(mx, ml[2 * (part0 + s)]);
-  float denom = a.shape.sinks != nullptr ? exp2f(a.shape.sinks[head] * kLog2e - mx) : 0.0f;
-  for (int s = 0; s < used; ++s) denom += exp2f(ml[2 * (part0 + s)] - mx) * ml[2 * (part0 + s) + 1];
   const int q_row = a.batch.q_rows[e];
   for (int dim = threadIdx.x; dim < d; dim += blockDim.x) {
-    float v = 0.0f;
-    for (int s = 0; s < used; ++s) {
-      v += exp2f(ml[2 * (part0 + s)] - mx) * a.batch.workspace[(part0 + s) * d + dim];
-    }
     a.out[(static_cast<int64_t>(q_row) * a.shape.num_heads + head) * d + dim] =
-        __float2bfloat16(v / denom);
+        __float2bfloat16(MergeDecodeSplits(a.shape, a.batch, e, head, dim, used));
   }
 }
 
 }  // namespace
+
+int64_t DecodeSplitTickets(int num_entries, int num_heads) {
+  return static_cast<int64_t>(num_entries) * num_heads;  // a CTA's head set per (entry, grid row)
+}
 
 int64_t DecodeWorkspaceFloats(int num_entries, int num_heads, int head_dim, int num_splits) {
   return static_cast<int64_t>(num_entries) * num_heads * num_splits * (head_dim + 2);
@@ -260,7 +252,7 @@ void LaunchDecodeKernel(int group, dim3 grid, const DecodeArgs& args, LaunchStre
 
 // The kernel that merges the splits, after the attention kernel.
 absl::Status LaunchMergeIfSplit(const DecodeArgs& args, LaunchStream stream) {
-  if (args.batch.num_splits > 1) {
+  if (args.batch.num_splits > 1 && args.batch.split_tickets == nullptr) {
     LaunchDependent(DecodeReduceKernel, dim3(args.batch.num_entries, args.shape.num_heads), 128, 0,
                     stream, args);
   }

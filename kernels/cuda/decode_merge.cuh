@@ -5,7 +5,9 @@
 // log2 units, in shared memory, followed by a __syncthreads(); g is query head first_head + g
 // (the CTA's heads: a kv head's group, or a part of it). FinishDecodeSplit merges the
 // warps and writes the normalized bf16 output (one split) or the unnormalized output and its
-// (max, sum) into the workspace for the split-merging kernel.
+// (max, sum) into the workspace; then, with batch.split_tickets, the CTA of an (entry, head set)
+// that finishes last merges the splits (MergeDecodeSplits) — else the split-merging kernel does.
+// Every thread of the CTA calls it.
 #pragma once
 
 #include <cfloat>
@@ -16,6 +18,29 @@
 namespace ringserve::cuda {
 
 // kDecodeMaxGroup and kDecodeMaxGroupDim (group * head_dim) are in kernel_selector.h.
+
+// The splits [0, used) of (entry e, query head) merged, dimension dim: out = sum_s 2^(m_s - M)
+// o_s / (sum_s 2^(m_s - M) l_s + sink), read through L2 (other CTAs wrote them).
+__device__ __forceinline__ float MergeDecodeSplits(const AttentionShape& shape,
+                                                   const DecodeBatch& batch, int e, int head,
+                                                   int dim, int used) {
+  const int d = shape.cache.head_dim;
+  const int num_splits = batch.num_splits;
+  const int64_t part0 = (static_cast<int64_t>(e) * shape.num_heads + head) * num_splits;
+  const float* ml =
+      batch.workspace + static_cast<int64_t>(batch.num_entries) * shape.num_heads * num_splits * d;
+  float mx = -FLT_MAX;
+  for (int s = 0; s < used; ++s) mx = fmaxf(mx, __ldcg(ml + 2 * (part0 + s)));
+  float denom = shape.sinks != nullptr ? exp2f(shape.sinks[head] * 1.4426950408889634f - mx) : 0.0f;
+  for (int s = 0; s < used; ++s) {
+    denom += exp2f(__ldcg(ml + 2 * (part0 + s)) - mx) * __ldcg(ml + 2 * (part0 + s) + 1);
+  }
+  float v = 0.0f;
+  for (int s = 0; s < used; ++s) {
+    v += exp2f(__ldcg(ml + 2 * (part0 + s)) - mx) * __ldcg(batch.workspace + (part0 + s) * d + dim);
+  }
+  return v / denom;
+}
 
 template <int kWarps>
 __device__ __forceinline__ void FinishDecodeSplit(const float* partial, const float* warp_ml,
@@ -54,6 +79,26 @@ __device__ __forceinline__ void FinishDecodeSplit(const float* partial, const fl
         ml[2 * part + 1] = sum;
       }
     }
+  }
+  if (num_splits == 1 || batch.split_tickets == nullptr) return;
+  // The CTAs of this (entry, head set) with keys count in; the last merges their splits.
+  __shared__ bool merges;
+  __threadfence();  // this CTA's partials before its ticket
+  __syncthreads();
+  const int used = (batch.context_lens[e] + batch.partition - 1) / batch.partition;
+  if (threadIdx.x == 0) {
+    int32_t* ticket = batch.split_tickets + static_cast<int64_t>(e) * gridDim.y + blockIdx.y;
+    merges = atomicAdd(ticket, 1) == used - 1;
+    if (merges) *ticket = 0;  // zero again for the next launch
+  }
+  __syncthreads();
+  if (!merges) return;
+  __threadfence();  // the other CTAs' partials
+  for (int idx = threadIdx.x; idx < group * d; idx += blockDim.x) {
+    const int g = idx / d;
+    const int head = first_head + g;
+    out[(static_cast<int64_t>(q_row) * shape.num_heads + head) * d + idx - g * d] =
+        __float2bfloat16(MergeDecodeSplits(shape, batch, e, head, idx - g * d, used));
   }
 }
 

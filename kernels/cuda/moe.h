@@ -51,12 +51,11 @@ struct MoeRouting {
   int32_t* expert_ids = nullptr;
   float* weights = nullptr;
   // Out: counts [experts] (rows per expert), offsets [experts + 1] (exclusive prefix sum:
-  // expert e's rows are [offsets[e], offsets[e + 1]) of the permuted order), cursor [experts]
-  // (scratch), row_token [tokens * top_k] (the token of each permuted row; within an expert the
-  // order is unspecified), entry_row [tokens * top_k] (the permuted row of entry t * top_k + j).
+  // expert e's rows are [offsets[e], offsets[e + 1]) of the permuted order), row_token
+  // [tokens * top_k] (the token of each permuted row; within an expert the order is
+  // unspecified), entry_row [tokens * top_k] (the permuted row of entry t * top_k + j).
   int32_t* counts = nullptr;
   int32_t* offsets = nullptr;
-  int32_t* cursor = nullptr;
   int32_t* row_token = nullptr;
   int32_t* entry_row = nullptr;
   // Out: the tensor-core GEMM's tile list [MoeMaxTiles(...), 2] = (expert, first row) and its
@@ -149,6 +148,14 @@ int MoeGemvRowChunk(int max_group_rows, bool quantized);
 // CUDA cores, one pass over each used group's weights per MoeGemvRowChunk rows (decode-sized
 // steps: only the experts in use are read). Any k; grid sized by n and groups.
 absl::Status LaunchMoeGroupedGemv(const MoeGroupedLinear& a, LaunchStream stream);
+// LaunchMoeGroupedGemv on tensor cores (mma.sync, sm_80+; moe_grouped_mma.cu), bf16 weights:
+// each warp multiplies 16 output columns' weight rows (with an activation, 16 gate and 16 up
+// rows) by a group's rows 8 at a time, streaming the weights once per 32 rows of a group, with no
+// per-row CUDA-core work. For decode batches, where groups hold several rows each. The same
+// outputs as the GEMV up to the order of the fp32 sums. Needs MoeGroupedMmaSupported (k % 32 ==
+// 0, x and w 16-byte aligned); InvalidArgument otherwise or for bad arguments.
+bool MoeGroupedMmaSupported(const MoeGroupedLinear& a);
+absl::Status LaunchMoeGroupedMma(const MoeGroupedLinear& a, LaunchStream stream);
 // Tensor cores (mma through WMMA, or wgmma on Hopper: a.gemm_kernel; 128x128 tiles, cp.async
 // pipeline) over the tile list of
 // LaunchMoeRoute (tiles/num_tiles; max_tiles = its capacity), or over ceil(rows / kMoeTileRows)

@@ -4,7 +4,8 @@
 // again), and LaunchMoeDownCombine against LaunchMoeGroupedGemv (or LaunchMoeQuantGroupedGemv,
 // every format) + LaunchMoeCombine (biases or not, a shared expert's output or not, into a
 // residual or as bf16 rows); and the grouped GEMVs' row chunk (1, 4 or 8 rows per pass) changes
-// no bit of their output.
+// no bit of their output; and the tensor-core grouped GEMV against the CUDA-core one.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -20,6 +21,7 @@ namespace ringserve::cuda {
 namespace {
 
 using testing::Download;
+using testing::DownloadBf16;
 using testing::RandomBf16Values;
 using testing::Upload;
 using testing::UploadBf16;
@@ -34,7 +36,6 @@ struct RoutingBuffers {
         {&weights, rows},
         {&counts, experts},
         {&offsets, experts + 1},
-        {&cursor, experts},
         {&row_token, rows},
         {&entry_row, rows},
         {&tiles, 2 * MoeMaxTiles(rows, experts)},
@@ -53,7 +54,6 @@ struct RoutingBuffers {
             .weights = weights.as<float>(),
             .counts = counts.as<int32_t>(),
             .offsets = offsets.as<int32_t>(),
-            .cursor = cursor.as<int32_t>(),
             .row_token = row_token.as<int32_t>(),
             .entry_row = entry_row.as<int32_t>(),
             .tiles = tiles.as<int32_t>(),
@@ -62,8 +62,8 @@ struct RoutingBuffers {
             .experts_touched = touched.as<int32_t>(),
             .tokens = tokens};
   }
-  DeviceBuffer logits, ids, weights, counts, offsets, cursor, row_token, entry_row, tiles,
-      num_tiles, active, touched;
+  DeviceBuffer logits, ids, weights, counts, offsets, row_token, entry_row, tiles, num_tiles,
+      active, touched;
 };
 
 template <typename T>
@@ -255,6 +255,77 @@ TEST(CudaMoeDownCombineTest, MatchesGroupedGemvThenCombineBitForBit) {
     }
   }
   EXPECT_FALSE(LaunchMoeDownCombine({.n = 8, .k = 12, .out = nullptr, .top_k = 2}, nullptr).ok());
+}
+
+// LaunchMoeGroupedMma against LaunchMoeGroupedGemv: the same sums in another order. Partial
+// column tiles (n = 97), 1 to 4 row tiles per pass and several passes (groups of more than 32
+// rows at 100 tokens), gathered rows through the active list, biases, gated or not.
+TEST(CudaMoeGroupedMmaTest, MatchesGroupedGemv) {
+  RS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(5);
+  const int experts = 6, top_k = 2, n = 97, k = 96;
+  const RouterOptions o{.num_experts = experts, .top_k = top_k, .norm_topk_prob = true};
+  DeviceBuffer w = UploadBf16(RandomBf16Values(rng, int64_t{experts} * 2 * n * k, 0.2f));
+  DeviceBuffer bias = UploadBf16(RandomBf16Values(rng, int64_t{experts} * 2 * n, 0.2f));
+  for (const int tokens : {1, 5, 12, 24, 100}) {
+    const int rows = tokens * top_k;
+    RoutingBuffers r(tokens, experts, top_k);
+    DeviceBuffer logits = Upload(RandomBf16Values(rng, int64_t{tokens} * experts, 2.0f));
+    ASSERT_EQ(cudaMemcpy(r.logits.get(), logits.get(), int64_t{tokens} * experts * 4,
+                         cudaMemcpyDeviceToDevice),
+              cudaSuccess);
+    RS_ASSERT_OK(LaunchMoeRoute(o, r.View(tokens, nullptr), nullptr));
+    DeviceBuffer x = UploadBf16(RandomBf16Values(rng, int64_t{tokens} * k));
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool gated = variant & 1, with_bias = variant & 2;
+      SCOPED_TRACE(::testing::Message() << tokens << " tokens, variant " << variant);
+      MoeGroupedLinear a{.x = x.as<bf16>(),
+                         .row_token = r.row_token.as<int32_t>(),
+                         .offsets = r.offsets.as<int32_t>(),
+                         .rows = rows,
+                         .groups = experts,
+                         .active = r.active.as<int32_t>(),
+                         .max_active = rows,
+                         .w = w.as<bf16>(),
+                         .bias = with_bias ? bias.as<bf16>() : nullptr,
+                         .n = n,
+                         .k = k,
+                         .out_f32 = !gated,
+                         .max_group_rows = tokens};
+      if (gated) a.act = {.kind = MoeActivation::kSiluMul};
+      ASSERT_TRUE(MoeGroupedMmaSupported(a));
+      DeviceBuffer by_gemv, by_mma;
+      for (DeviceBuffer* out : {&by_gemv, &by_mma}) {  // NaN until written
+        ASSERT_TRUE(out->Allocate(int64_t{rows} * n * 4).ok());
+        ASSERT_EQ(cudaMemset(out->get(), 0xff, out->bytes()), cudaSuccess);
+      }
+      a.out = by_gemv.get();
+      RS_ASSERT_OK(LaunchMoeGroupedGemv(a, nullptr));
+      a.out = by_mma.get();
+      RS_ASSERT_OK(LaunchMoeGroupedMma(a, nullptr));
+      std::vector<float> want, got;
+      if (gated) {
+        want = DownloadBf16(by_gemv, int64_t{rows} * n);
+        got = DownloadBf16(by_mma, int64_t{rows} * n);
+      } else {
+        want = Download<float>(by_gemv, int64_t{rows} * n);
+        got = Download<float>(by_mma, int64_t{rows} * n);
+      }
+      // fp32 sums in another order; gated, the gate and up values are rounded to bf16 first,
+      // where one ulp (2^-8) can flip.
+      const float rel = gated ? 0.02f : 1e-5f, abs = gated ? 0.01f : 1e-4f;
+      int bad = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (!std::isfinite(got[i]) ||
+            !(std::fabs(got[i] - want[i]) <= abs + rel * std::fabs(want[i]))) {
+          if (++bad <= 5) ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << want[i];
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+  MoeGroupedLinear odd{.x = nullptr, .w = nullptr, .n = 8, .k = 40};
+  EXPECT_FALSE(MoeGroupedMmaSupported(odd));
 }
 
 }  // namespace

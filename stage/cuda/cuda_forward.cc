@@ -413,7 +413,8 @@ absl::Status CudaModelSlice::RunAttention(int l, const Plan& p, const KvCacheLay
                               .num_splits = p.splits,
                               .workspace = decode_ws_.as<float>(),
                               .partition = p.partition,
-                              .kernel = kernels_.decode_attention};
+                              .kernel = kernels_.decode_attention,
+                              .split_tickets = decode_tickets_.as<int32_t>()};
       if (p.kernels.qkv_in_attention) {
         RS_RETURN_IF_ERROR(LaunchDecodeAttentionFromQkv(shape,
                                                         {.qkv = qkv_.as<bf16>(),

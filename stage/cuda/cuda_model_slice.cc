@@ -315,6 +315,8 @@ absl::Status CudaModelSlice::AllocateRuntime() {
       {&sample_params_, SampleRowsCapacity() * int64_t{sizeof(GpuRowSampling)}},
       {&logprobs_, SampleRowsCapacity() * 4},
       {&decode_ws_, kDecodeWorkspaceBytes},
+      {&decode_tickets_,
+       DecodeSplitTickets(std::max<int>(t, cuda_.max_graph_batch), c.num_heads) * 4},
   };
   activation_bytes_ = 0;
   for (const Item& item : items) {

@@ -318,7 +318,7 @@ class CudaModelSlice : public ModelSlice {
 
   // Activations [max_batch_tokens, ...] and metadata.
   DeviceBuffer residual_, normed_, qkv_, q_, attn_, proj_, gate_up_, act_, gathered_, logits_,
-      tokens_, meta_, decode_ws_, sample_params_, logprobs_;
+      tokens_, meta_, decode_ws_, decode_tickets_, sample_params_, logprobs_;
   // Pinned staging for sampling, kMaxSamplesInFlight slots of SampleHostBytes(): each
   // GpuRowSampling [rows] in, tokens and logprobs [rows] out (the MTP drafter uses slot 0's).
   void* sample_host_ = nullptr;

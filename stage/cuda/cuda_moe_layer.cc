@@ -79,7 +79,6 @@ absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(
     ws->weights_ = c.Take<float>(rows);
     ws->counts_ = c.Take<int32_t>(e);
     ws->offsets_ = c.Take<int32_t>(e + 1);
-    ws->cursor_ = c.Take<int32_t>(e);
     ws->row_token_ = c.Take<int32_t>(rows);
     ws->entry_row_ = c.Take<int32_t>(rows);
     ws->tiles_ = c.Take<int32_t>(2 * int64_t{ws->max_tiles_});
@@ -118,6 +117,9 @@ absl::StatusOr<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::Create(const ModelCo
   // Debug switch (README): the largest step that runs the grouped GEMV.
   if (const char* env = std::getenv("RINGSERVE_MOE_GEMV_MAX_TOKENS"); env != nullptr) {
     layer->gemv_max_tokens_ = std::atoi(env);
+  }
+  if (const char* env = std::getenv("RINGSERVE_MOE_MMA_MIN_TOKENS"); env != nullptr) {
+    layer->mma_min_tokens_ = std::atoi(env);
   }
   layer->moe_ = m;
   layer->hidden_ = h;
@@ -312,6 +314,11 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
   const int32_t* num_tiles = offsets != nullptr ? ws.num_tiles_ : nullptr;
   // Grouped GEMV blocks go to the experts with rows only (at most `rows` of them).
   const int32_t* active = offsets != nullptr ? ws.active_ : nullptr;
+  // The grouped GEMV of bf16 weights, on tensor cores for steps of several rows per group.
+  const auto gemv = [&](const MoeGroupedLinear& a) {
+    return tokens >= mma_min_tokens_ && MoeGroupedMmaSupported(a) ? LaunchMoeGroupedMma(a, stream)
+                                                                  : LaunchMoeGroupedGemv(a, stream);
+  };
   MoeGroupedLinear up{.x = x,
                       .row_token = row_token,
                       .offsets = offsets,
@@ -331,7 +338,7 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
   if (grouped_gemv) {
     RS_RETURN_IF_ERROR(w.quant_gate_up != nullptr
                            ? LaunchMoeQuantGroupedGemv(up, *w.quant_gate_up, stream)
-                           : LaunchMoeGroupedGemv(up, stream));
+                           : gemv(up));
   } else {
     up.n = 2 * inter;
     up.out = ws.gate_up_;
@@ -363,7 +370,7 @@ absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,
     return grouped_gemv ? LaunchMoeQuantGroupedGemv(down, *w.quant_down, stream)
                         : RunDequantizedGemm(down, *w.quant_down, ws, stream);
   }
-  if (grouped_gemv || inter % 8 != 0) return LaunchMoeGroupedGemv(down, stream);
+  if (grouped_gemv || inter % 8 != 0) return gemv(down);
   return LaunchMoeGroupedGemm(down, tiles, num_tiles, ws.max_tiles_, stream);
 }
 
@@ -384,7 +391,6 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
                            .weights = ws.weights_,
                            .counts = ws.counts_,
                            .offsets = ws.offsets_,
-                           .cursor = ws.cursor_,
                            .row_token = ws.row_token_,
                            .entry_row = ws.entry_row_,
                            .tiles = ws.tiles_,

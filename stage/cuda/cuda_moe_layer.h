@@ -83,7 +83,6 @@ class CudaMoeWorkspace {
   float* weights_ = nullptr;         // [T, k]
   int32_t* counts_ = nullptr;        // [E]
   int32_t* offsets_ = nullptr;       // [E + 1]
-  int32_t* cursor_ = nullptr;        // [E]
   int32_t* row_token_ = nullptr;     // [T k]
   int32_t* entry_row_ = nullptr;     // [T k]
   int32_t* tiles_ = nullptr;         // [max_tiles, 2]
@@ -104,6 +103,11 @@ class CudaMoeLayer {
   // Steps of up to this many tokens (and at most 4 rows per expert on average) run the grouped
   // GEMV; RINGSERVE_MOE_GEMV_MAX_TOKENS overrides it (a debug switch for A/B runs).
   static constexpr int kDefaultGemvMaxTokens = 64;
+  // Grouped-GEMV steps of at least this many tokens run it on tensor cores (LaunchMoeGroupedMma;
+  // bf16 experts) when the shapes allow; fewer keep the CUDA-core GEMV, whose down projection the
+  // fused down+combine kernel of the smallest steps reproduces bit for bit.
+  // RINGSERVE_MOE_MMA_MIN_TOKENS overrides it (a debug switch for A/B runs).
+  static constexpr int kDefaultMmaMinTokens = kMoeDownCombineTokens + 1;
 
   // Uploads checkpoint tensor `spec` ([out, in] as the checkpoint stores it) to dst as bf16
   // (the slice's loader: staging, dtype conversion, dequantization).
@@ -203,6 +207,7 @@ class CudaMoeLayer {
   MoeConfig moe_;
   int hidden_ = 0;
   int gemv_max_tokens_ = kDefaultGemvMaxTokens;
+  int mma_min_tokens_ = kDefaultMmaMinTokens;
   DeviceBuffer buffer_;   // router, biases, shared experts
   DeviceBuffer experts_;  // routed experts: bf16 gate_up_ and down_, or the quantized stacks
   QuantMatrixView quant_gate_up_{};  // [E * 2 inter, hidden] when held quantized
