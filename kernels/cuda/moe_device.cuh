@@ -49,6 +49,17 @@ __device__ __forceinline__ float RoundBf16(float v) {
   return __bfloat162float(__float2bfloat16(v));
 }
 
+// The grouped GEMVs' group of block row blockIdx.y (through the active list when given) and its
+// rows [begin, end). False when the block row has no group (past the active experts) or no rows.
+__device__ __forceinline__ bool MoeGemvGroupRows(const MoeGroupedLinear& a, int* g, int* begin,
+                                                 int* end) {
+  *g = a.active != nullptr ? a.active[blockIdx.y] : blockIdx.y;
+  if (*g < 0) return false;
+  *begin = a.offsets != nullptr ? a.offsets[*g] : 0;
+  *end = a.offsets != nullptr ? a.offsets[*g + 1] : a.rows;
+  return *begin < *end;
+}
+
 // The grouped GEMV's output of (row, col) of group g from the warp sums s0 (and, gated, the up
 // row's s1), biases added: act(bf16(gate), bf16(up)) as bf16 when kGated, else fp32 or bf16.
 template <bool kGated>

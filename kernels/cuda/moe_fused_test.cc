@@ -66,6 +66,15 @@ struct RoutingBuffers {
       active, touched;
 };
 
+// Routes `tokens` tokens of random logits into r (LaunchMoeRoute).
+void RouteRandomLogits(std::mt19937& rng, const RouterOptions& o, int tokens, RoutingBuffers& r) {
+  DeviceBuffer logits = Upload(RandomBf16Values(rng, int64_t{tokens} * o.num_experts, 2.0f));
+  ASSERT_EQ(cudaMemcpy(r.logits.get(), logits.get(), int64_t{tokens} * o.num_experts * 4,
+                       cudaMemcpyDeviceToDevice),
+            cudaSuccess);
+  RS_ASSERT_OK(LaunchMoeRoute(o, r.View(tokens, nullptr), nullptr));
+}
+
 template <typename T>
 void ExpectSameBits(const DeviceBuffer& a, const DeviceBuffer& b, int n, const char* what) {
   const std::vector<T> x = Download<T>(a, n), y = Download<T>(b, n);
@@ -180,11 +189,7 @@ TEST(CudaMoeDownCombineTest, MatchesGroupedGemvThenCombineBitForBit) {
     for (int tokens = 1; tokens <= kMoeDownCombineTokens; ++tokens) {
       const int rows = tokens * top_k;
       RoutingBuffers r(tokens, experts, top_k);
-      DeviceBuffer logits = Upload(RandomBf16Values(rng, int64_t{tokens} * experts, 2.0f));
-      ASSERT_EQ(cudaMemcpy(r.logits.get(), logits.get(), int64_t{tokens} * experts * 4,
-                           cudaMemcpyDeviceToDevice),
-                cudaSuccess);
-      RS_ASSERT_OK(LaunchMoeRoute(o, r.View(tokens, nullptr), nullptr));
+      ASSERT_NO_FATAL_FAILURE(RouteRandomLogits(rng, o, tokens, r));
       DeviceBuffer act = UploadBf16(RandomBf16Values(rng, int64_t{rows} * k));
       DeviceBuffer shared = UploadBf16(RandomBf16Values(rng, int64_t{tokens} * n));
       const std::vector<float> start = RandomBf16Values(rng, int64_t{tokens} * n);
@@ -270,11 +275,7 @@ TEST(CudaMoeGroupedMmaTest, MatchesGroupedGemv) {
   for (const int tokens : {1, 5, 12, 24, 100}) {
     const int rows = tokens * top_k;
     RoutingBuffers r(tokens, experts, top_k);
-    DeviceBuffer logits = Upload(RandomBf16Values(rng, int64_t{tokens} * experts, 2.0f));
-    ASSERT_EQ(cudaMemcpy(r.logits.get(), logits.get(), int64_t{tokens} * experts * 4,
-                         cudaMemcpyDeviceToDevice),
-              cudaSuccess);
-    RS_ASSERT_OK(LaunchMoeRoute(o, r.View(tokens, nullptr), nullptr));
+    ASSERT_NO_FATAL_FAILURE(RouteRandomLogits(rng, o, tokens, r));
     DeviceBuffer x = UploadBf16(RandomBf16Values(rng, int64_t{tokens} * k));
     for (int variant = 0; variant < 4; ++variant) {
       const bool gated = variant & 1, with_bias = variant & 2;

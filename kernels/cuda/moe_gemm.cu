@@ -31,13 +31,11 @@ constexpr int kGemvCols = kGemvWarps * kColsPerWarp;  // output columns per bloc
 template <bool kVec, bool kGated, int kChunk>
 __global__ void __launch_bounds__(kGemvWarps * 32) GroupedGemvKernel(MoeGroupedLinear a) {
   WaitForPreviousKernel();
-  const int g = a.active != nullptr ? a.active[blockIdx.y] : blockIdx.y;
-  if (g < 0) return;
-  const int begin = a.offsets != nullptr ? a.offsets[g] : 0;
-  const int end = a.offsets != nullptr ? a.offsets[g + 1] : a.rows;
+  int g, begin, end;
+  if (!MoeGemvGroupRows(a, &g, &begin, &end)) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int col0 = blockIdx.x * kGemvCols + warp * kColsPerWarp;
-  if (begin >= end || col0 >= a.n) return;
+  if (col0 >= a.n) return;
   constexpr int P = kGated ? 2 : 1;
   constexpr int R = kColsPerWarp * P;  // weight rows of the warp
   const int n = a.n, k = a.k;

@@ -31,14 +31,12 @@ constexpr int kInFlight = 4;                      // k blocks of weights in flig
 template <bool kGated, int NT>
 __global__ void __launch_bounds__(kMmaWarps * 32) GroupedMmaKernel(MoeGroupedLinear a) {
   WaitForPreviousKernel();
-  const int g = a.active != nullptr ? a.active[blockIdx.y] : blockIdx.y;
-  if (g < 0) return;
-  const int begin = a.offsets != nullptr ? a.offsets[g] : 0;
-  const int end = a.offsets != nullptr ? a.offsets[g + 1] : a.rows;
+  int g, begin, end;
+  if (!MoeGemvGroupRows(a, &g, &begin, &end)) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int quad_row = lane >> 2, t = lane & 3;
   const int col0 = blockIdx.x * kBlockCols + warp * kMmaCols;
-  if (begin >= end || col0 >= a.n) return;
+  if (col0 >= a.n) return;
   constexpr int P = kGated ? 2 : 1;
   const int n = a.n, k = a.k, blocks = k / kKBlock;
   const bf16* wg = a.w + static_cast<int64_t>(g) * P * n * k;

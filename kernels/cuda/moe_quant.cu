@@ -26,13 +26,11 @@ template <QuantFormat F, bool kGated, int kRowChunk>
 __global__ void __launch_bounds__(kWarps * 32)
     QuantGroupedGemvKernel(MoeGroupedLinear a, QuantMatrixView w) {
   WaitForPreviousKernel();
-  const int g = a.active != nullptr ? a.active[blockIdx.y] : blockIdx.y;
-  if (g < 0) return;
-  const int begin = a.offsets != nullptr ? a.offsets[g] : 0;
-  const int end = a.offsets != nullptr ? a.offsets[g + 1] : a.rows;
+  int g, begin, end;
+  if (!MoeGemvGroupRows(a, &g, &begin, &end)) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int col0 = blockIdx.x * kBlockCols + warp * kColsPerWarp;
-  if (begin >= end || col0 >= a.n) return;
+  if (col0 >= a.n) return;
   constexpr int P = kGated ? 2 : 1;
   constexpr int R = kColsPerWarp * P;
   constexpr int kC = kChunk<F>;
