@@ -46,6 +46,9 @@ struct AttentionShape {
   int sliding_window = 0;
 };
 
+// The most splits a decode launch merges in its last CTA (DecodeBatch::split_tickets).
+inline constexpr int kMaxSplitsMergedByCta = 16;
+
 // Decode entries, device memory. Entry e attends query row q_rows[e] of q ([rows, num_heads,
 // head_dim] bf16) to cache positions [0, context_lens[e]) through block table row
 // table_rows[e] of block_tables ([*, max_blocks] int32), and writes the same row of out.
@@ -75,7 +78,8 @@ struct DecodeBatch {
   // Optional, with num_splits > 1: DecodeSplitTickets(num_entries, num_heads) int32 of device
   // memory, zero before the launch and left zero after it. The CTA that finishes an entry's head
   // set last then merges its splits, instead of a merge kernel after the attention kernel (one
-  // launch fewer a layer). Launches that share tickets must not run concurrently.
+  // launch fewer a layer) — for up to kMaxSplitsMergedByCta splits; more keep the merge kernel.
+  // Launches that share tickets must not run concurrently.
   int32_t* split_tickets = nullptr;
 };
 

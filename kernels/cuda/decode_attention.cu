@@ -250,7 +250,15 @@ void LaunchDecodeKernel(int group, dim3 grid, const DecodeArgs& args, LaunchStre
   }
 }
 
-// The kernel that merges the splits, after the attention kernel.
+// The split tickets dropped above kMaxSplitsMergedByCta splits: the merging CTA's threads each
+// loop over every split for each of their outputs, where the merge kernel spreads the heads over
+// blocks.
+DecodeBatch WithSplitMergePolicy(DecodeBatch batch) {
+  if (batch.num_splits > kMaxSplitsMergedByCta) batch.split_tickets = nullptr;
+  return batch;
+}
+
+// The kernel that merges the splits, after the attention kernel (none with split tickets).
 absl::Status LaunchMergeIfSplit(const DecodeArgs& args, LaunchStream stream) {
   if (args.batch.num_splits > 1 && args.batch.split_tickets == nullptr) {
     LaunchDependent(DecodeReduceKernel, dim3(args.batch.num_entries, args.shape.num_heads), 128, 0,
@@ -262,7 +270,8 @@ absl::Status LaunchMergeIfSplit(const DecodeArgs& args, LaunchStream stream) {
 }  // namespace
 
 absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, bf16* out,
-                                   const DecodeBatch& batch, LaunchStream stream) {
+                                   const DecodeBatch& requested, LaunchStream stream) {
+  const DecodeBatch batch = WithSplitMergePolicy(requested);
   RS_RETURN_IF_ERROR(CheckDecodeShape(shape, batch));
   if (batch.num_entries == 0) return absl::OkStatus();
   const KvCacheLayer& c = shape.cache;
@@ -282,8 +291,9 @@ absl::Status LaunchDecodeAttention(const AttentionShape& shape, const bf16* q, b
 }
 
 absl::Status LaunchDecodeAttentionFromQkv(const AttentionShape& shape, const DecodeQkv& qkv,
-                                          bf16* out, const DecodeBatch& batch,
+                                          bf16* out, const DecodeBatch& requested,
                                           LaunchStream stream) {
+  const DecodeBatch batch = WithSplitMergePolicy(requested);
   RS_RETURN_IF_ERROR(CheckDecodeShape(shape, batch));
   if (batch.kernel != DecodeAttentionKernel::kTensorCore || qkv.qkv == nullptr ||
       qkv.positions == nullptr || qkv.slots == nullptr || qkv.inv_freq == nullptr) {
