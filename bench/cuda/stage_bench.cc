@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, quant, "",
 ABSL_FLAG(int, quant_group, 128, "columns per scale of --quant");
 ABSL_FLAG(bool, fp8_gemm_wgmma, false,
           "--quant fp8 prefill through the wgmma FP8 GEMM (KernelOptions::fp8_gemm_sm90)");
+ABSL_FLAG(
+    bool, merge_splits_in_attention, false,
+    "split decode attention merged by its last CTA (KernelOptions::merge_splits_in_attention)");
 ABSL_FLAG(bool, quick, false, "fewer steps and repetitions, 4k instead of 32k long context");
 ABSL_FLAG(bool, kernels_only, false, "just the small-kernel table at 32 tokens (for profilers)");
 ABSL_FLAG(bool, prefill_only, false, "just the prefill breakdown and the prefill rows");
@@ -646,6 +649,19 @@ void DecodeRows(const ModelConfig& config, const Flags& flags, const KernelOptio
           }
         });
   }
+  // Split attention merged by a kernel, then by the attention kernel's last CTA: an A/B inside
+  // one process.
+  for (const bool merge : {false, true}) {
+    with_kernels(
+        variant([&](KernelOptions& o) { o.merge_splits_in_attention = merge; }), "decode merge",
+        [&] {
+          for (int streams : {1, 32}) {
+            decode_row(
+                fmt::format("decode {} {}", streams, merge ? "merged-in-cta" : "merge-kernel"),
+                streams, 128, steps, merge ? "splits merged by the last CTA" : "a merge kernel");
+          }
+        });
+  }
   // cuBLASLt against the skinny tensor-core GEMM at batch sizes above the GEMV's (tuning picks
   // per shape; off by default, skinny_max_rows 0 leaves it out), then with it asked for.
   for (const int skinny_rows : {0, kSkinnyMaxRows}) {
@@ -730,6 +746,7 @@ int Main(int argc, char** argv) {
   KernelOptions kernels;
   kernels.prefill_key_tile_sm90 = absl::GetFlag(FLAGS_prefill_key_tile);
   kernels.fp8_gemm_sm90 = absl::GetFlag(FLAGS_fp8_gemm_wgmma);
+  kernels.merge_splits_in_attention = absl::GetFlag(FLAGS_merge_splits_in_attention);
   if (const absl::Status valid = ValidateKernelOptions(kernels); !valid.ok()) {
     std::fprintf(stderr, "%s\n", std::string(valid.message()).c_str());
     return 2;

@@ -46,6 +46,11 @@ struct KernelOptions {
   // and cuBLASLt's bf16 GEMM. Off: on an H100 the 8k prefill of the Llama-3.1-8B shape ran at
   // 0.83x of bf16 through it against ~0.99x dequantizing (bench/cuda/NOTES.md).
   bool fp8_gemm_sm90 = false;
+  // Split decode attention merges its splits in the CTA that finishes last (DecodeBatch::
+  // split_tickets; up to kMaxSplitsMergedByCta splits) instead of a merge kernel after it. Off:
+  // not yet run on a GPU (`stage_bench --merge_splits_in_attention` for the A/B run; the kernel
+  // test compares both ways bit for bit).
+  bool merge_splits_in_attention = false;
   // Keys per K/V tile of the wgmma prefill kernel: 64 (97 KB of shared memory, two CTAs per SM;
   // on an H200 the 8k causal attention took 1.33-1.37 ms against 1.66-1.78 with 128) or 128.
   int prefill_key_tile_sm90 = 64;

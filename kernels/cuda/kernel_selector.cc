@@ -113,6 +113,7 @@ absl::StatusOr<KernelPlan> SelectKernels(const DeviceInfo& device, const Compile
   plan.gemm.tune = options.tune_gemms;
   plan.gemm.tune_cold_cache = options.tune_cold_cache;
   plan.fuse_decode_kernels = options.fuse_decode_kernels;
+  plan.merge_splits_in_attention = options.merge_splits_in_attention;
   return plan;
 }
 

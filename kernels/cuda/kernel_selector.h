@@ -116,6 +116,7 @@ struct KernelPlan {
   MoeGemmKernel moe_gemm = MoeGemmKernel::kWmma;
   GemmPlan gemm;
   bool fuse_decode_kernels = true;
+  bool merge_splits_in_attention = false;  // KernelOptions::merge_splits_in_attention
   int num_sms = 0;
 
   // One line for logs: "sm_90 code 90: decode tensor-core, prefill wgmma 128q/64k, pdl+early,

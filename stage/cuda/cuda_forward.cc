@@ -414,7 +414,9 @@ absl::Status CudaModelSlice::RunAttention(int l, const Plan& p, const KvCacheLay
                               .workspace = decode_ws_.as<float>(),
                               .partition = p.partition,
                               .kernel = kernels_.decode_attention,
-                              .split_tickets = decode_tickets_.as<int32_t>()};
+                              .split_tickets = kernels_.merge_splits_in_attention
+                                                   ? decode_tickets_.as<int32_t>()
+                                                   : nullptr};
       if (p.kernels.qkv_in_attention) {
         RS_RETURN_IF_ERROR(LaunchDecodeAttentionFromQkv(shape,
                                                         {.qkv = qkv_.as<bf16>(),

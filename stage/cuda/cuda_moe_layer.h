@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -83,6 +84,7 @@ class CudaMoeWorkspace {
   float* weights_ = nullptr;         // [T, k]
   int32_t* counts_ = nullptr;        // [E]
   int32_t* offsets_ = nullptr;       // [E + 1]
+  int32_t* cursor_ = nullptr;        // [E]
   int32_t* row_token_ = nullptr;     // [T k]
   int32_t* entry_row_ = nullptr;     // [T k]
   int32_t* tiles_ = nullptr;         // [max_tiles, 2]
@@ -104,10 +106,10 @@ class CudaMoeLayer {
   // GEMV; RINGSERVE_MOE_GEMV_MAX_TOKENS overrides it (a debug switch for A/B runs).
   static constexpr int kDefaultGemvMaxTokens = 64;
   // Grouped-GEMV steps of at least this many tokens run it on tensor cores (LaunchMoeGroupedMma;
-  // bf16 experts) when the shapes allow; fewer keep the CUDA-core GEMV, whose down projection the
-  // fused down+combine kernel of the smallest steps reproduces bit for bit.
-  // RINGSERVE_MOE_MMA_MIN_TOKENS overrides it (a debug switch for A/B runs).
-  static constexpr int kDefaultMmaMinTokens = kMoeDownCombineTokens + 1;
+  // bf16 experts) when the shapes allow. Off by default: the kernel has not yet run on a GPU;
+  // RINGSERVE_MOE_MMA_MIN_TOKENS=5 (above the fused down+combine's steps, whose down projection
+  // must stay the CUDA-core GEMV's bit for bit) turns it on for A/B runs.
+  static constexpr int kDefaultMmaMinTokens = std::numeric_limits<int>::max();
 
   // Uploads checkpoint tensor `spec` ([out, in] as the checkpoint stores it) to dst as bf16
   // (the slice's loader: staging, dtype conversion, dequantization).
