@@ -77,14 +77,18 @@ __device__ __forceinline__ Zero MakeZero(float zero) {
   return z;
 }
 
+// Pair i of a word of 4-bit integer codes (i, i + 4) as the exact bf16 values 128 + code:
+// 0x4300 | q is the bf16 128 + q.
+__device__ __forceinline__ uint32_t BiasedInt4Pair(uint32_t word, int i) {
+  return ((word >> (4 * i)) & 0x000f000fu) | 0x43004300u;
+}
+
 // Pair i of a word of codes as exact bf16 values before the group scale (integers minus zero):
 // 4-bit codes (i, i + 4), 8-bit codes (i, i + 2), the first in the low half.
 template <QuantFormat F>
 __device__ __forceinline__ uint32_t Pair(uint32_t word, int i, const Zero& z) {
   if constexpr (F == QuantFormat::kInt4) {
-    // 0x4300 | q is the bf16 128 + q.
-    const uint32_t h = ((word >> (4 * i)) & 0x000f000fu) | 0x43004300u;
-    return Bits(__hsub2(Bf2(h), Bf2(z.bf16x2)));
+    return Bits(__hsub2(Bf2(BiasedInt4Pair(word, i)), Bf2(z.bf16x2)));
   } else if constexpr (F == QuantFormat::kInt8) {
     // 0x4b0000qq is the fp32 2^23 + q.
     const float lo = __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7650 + i)) - z.f32;
@@ -213,22 +217,38 @@ __device__ __forceinline__ Rows<F, W, R> RowsOf(const QuantMatrixView& w, RowStr
 }
 
 // acc += the lane's MMA fragments of column block b (codes `cur`, already loaded).
-template <QuantFormat F, int W, int R, int NT>
+// kFoldZero (int4 only): the MMAs take the codes as 128 + code, without the subtraction of the
+// zero point, and one more MMA of ones sums x over the same columns; the block's partial then
+// subtracts (128 + zero) times that sum, in fp32 (fewer instructions a weight, partials ~18x
+// larger before the subtraction: a few more low bits lost to the fp32 accumulation).
+template <QuantFormat F, int W, int R, int NT, bool kFoldZero>
 __device__ __forceinline__ void AccumulateBlock(float (&acc)[R][NT][4], const Block<W, R>& cur,
                                                 const bf16* const (&xrow)[NT], int b) {
+  static_assert(!kFoldZero || F == QuantFormat::kInt4, "zero folding is for int4 codes");
   constexpr int kB = kBlockCols<F, W>;
   constexpr int kV = kValuesPerWord<F>;
   Zero zero[R][2];
+  if constexpr (!kFoldZero) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    zero[r][0] = MakeZero<F>(cur.zero[r][0]);
-    zero[r][1] = MakeZero<F>(cur.zero[r][1]);
+    for (int r = 0; r < R; ++r) {
+      zero[r][0] = MakeZero<F>(cur.zero[r][0]);
+      zero[r][1] = MakeZero<F>(cur.zero[r][1]);
+    }
   }
+  auto pair = [&](uint32_t word, int i, const Zero& z) {
+    if constexpr (kFoldZero) {
+      return BiasedInt4Pair(word, i);
+    } else {
+      return Pair<F>(word, i, z);
+    }
+  };
   float part[R][NT][4];
+  float x_sum[NT][4];  // kFoldZero: the sum of x over the block's columns (rows alike)
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+  for (int n = 0; n < NT; ++n) {
+    x_sum[n][0] = x_sum[n][1] = x_sum[n][2] = x_sum[n][3] = 0;
 #pragma unroll
-    for (int n = 0; n < NT; ++n) part[r][n][0] = part[r][n][1] = part[r][n][2] = part[r][n][3] = 0;
+    for (int r = 0; r < R; ++r) part[r][n][0] = part[r][n][1] = part[r][n][2] = part[r][n][3] = 0;
   }
 #pragma unroll
   for (int wd = 0; wd < W; ++wd) {
@@ -244,12 +264,17 @@ __device__ __forceinline__ void AccumulateBlock(float (&acc)[R][NT][4], const Bl
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const uint32_t a[4] = {Pair<F>(cur.q[r][0][wd], 2 * s, zero[r][0]),
-                               Pair<F>(cur.q[r][1][wd], 2 * s, zero[r][1]),
-                               Pair<F>(cur.q[r][0][wd], 2 * s + 1, zero[r][0]),
-                               Pair<F>(cur.q[r][1][wd], 2 * s + 1, zero[r][1])};
+        const uint32_t a[4] = {pair(cur.q[r][0][wd], 2 * s, zero[r][0]),
+                               pair(cur.q[r][1][wd], 2 * s, zero[r][1]),
+                               pair(cur.q[r][0][wd], 2 * s + 1, zero[r][0]),
+                               pair(cur.q[r][1][wd], 2 * s + 1, zero[r][1])};
 #pragma unroll
         for (int n = 0; n < NT; ++n) Mma(part[r][n], a, bx[n][0], bx[n][1]);
+      }
+      if constexpr (kFoldZero) {
+        constexpr uint32_t kOnes[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+#pragma unroll
+        for (int n = 0; n < NT; ++n) Mma(x_sum[n], kOnes, bx[n][0], bx[n][1]);
       }
     }
   }
@@ -257,6 +282,13 @@ __device__ __forceinline__ void AccumulateBlock(float (&acc)[R][NT][4], const Bl
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
+      if constexpr (kFoldZero) {
+        const float z0 = 128.0f + cur.zero[r][0], z1 = 128.0f + cur.zero[r][1];
+        part[r][n][0] = fmaf(-z0, x_sum[n][0], part[r][n][0]);
+        part[r][n][1] = fmaf(-z0, x_sum[n][1], part[r][n][1]);
+        part[r][n][2] = fmaf(-z1, x_sum[n][2], part[r][n][2]);
+        part[r][n][3] = fmaf(-z1, x_sum[n][3], part[r][n][3]);
+      }
       acc[r][n][0] = fmaf(cur.scale[r][0], part[r][n][0], acc[r][n][0]);
       acc[r][n][1] = fmaf(cur.scale[r][0], part[r][n][1], acc[r][n][1]);
       acc[r][n][2] = fmaf(cur.scale[r][1], part[r][n][2], acc[r][n][2]);
@@ -319,7 +351,7 @@ __device__ __forceinline__ void XRowsOf(const bf16* (&xrow)[NT], const bf16* x, 
 // R tiles of 16 rows x NT tiles of 8 tokens per block of kWarps warps, the warps splitting the
 // column blocks; D blocks of codes in flight per lane. blockIdx.x is the token group (the blocks
 // of one row tile run side by side and share its codes in L2), blockIdx.y the row tile.
-template <QuantFormat F, int W, int R, int NT, int D, int kWarps>
+template <QuantFormat F, int W, int R, int NT, int D, int kWarps, bool kFoldZero = false>
 __global__ void __launch_bounds__(kWarps * 32, R == 1 ? 16 / kWarps : 1)
     QuantMmaKernel(const bf16* __restrict__ x, QuantMatrixView w, bf16* __restrict__ y, int m,
                    bool interleaved) {
@@ -352,7 +384,7 @@ __global__ void __launch_bounds__(kWarps * 32, R == 1 ? 16 / kWarps : 1)
       if (b >= end) break;
       const Block<W, R> cur = ring[i];
       if (b + D * step < end) rows.Load(ring[i], b + D * step, w.group_cols);
-      AccumulateBlock<F, W, R, NT>(acc, cur, xrow, b);
+      AccumulateBlock<F, W, R, NT, kFoldZero>(acc, cur, xrow, b);
     }
   }
   StoreTile<R, NT, kWarps>(acc, y, w.rows, m, row0, tok0);
@@ -364,7 +396,7 @@ __global__ void __launch_bounds__(kWarps * 32, R == 1 ? 16 / kWarps : 1)
 // stored (a launch is then no longer waves of blocks that each wait one memory round trip).
 // Every warp walks `per_warp` slots a tile (its blocks, then empty slots), so the block reaches
 // each tile's end, and StoreTile's barriers, at the same step.
-template <QuantFormat F, int W, int D, int kWarps>
+template <QuantFormat F, int W, int D, int kWarps, bool kFoldZero = false>
 __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)
     QuantMmaPersistentKernel(const bf16* __restrict__ x, QuantMatrixView w, bf16* __restrict__ y,
                              int m, bool interleaved) {
@@ -387,16 +419,11 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)
   };
   const int slots = my_tiles * per_warp;
   const RowStrides strides = StridesOf<F>(w);
-  int load_tile = 0, load_slot = 0;  // the next slot to load, and its tile's rows
-  Rows<F, W, 1> load_rows = RowsOf<F, W, 1>(w, strides, blockIdx.y * 16, lane_col);
+  int load_row0 = blockIdx.y * 16, load_slot = 0;  // the next slot to load
   auto load_next = [&](Block<W, 1>& into) {
     const int b = block_of(load_slot);
-    if (b >= 0) load_rows.Load(into, b, w.group_cols);
-    if (++load_slot == per_warp) {
-      load_slot = 0;
-      ++load_tile;
-      load_rows = RowsOf<F, W, 1>(w, strides, (blockIdx.y + load_tile * gridDim.y) * 16, lane_col);
-    }
+    if (b >= 0) RowsOf<F, W, 1>(w, strides, load_row0, lane_col).Load(into, b, w.group_cols);
+    if (++load_slot == per_warp) load_slot = 0, load_row0 += gridDim.y * 16;
   };
 
   Block<W, 1> ring[D];
@@ -415,7 +442,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)
       const Block<W, 1> cur = ring[i];
       if (k0 + i + D < slots) load_next(ring[i]);
       const int b = block_of(slot);
-      if (b >= 0) AccumulateBlock<F, W, 1, 1>(acc, cur, xrow, b);
+      if (b >= 0) AccumulateBlock<F, W, 1, 1, kFoldZero>(acc, cur, xrow, b);
       if (++slot == per_warp) {
         StoreTile<1, 1, kWarps>(acc, y, w.rows, m, (blockIdx.y + tile * gridDim.y) * 16, 0);
         ZeroAcc<1, 1>(acc);
@@ -441,15 +468,31 @@ int PersistentBlocks(Kernel kernel, int threads, int tiles) {
   return (tiles + per_block - 1) / per_block;
 }
 
+// Up to 8 tokens on 8 warps, one block a row tile or persistent blocks.
+template <QuantFormat F, int W, bool kFoldZero>
+void LaunchFewTokens(const bf16* x, const QuantMatrixView& w, bf16* y, int m,
+                     const QuantMmaShape& shape, LaunchStream s) {
+  const int tiles16 = (w.rows + 15) / 16;
+  if (shape.persistent) {
+    constexpr auto kKernel = QuantMmaPersistentKernel<F, W, 4, 8, kFoldZero>;
+    LaunchDependent(kKernel, dim3(1, PersistentBlocks(kKernel, 256, tiles16)), dim3(256), 0, s, x,
+                    w, y, m, shape.interleaved);
+  } else {
+    LaunchDependent(QuantMmaKernel<F, W, 1, 1, 4, 8, kFoldZero>, dim3(1, tiles16), dim3(256), 0, s,
+                    x, w, y, m, shape.interleaved);
+  }
+}
+
 // The kernel shapes (quant_mma.h: QuantMmaShape).
 template <QuantFormat F, int W>
 void LaunchOf(const bf16* x, const QuantMatrixView& w, bf16* y, int m, const QuantMmaShape& shape,
               LaunchStream s) {
   const int tiles16 = (w.rows + 15) / 16, groups8 = (m + 7) / 8;
-  if (m <= 8 && shape.persistent) {
-    constexpr auto kKernel = QuantMmaPersistentKernel<F, W, 4, 8>;
-    LaunchDependent(kKernel, dim3(1, PersistentBlocks(kKernel, 256, tiles16)), dim3(256), 0, s, x,
-                    w, y, m, shape.interleaved);
+  if (m <= 8 && shape.warps == 8) {
+    if constexpr (F == QuantFormat::kInt4) {
+      if (shape.fold_zero) return LaunchFewTokens<F, W, true>(x, w, y, m, shape, s);
+    }
+    LaunchFewTokens<F, W, false>(x, w, y, m, shape, s);
   } else if (m > 8 && shape.large_tiles) {
     LaunchDependent(QuantMmaKernel<F, W, 2, 4, 2, 8>, dim3((m + 31) / 32, (w.rows + 31) / 32),
                     dim3(256), 0, s, x, w, y, m, shape.interleaved);
@@ -486,6 +529,9 @@ QuantMmaShape QuantMmaShapeFromEnv() {
   }
   if (const char* v = std::getenv("RS_QUANT_MMA_PERSIST"); v != nullptr) {
     shape.persistent = std::string_view(v) == "1";
+  }
+  if (const char* v = std::getenv("RS_QUANT_MMA_FOLD_ZERO"); v != nullptr) {
+    shape.fold_zero = std::string_view(v) == "1";
   }
   if (const char* v = std::getenv("RS_QUANT_MMA_SPLIT"); v != nullptr) {
     shape.interleaved = std::string_view(v) == "interleaved";
