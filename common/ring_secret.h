@@ -27,7 +27,7 @@ class RingSecret {
   // Writes a fresh random secret (32 random bytes, hex) to a new file `path` with mode 0600
   // (the file must not exist) and returns it.
   static absl::StatusOr<RingSecret> Create(const std::string& path);
-  // From bytes (tests).
+  // From bytes (tests, and keys a process makes for itself).
   static RingSecret FromBytes(std::string bytes) { return RingSecret(std::move(bytes)); }
 
   // HMAC-SHA256 of `message` under the secret, lowercase hex (64 characters).

@@ -208,11 +208,13 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
         next.request_id = choice_id(submitted_choices);
         if (next.sampling.seed.has_value()) *next.sampling.seed += submitted_choices;
         absl::Status status = engine_->Submit(std::move(next), on_event(submitted_choices));
-        ++submitted_choices;
         if (!status.ok()) {
+          // Only the choices submitted: a refused one's id may be another request's (the
+          // client chose it), and that request must not be cancelled.
           cancel_all();
           return ToGrpcStatus(status);
         }
+        ++submitted_choices;
       }
       v1::GenerateResponse response;
       response.set_request_id(id);

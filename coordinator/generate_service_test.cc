@@ -123,5 +123,31 @@ TEST_F(GenerateServiceTest, ConcurrencyLimitIsResourceExhausted) {
   first->Finish();
 }
 
+TEST_F(GenerateServiceTest, ARefusedChoiceDoesNotCancelTheRequestThatHoldsItsId) {
+  Start({}, {.step = std::chrono::milliseconds(5)});
+  // Another client's request, running under the id that choice 1 of "job" would take.
+  v1::GenerateRequest other = Request("hi", 100);
+  other.set_request_id("job-1");
+  grpc::ClientContext other_context;
+  auto other_stream = stub_->Generate(&other_context, other);
+  v1::GenerateResponse response;
+  ASSERT_TRUE(other_stream->Read(&response));
+  int other_tokens = response.token_ids_size();
+
+  v1::GenerateRequest clashing = Request("hi", 2);
+  clashing.set_request_id("job");
+  clashing.set_n(2);
+  int tokens = 0;
+  grpc::Status refused = Generate(clashing, &tokens);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("job-1"));
+
+  while (other_stream->Read(&response)) other_tokens += response.token_ids_size();
+  EXPECT_TRUE(other_stream->Finish().ok());
+  EXPECT_EQ(response.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(other_tokens, 100);
+  EXPECT_EQ(engine_->cancelled().count("job-1"), 0u);
+}
+
 }  // namespace
 }  // namespace ringserve

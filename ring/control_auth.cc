@@ -1,11 +1,12 @@
 #include "ring/control_auth.h"
 
-#include <algorithm>
-
 #include "fmt/format.h"
 
 namespace ringserve {
 namespace {
+
+// The random part of a nonce, in hex characters; its MAC follows.
+constexpr size_t kNonceRandomChars = 32;
 
 std::string Metadata(const grpc::ServerContext& context, const char* key) {
   const auto& metadata = context.client_metadata();
@@ -17,11 +18,13 @@ std::string Metadata(const grpc::ServerContext& context, const char* key) {
 }  // namespace
 
 std::string StageAuthenticator::IssueNonce() {
-  std::string nonce = RandomHex(32);
-  std::lock_guard<std::mutex> lock(mu_);
-  nonces_.push_back(nonce);
-  while (nonces_.size() > kMaxNonces) nonces_.pop_front();
-  return nonce;
+  std::string random = RandomHex(kNonceRandomChars / 2);
+  return random + nonce_key_.Mac(random);
+}
+
+bool StageAuthenticator::Issued(std::string_view nonce) const {
+  return nonce.size() > kNonceRandomChars &&
+         nonce_key_.Verify(nonce.substr(0, kNonceRandomChars), nonce.substr(kNonceRandomChars));
 }
 
 absl::StatusOr<std::string> StageAuthenticator::Authenticate(const grpc::ServerContext& context) {
@@ -34,11 +37,8 @@ absl::StatusOr<std::string> StageAuthenticator::Authenticate(const grpc::ServerC
         "this stage requires the ring secret: call Challenge and send x-ringserve-nonce, "
         "x-ringserve-coordinator and x-ringserve-proof");
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (std::find(nonces_.begin(), nonces_.end(), nonce) == nonces_.end()) {
-      return absl::UnauthenticatedError("unknown or expired nonce; call Challenge again");
-    }
+  if (!Issued(nonce)) {
+    return absl::UnauthenticatedError("unknown nonce; call Challenge again");
   }
   if (!secret_->Verify(ControlProofMessage(nonce, coordinator), proof)) {
     return absl::UnauthenticatedError("wrong ring secret proof");

@@ -4,10 +4,10 @@
 // Thread-safe.
 #pragma once
 
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/ring_secret.h"
@@ -23,12 +23,15 @@ class StageAuthenticator {
  public:
   // Without a secret every caller is accepted (the stage then listens on loopback only, or
   // was started with --insecure) and owns nothing.
-  explicit StageAuthenticator(std::optional<RingSecret> secret) : secret_(std::move(secret)) {}
+  explicit StageAuthenticator(std::optional<RingSecret> secret)
+      : secret_(std::move(secret)), nonce_key_(RingSecret::FromBytes(RandomHex(32))) {}
 
   bool secret_required() const { return secret_.has_value(); }
 
-  // A fresh nonce; the last kMaxNonces issued stay valid (several coordinators' attempts,
-  // reconnects), older ones are forgotten.
+  // A fresh nonce: random bytes and their MAC under a key of this process, so every nonce it
+  // issued stays valid for its life (a coordinator proves with the one it got at connect time
+  // until its ring ends) and issuing keeps no state: strangers calling Challenge cannot flush
+  // a coordinator's nonce.
   std::string IssueNonce();
 
   // The caller's coordinator id when its proof is valid; Unauthenticated otherwise (the
@@ -43,12 +46,13 @@ class StageAuthenticator {
   absl::Status CheckOwner(const std::string& coordinator_id);
   void Release();
 
-  static constexpr size_t kMaxNonces = 256;
-
  private:
+  // Whether `nonce` is one IssueNonce made.
+  bool Issued(std::string_view nonce) const;
+
   const std::optional<RingSecret> secret_;
+  const RingSecret nonce_key_;
   std::mutex mu_;
-  std::deque<std::string> nonces_;
   std::string owner_;
 };
 

@@ -1,7 +1,7 @@
 // Strangers on a stage's ports, with real `stage` processes on loopback: control calls without
-// the ring secret or with a wrong one, a second coordinator while the stage belongs to the
-// first, a model outside the model root, an activation connection that cannot prove the
-// secret, and a stage asked to listen beyond loopback without a secret.
+// the ring secret or with a wrong one, a flood of challenges, a second coordinator while the
+// stage belongs to the first, a model outside the model root, an activation connection that
+// cannot prove the secret, and a stage asked to listen beyond loopback without a secret.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -190,6 +190,22 @@ TEST_F(StrangerTest, AWrongSecretOrAForgedNonceIsRefused) {
   EXPECT_EQ(stub->Shutdown(&context, v1::ShutdownRequest(), &response).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(StageAlive());
+}
+
+TEST_F(StrangerTest, ChallengesFromStrangersDoNotExpireTheOwnersNonce) {
+  ControlClient owner(endpoint_, Owner());
+  // Challenge needs no secret: a stranger may call it as often as it likes while the owner
+  // is between its own Challenge and its calls (a ring loading a large model takes minutes).
+  auto stranger =
+      v1::StageControl::NewStub(grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < 1000; ++i) {
+    grpc::ClientContext context;
+    v1::ChallengeResponse challenge;
+    ASSERT_TRUE(stranger->Challenge(&context, v1::ChallengeRequest(), &challenge).ok());
+  }
+  EXPECT_TRUE(owner.Health().ok());
+  grpc::Status configured = owner.Configure(LastStageOfTwo(ModelDir()), nullptr);
+  EXPECT_TRUE(configured.ok()) << configured.error_message();
 }
 
 TEST_F(StrangerTest, TheStageBelongsToTheCoordinatorThatConfiguredIt) {
