@@ -219,8 +219,8 @@ __device__ __forceinline__ Rows<F, W, R> RowsOf(const QuantMatrixView& w, RowStr
 // acc += the lane's MMA fragments of column block b (codes `cur`, already loaded).
 // kFoldZero (int4 only): the MMAs take the codes as 128 + code, without the subtraction of the
 // zero point, and one more MMA of ones sums x over the same columns; the block's partial then
-// subtracts (128 + zero) times that sum, in fp32 (fewer instructions a weight, partials ~18x
-// larger before the subtraction: a few more low bits lost to the fp32 accumulation).
+// subtracts (128 + zero) times that sum, in fp32 (fewer instructions a weight, partials tens of
+// times larger before the subtraction: a few more low bits lost to the fp32 accumulation).
 template <QuantFormat F, int W, int R, int NT, bool kFoldZero>
 __device__ __forceinline__ void AccumulateBlock(float (&acc)[R][NT][4], const Block<W, R>& cur,
                                                 const bf16* const (&xrow)[NT], int b) {
