@@ -43,7 +43,7 @@ ABSL_FLAG(int, top_logprobs, -1,
 ABSL_FLAG(int, n, 1, "choices (printed one after another once all finished)");
 ABSL_FLAG(bool, special_tokens, true,
           "add the tokenizer's special tokens (BOS) to a text prompt; --nospecial_tokens: not");
-ABSL_FLAG(std::string, request_id, "", "request id (empty: the server makes one up)");
+ABSL_FLAG(std::string, request_id, "", "request id, without '#' (empty: the server makes one up)");
 ABSL_FLAG(bool, print_ids, false, "print token ids instead of text");
 ABSL_FLAG(bool, info, false, "print the model info and exit");
 ABSL_FLAG(bool, stats, false, "print the server's stats and exit");

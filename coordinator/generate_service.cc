@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "common/secure_compare.h"
+#include "coordinator/http/request_ids.h"
 #include "fmt/format.h"
 #include "proto/grpc_status.h"
 
@@ -90,8 +91,14 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
   const ringserve::ModelInfo info = engine_->Info();
   const int context_tokens = info.max_context;
   GenerateRequest r;
-  r.request_id = request->request_id().empty() ? fmt::format("grpc-{}", next_id_.fetch_add(1))
-                                               : request->request_id();
+  if (request->request_id().empty()) {
+    r.request_id = fmt::format("grpc{}{}", http::kServerIdMark, next_id_.fetch_add(1));
+  } else if (absl::Status client_id = http::CheckClientRequestId(request->request_id());
+             !client_id.ok()) {
+    return reject(ToGrpcStatus(client_id));
+  } else {
+    r.request_id = request->request_id();
+  }
   switch (request->prompt_case()) {
     case v1::GenerateRequest::kText: {
       if (context_tokens > 0 &&
@@ -151,7 +158,7 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
     return reject(Invalid(fmt::format("n: {} is not in [1, {}]", request->n(), kMaxChoices)));
   }
   const std::string id = r.request_id;
-  auto choice_id = [&id](int i) { return i == 0 ? id : fmt::format("{}-{}", id, i); };
+  auto choice_id = [&id](int i) { return http::ChoiceRequestId(id, i); };
   auto on_event = [queue](int index) {
     return [queue, index](const GenerateEvent& event) {
       std::lock_guard<std::mutex> lock(queue->mu);
@@ -209,8 +216,7 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
         if (next.sampling.seed.has_value()) *next.sampling.seed += submitted_choices;
         absl::Status status = engine_->Submit(std::move(next), on_event(submitted_choices));
         if (!status.ok()) {
-          // Only the choices submitted: a refused one's id may be another request's (the
-          // client chose it), and that request must not be cancelled.
+          // Only the choices submitted: a refused choice's id was never this call's to cancel.
           cancel_all();
           return ToGrpcStatus(status);
         }

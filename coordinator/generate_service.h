@@ -8,6 +8,11 @@
 // GenerateServiceOptions::api_key set, every call but Health needs the metadata
 // "authorization: Bearer <key>" (UNAUTHENTICATED otherwise; compared in constant time).
 //
+// Request ids (coordinator/http/request_ids.h): a client-chosen id must not contain '#'
+// (INVALID_ARGUMENT); without one the server makes "grpc#<n>". Choice i > 0 of a request runs
+// in the engine as "<id>#<i>", an id no other client can hold; responses carry the request's
+// id and the choice's index.
+//
 // Thread-safe; `engine` must outlive the service.
 #pragma once
 

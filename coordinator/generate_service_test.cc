@@ -1,5 +1,6 @@
 // The gRPC Generate service over a scripted engine (http/fake_engine.h) and a real gRPC server
-// on loopback: the same validation as the HTTP API, and the API key.
+// on loopback: the same validation as the HTTP API, the API key, and request ids that no client
+// can take from another.
 #include "coordinator/generate_service.h"
 
 #include <grpcpp/grpcpp.h>
@@ -123,9 +124,11 @@ TEST_F(GenerateServiceTest, ConcurrencyLimitIsResourceExhausted) {
   first->Finish();
 }
 
-TEST_F(GenerateServiceTest, ARefusedChoiceDoesNotCancelTheRequestThatHoldsItsId) {
+// Another client's request, running under the id that choice 1 of "job" used to take
+// ("job-1"): it neither blocks nor is cancelled by "job" with n = 2, whose responses still
+// carry "job".
+TEST_F(GenerateServiceTest, ARequestHoldingAnOldChoiceIdDoesNotBlockAnotherRequestsChoices) {
   Start({}, {.step = std::chrono::milliseconds(5)});
-  // Another client's request, running under the id that choice 1 of "job" would take.
   v1::GenerateRequest other = Request("hi", 100);
   other.set_request_id("job-1");
   grpc::ClientContext other_context;
@@ -134,18 +137,88 @@ TEST_F(GenerateServiceTest, ARefusedChoiceDoesNotCancelTheRequestThatHoldsItsId)
   ASSERT_TRUE(other_stream->Read(&response));
   int other_tokens = response.token_ids_size();
 
-  v1::GenerateRequest clashing = Request("hi", 2);
-  clashing.set_request_id("job");
-  clashing.set_n(2);
-  int tokens = 0;
-  grpc::Status refused = Generate(clashing, &tokens);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(refused.error_message(), HasSubstr("job-1"));
+  v1::GenerateRequest job = Request("hi", 2);
+  job.set_request_id("job");
+  job.set_n(2);
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, job);
+  int tokens[2] = {0, 0};
+  bool finished[2] = {false, false};
+  v1::GenerateResponse choice;
+  while (reader->Read(&choice)) {
+    EXPECT_EQ(choice.request_id(), "job");
+    ASSERT_TRUE(choice.index() == 0 || choice.index() == 1) << choice.index();
+    tokens[choice.index()] += choice.token_ids_size();
+    if (choice.finished()) finished[choice.index()] = true;
+  }
+  grpc::Status status = reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(finished[0] && finished[1]);
+  EXPECT_EQ(tokens[0], 2);
+  EXPECT_EQ(tokens[1], 2);
 
   while (other_stream->Read(&response)) other_tokens += response.token_ids_size();
   EXPECT_TRUE(other_stream->Finish().ok());
   EXPECT_EQ(response.finish_reason(), v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(other_tokens, 100);
+  EXPECT_EQ(engine_->cancelled().count("job-1"), 0u);
+}
+
+// The ids the server derives (choices' ids, default ids) are refused from clients.
+TEST_F(GenerateServiceTest, IdsWithTheServersMarkAreRefused) {
+  Start({});
+  int tokens = 0;
+  for (const char* id : {"job#1", "grpc#1", "#"}) {
+    v1::GenerateRequest request = Request("hi", 2);
+    request.set_request_id(id);
+    grpc::Status status = Generate(request, &tokens);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << id;
+    EXPECT_THAT(status.error_message(), HasSubstr("request_id")) << id;
+  }
+  EXPECT_EQ(engine_->running(), 0);
+  // Without an id the server makes one in its own namespace, and reports it.
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, Request("hi", 2));
+  v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_THAT(response.request_id(), ::testing::StartsWith("grpc#"));
+  while (reader->Read(&response)) {
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+}
+
+// A client that goes away cancels every choice of its own request (by the engine ids the
+// server gave them) and nothing else, even a request holding the old form of a choice's id.
+TEST_F(GenerateServiceTest, CancellingCancelsTheOwnChoicesOnly) {
+  Start({}, {.step = std::chrono::milliseconds(10)});
+  v1::GenerateRequest other = Request("hi", 60);
+  other.set_request_id("job-1");
+  grpc::ClientContext other_context;
+  auto other_stream = stub_->Generate(&other_context, other);
+  v1::GenerateResponse response;
+  ASSERT_TRUE(other_stream->Read(&response));
+  int other_tokens = response.token_ids_size();
+
+  v1::GenerateRequest job = Request("hi", 3000);
+  job.set_request_id("job");
+  job.set_n(2);
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, job);
+  v1::GenerateResponse choice;
+  bool saw_choice_1 = false;
+  while (!saw_choice_1 && reader->Read(&choice)) saw_choice_1 = choice.index() == 1;
+  ASSERT_TRUE(saw_choice_1);
+  context.TryCancel();
+  while (reader->Read(&choice)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(engine_->WaitForCancel("job", std::chrono::seconds(10)));
+  EXPECT_TRUE(engine_->WaitForCancel("job#1", std::chrono::seconds(10)));
+
+  while (other_stream->Read(&response)) other_tokens += response.token_ids_size();
+  EXPECT_TRUE(other_stream->Finish().ok());
+  EXPECT_EQ(response.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(other_tokens, 60);
   EXPECT_EQ(engine_->cancelled().count("job-1"), 0u);
 }
 

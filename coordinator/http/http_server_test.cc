@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "coordinator/http/fake_engine.h"
+#include "coordinator/http/request_ids.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -360,8 +361,9 @@ TEST_F(HttpServerTest, StreamingDisconnectCancelsTheRequest) {
   EXPECT_TRUE(engine_->WaitForCancel(id, kWait)) << "the engine kept generating for a gone client";
 }
 
-// n choices are n engine requests ("<id>", "<id>-1", ...), seeded seed + index; a client that
-// goes away cancels every one of them.
+// n choices are n engine requests ("<id>", "<id>#1", ...: ids no gRPC client may choose, so
+// none can hold one before the choice starts), seeded seed + index; a client that goes away
+// cancels every one of them.
 TEST_F(HttpServerTest, ChoicesAreSeparateRequestsCancelledTogether) {
   Start({.step = milliseconds(2)});
   httplib::Result res =
@@ -373,7 +375,8 @@ TEST_F(HttpServerTest, ChoicesAreSeparateRequestsCancelledTogether) {
   EXPECT_EQ(body["usage"]["completion_tokens"], 15);
   const GenerateRequest last = engine_->last_request();
   EXPECT_EQ(last.sampling.seed, 42u) << "choice 2: seed + 2";
-  EXPECT_TRUE(last.request_id.ends_with("-2")) << last.request_id;
+  EXPECT_TRUE(last.request_id.ends_with("#2")) << last.request_id;
+  EXPECT_FALSE(CheckClientRequestId(last.request_id).ok()) << last.request_id;
 
   engine_->set_script({.step = milliseconds(10)});
   httplib::Request req;
@@ -387,7 +390,7 @@ TEST_F(HttpServerTest, ChoicesAreSeparateRequestsCancelledTogether) {
   httplib::Error error;
   client_->send(req, streamed, error);
   const std::string id = engine_->last_request().request_id;  // choice 1's
-  ASSERT_TRUE(id.ends_with("-1")) << id;
+  ASSERT_TRUE(id.ends_with("#1")) << id;
   EXPECT_TRUE(engine_->WaitForCancel(id, kWait));
   EXPECT_TRUE(engine_->WaitForCancel(id.substr(0, id.size() - 2), kWait));
 }

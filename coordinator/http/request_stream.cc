@@ -1,11 +1,12 @@
 #include "coordinator/http/request_stream.h"
 
 #include "common/logging.h"
+#include "coordinator/http/request_ids.h"
 
 namespace ringserve::http {
 
 std::string RequestStream::ChoiceRequestId(int index) const {
-  return index == 0 ? request_id_ : request_id_ + "-" + std::to_string(index);
+  return http::ChoiceRequestId(request_id_, index);
 }
 
 void RequestStream::OnEvent(int index, const GenerateEvent& event) {

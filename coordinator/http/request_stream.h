@@ -29,7 +29,8 @@ class RequestStream {
 
   const std::string& request_id() const { return request_id_; }
   int choices() const { return choices_; }
-  // The engine request id of choice `index`: request_id() for 0, "<request_id>-<index>" else.
+  // The engine request id of choice `index`: request_id() for 0, "<request_id>#<index>" else
+  // (request_ids.h: an id no client can hold).
   std::string ChoiceRequestId(int index) const;
 
   // The engine callback of choice `index`: queues the event and records latency and outcome

@@ -11,8 +11,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -20,6 +22,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
+#include "stage/channels/pending_handshakes.h"
 
 namespace ringserve {
 namespace {
@@ -110,6 +113,11 @@ absl::Status WriteFull(int fd, const std::byte* data, size_t size, absl::Time de
 }
 
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
+// Connections introducing themselves to a listener at once (pending_handshakes.h).
+constexpr size_t kMaxPendingHandshakes = 16;
+// Connections the kernel holds until AcceptLink runs (strangers may come while the stage
+// loads): room for more than kMaxPendingHandshakes, so they cannot fill it before the peer.
+constexpr int kListenBacklog = 64;
 constexpr size_t kNonceChars = 32;
 constexpr size_t kProofChars = 64;
 
@@ -155,6 +163,26 @@ absl::Status ProveConnector(int fd, const RingSecret& secret, int sender_index, 
   }
   return WriteText(fd, secret.Mac(ChannelProofMessage("connector", nonce_l, sender_index)),
                    deadline, what);
+}
+
+// A connection's introduction as the listener checks it: the hello naming
+// `expected_sender_index`, then with a secret the proof (tcp_channel.h), all by `deadline`.
+// Errors name `what`.
+absl::Status IntroduceToListener(int fd, int expected_sender_index, const RingSecret* secret,
+                                 absl::Time deadline, const std::string& what) {
+  std::byte hello[kHelloBytes];
+  RS_RETURN_IF_ERROR(ReadFull(fd, hello, kHelloBytes, deadline, what));
+  if (GetU32(hello) != kHelloMagic ||
+      static_cast<int32_t>(GetU32(hello + 4)) != expected_sender_index) {
+    return absl::PermissionDeniedError(
+        fmt::format("{}: not stage {}'s hello", what, expected_sender_index));
+  }
+  if (secret == nullptr) return absl::OkStatus();
+  absl::Status status = ProveListener(fd, *secret, expected_sender_index, deadline, what);
+  if (absl::IsPermissionDenied(status)) {
+    return absl::PermissionDeniedError(fmt::format("{}: {}", what, std::string(status.message())));
+  }
+  return status;
 }
 
 // Low latency (no Nagle) and keepalive probes on an activation connection.
@@ -338,11 +366,12 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::stri
   int fd = -1;
   std::string error = "no address";
   for (addrinfo* ai = info; ai != nullptr; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    // Non-blocking: a connection that vanishes between poll and accept must not block it.
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) continue;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 8) == 0) break;
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, kListenBacklog) == 0) break;
     error = ErrnoText();
     close(fd);
     fd = -1;
@@ -376,41 +405,47 @@ absl::StatusOr<std::unique_ptr<ActivationReceiver>> TcpListener::Accept(int expe
 
 absl::StatusOr<std::unique_ptr<TcpLink>> TcpListener::AcceptLink(int expected_sender_index,
                                                                  absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  std::string what =
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string what =
       fmt::format("waiting on {} for stage {} to connect", endpoint_, expected_sender_index);
+  const RingSecret* secret = secret_.has_value() ? &*secret_ : nullptr;
+  // Each connection introduces itself on its own thread, with a few seconds of its own, so a
+  // silent stranger holds neither the listener until the stage's deadline nor the real peer
+  // behind it.
+  RS_ASSIGN_OR_RETURN(std::unique_ptr<PendingHandshakes> pending,
+                      PendingHandshakes::Create(kMaxPendingHandshakes, [=](int conn) {
+                        return IntroduceToListener(
+                            conn, expected_sender_index, secret,
+                            std::min(deadline, absl::Now() + kHandshakeTimeout), what);
+                      }));
   while (true) {
-    RS_RETURN_IF_ERROR(WaitFd(fd_, POLLIN, deadline, what));
+    if (std::optional<PendingHandshakes::Admitted> admitted = pending->TakeReady()) {
+      return std::make_unique<TcpLink>(
+          admitted->fd, fmt::format("stage {} ({})", expected_sender_index, admitted->peer));
+    }
+    const int64_t ms = RemainingMs(deadline);
+    if (ms <= 0) return absl::DeadlineExceededError(fmt::format("{}: nobody came", what));
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {pending->ready_fd(), POLLIN, 0}};
+    int rc = poll(fds, 2, static_cast<int>(std::min<int64_t>(ms, 1 << 30)));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(fmt::format("{}: poll: {}", what, ErrnoText()));
+    }
+    if (fds[0].revents & (POLLERR | POLLNVAL)) {
+      return absl::UnavailableError(fmt::format("{}: listening socket error", what));
+    }
+    if ((fds[0].revents & POLLIN) == 0) continue;
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     int conn = accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
     if (conn < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) {
+        continue;
+      }
       return absl::UnavailableError(fmt::format("{}: accept: {}", what, ErrnoText()));
     }
     TuneConnection(conn);
-    std::string peer = PeerName(addr);
-    // A peer gets a few seconds to introduce itself, so that a silent stranger cannot hold the
-    // listener until the stage's own deadline.
-    const absl::Time hello_deadline = std::min(deadline, absl::Now() + kHandshakeTimeout);
-    std::byte hello[kHelloBytes];
-    absl::Status status = ReadFull(conn, hello, kHelloBytes, hello_deadline, what);
-    if (status.ok() && GetU32(hello) == kHelloMagic &&
-        static_cast<int32_t>(GetU32(hello + 4)) == expected_sender_index) {
-      status = secret_.has_value()
-                   ? ProveListener(conn, *secret_, expected_sender_index, hello_deadline, what)
-                   : absl::OkStatus();
-      if (status.ok()) {
-        return std::make_unique<TcpLink>(conn,
-                                         fmt::format("stage {} ({})", expected_sender_index, peer));
-      }
-      RS_LOG_WARN("{}: refused a connection from {}: {}", what, peer,
-                  std::string(status.message()));
-    }
-    close(conn);
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(fmt::format("{}: nobody came", what));
-    }
+    pending->Add(conn, PeerName(addr));
   }
 }
 

@@ -13,6 +13,8 @@
 //   listener -> connector: nonce_l (32) | Mac(ChannelProofMessage("listener", nonce_c, i)) (64)
 //   connector -> listener: Mac(ChannelProofMessage("connector", nonce_l, i)) (64)
 // A peer that fails this (or takes longer than 5 s) is dropped and the listener keeps waiting.
+// The listener checks connections side by side (TcpListener::AcceptLink), so a silent one
+// delays no other.
 // CRC32 is zlib's (IEEE).
 #pragma once
 
@@ -67,6 +69,11 @@ class TcpLink {
 
 // A bound, listening socket that accepts the previous stage's connection.
 // Thread-compatible; Accept may be called once per expected peer.
+//
+// Each accepted connection introduces itself (hello, then with a secret the proof) on a thread
+// of its own, with at most 5 s, so a stranger that connects and stays silent holds no other
+// connection's handshake. At most 16 introduce themselves at once; one more drops the oldest
+// pending (stage/channels/pending_handshakes.h).
 class TcpListener {
  public:
   // Binds `host`:`port` (port 0 = the kernel picks one). Unavailable naming the address when
@@ -79,9 +86,10 @@ class TcpListener {
   // "host:port" actually bound (the chosen port when 0 was asked).
   const std::string& endpoint() const { return endpoint_; }
 
-  // Waits up to `timeout` for a connection whose hello names `expected_sender_index`.
-  // Connections with a wrong hello are closed and waiting continues. DeadlineExceeded naming
-  // the endpoint when nobody came.
+  // Waits up to `timeout` for a connection whose hello names `expected_sender_index` (and,
+  // with a secret, that proves it). Connections with a wrong hello or proof are closed and
+  // waiting continues; those still introducing themselves when one is admitted, or at the
+  // deadline, are closed too. DeadlineExceeded naming the endpoint when nobody came.
   absl::StatusOr<std::unique_ptr<ActivationReceiver>> Accept(int expected_sender_index,
                                                              absl::Duration timeout);
   // As Accept, but returns the bare link (for the GPU channels' control messages).

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/ring_secret.h"
 #include "gtest/gtest.h"
 
 namespace ringserve {
@@ -57,6 +58,68 @@ int RawConnect(TcpListener& listener, std::unique_ptr<ActivationReceiver>* recei
   EXPECT_TRUE(accepted.ok()) << accepted.status();
   *receiver = std::move(*accepted);
   return fd;
+}
+
+// A connection to `listener` that sends `bytes` (maybe none) and then stays silent.
+int SilentStranger(const TcpListener& listener, std::span<const std::byte> bytes = {}) {
+  std::string host;
+  int port = 0;
+  EXPECT_TRUE(SplitHostPort(listener.endpoint(), "test", &host, &port).ok());
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  if (!bytes.empty()) {
+    EXPECT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+  return fd;
+}
+
+// With `num_strangers` silent connections made before it (in the backlog, so a listener that
+// introduced one connection at a time would spend its 5 s on each first), the real previous
+// stage, which knows the secret, is admitted well within one connection's handshake limit.
+void ExpectPeerAdmittedPromptlyBehindStrangers(int num_strangers) {
+  const RingSecret secret = RingSecret::FromBytes("0123456789abcdef0123456789abcdef");
+  auto listener = TcpListener::Listen("127.0.0.1", 0, &secret);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const uint32_t hello[2] = {0x49485352, 0};  // stage 0's hello, but no proof follows
+  std::vector<int> strangers;
+  for (int i = 0; i < num_strangers; ++i) {
+    strangers.push_back(i % 3 == 2 ? SilentStranger(**listener, std::as_bytes(std::span(hello)))
+                                   : SilentStranger(**listener));
+  }
+  const absl::Time start = absl::Now();
+  std::unique_ptr<ActivationSender> sender;
+  std::thread connector([&] {
+    auto connected = TcpConnect((*listener)->endpoint(), 0, absl::Seconds(30), &secret);
+    EXPECT_TRUE(connected.ok()) << connected.status();
+    if (connected.ok()) sender = std::move(*connected);
+  });
+  auto receiver = (*listener)->Accept(0, absl::Seconds(30));
+  const absl::Duration took = absl::Now() - start;
+  connector.join();
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  ASSERT_TRUE(sender);
+  EXPECT_LT(took, absl::Milliseconds(2500)) << "one silent connection alone may hold 5 s";
+  // The admitted connection is the peer's: frames flow.
+  auto data = Pattern(256, 3);
+  ASSERT_TRUE(sender->Send(1, data, absl::Seconds(5)).ok());
+  std::vector<std::byte> out(256);
+  ASSERT_TRUE((*receiver)->Recv(1, out, absl::Seconds(5)).ok());
+  EXPECT_EQ(out, data);
+  for (int fd : strangers) close(fd);
+}
+
+TEST(TcpChannelTest, SilentStrangersDoNotDelayThePeer) {
+  ExpectPeerAdmittedPromptlyBehindStrangers(6);
+}
+
+// More strangers than handshakes may run at once: the oldest make room, so the peer still
+// gets in.
+TEST(TcpChannelTest, MoreSilentStrangersThanPlacesStillLetThePeerIn) {
+  ExpectPeerAdmittedPromptlyBehindStrangers(40);
 }
 
 TEST(Crc32Test, MatchesKnownValue) {

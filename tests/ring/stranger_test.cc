@@ -1,7 +1,10 @@
 // Strangers on a stage's ports, with real `stage` processes on loopback: control calls without
 // the ring secret or with a wrong one, a flood of challenges, a second coordinator while the
 // stage belongs to the first, a model outside the model root, an activation connection that
-// cannot prove the secret, and a stage asked to listen beyond loopback without a secret.
+// cannot prove the secret, silent activation connections ahead of the real peer, and a stage
+// asked to listen beyond loopback without a secret.
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "common/ring_secret.h"
@@ -264,7 +268,7 @@ TEST_F(StrangerTest, AnActivationConnectionWithoutTheSecretIsRefused) {
   absl::StatusOr<std::unique_ptr<TcpLink>> plain =
       TcpConnectLink(data_endpoint, 0, absl::Seconds(10));
   ASSERT_TRUE(plain.ok()) << plain.status();  // the hello goes out; the proof never comes
-  plain->reset();  // (the listener handshakes one peer at a time: a silent one costs it 5 s)
+  plain->reset();
   RingSecret wrong = RingSecret::FromBytes("not-the-ring-secret-at-all");
   absl::StatusOr<std::unique_ptr<TcpLink>> forged =
       TcpConnectLink(data_endpoint, 0, absl::Seconds(10), &wrong);
@@ -276,6 +280,54 @@ TEST_F(StrangerTest, AnActivationConnectionWithoutTheSecretIsRefused) {
   EXPECT_TRUE(real.ok()) << real.status();
   connect.join();
   EXPECT_TRUE(connected.ok()) << connected.error_message();
+}
+
+// Strangers that connect to the activation port and stay silent (some before ConnectPeers,
+// some after, some after sending the hello) do not hold up the real previous stage: it is
+// admitted well before even one of them would have used up its 5 s handshake limit.
+TEST_F(StrangerTest, SilentActivationConnectionsDoNotDelayTheRealPeer) {
+  ControlClient owner(endpoint_, Owner());
+  std::string data_endpoint;
+  ASSERT_TRUE(owner.Configure(LastStageOfTwo(ModelDir()), &data_endpoint).ok());
+  ASSERT_FALSE(data_endpoint.empty());
+  std::vector<std::unique_ptr<TcpLink>> strangers;
+  auto silent = [&] {
+    // The hello only (no secret: no proof follows), or nothing at all.
+    if (strangers.size() % 2 == 0) {
+      absl::StatusOr<std::unique_ptr<TcpLink>> hello =
+          TcpConnectLink(data_endpoint, 0, absl::Seconds(10));
+      ASSERT_TRUE(hello.ok()) << hello.status();
+      strangers.push_back(std::move(*hello));
+      return;
+    }
+    std::string host;
+    int port = 0;
+    ASSERT_TRUE(SplitHostPort(data_endpoint, "test", &host, &port).ok());
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    strangers.push_back(std::make_unique<TcpLink>(fd, "stranger"));
+  };
+  for (int i = 0; i < 4; ++i) silent();  // waiting in the backlog while the stage loads
+  v1::ConnectPeersRequest peers;
+  peers.set_prev_data_endpoint("127.0.0.1:1");  // informational on the receiving side
+  peers.set_timeout_ms(30000);
+  grpc::Status connected;
+  std::thread connect([&] { connected = owner.ConnectPeers(peers); });
+  for (int i = 0; i < 4; ++i) silent();  // and arriving while it accepts
+  const absl::Time start = absl::Now();
+  RingSecret right = RingSecret::FromBytes(kKey);
+  absl::StatusOr<std::unique_ptr<TcpLink>> real =
+      TcpConnectLink(data_endpoint, 0, absl::Seconds(30), &right);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_TRUE(real.ok()) << real.status();
+  connect.join();
+  EXPECT_TRUE(connected.ok()) << connected.error_message();
+  EXPECT_LT(took, absl::Milliseconds(2500)) << "one silent connection alone may hold 5 s";
+  EXPECT_TRUE(StageAlive());
 }
 
 TEST(StageListenTest, NonLoopbackWithoutASecretIsRefused) {
