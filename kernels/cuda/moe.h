@@ -51,12 +51,11 @@ struct MoeRouting {
   int32_t* expert_ids = nullptr;
   float* weights = nullptr;
   // Out: counts [experts] (rows per expert), offsets [experts + 1] (exclusive prefix sum:
-  // expert e's rows are [offsets[e], offsets[e + 1]) of the permuted order), cursor [experts]
-  // (scratch), row_token [tokens * top_k] (the token of each permuted row; within an expert the
-  // order is unspecified), entry_row [tokens * top_k] (the permuted row of entry t * top_k + j).
+  // expert e's rows are [offsets[e], offsets[e + 1]) of the permuted order), row_token
+  // [tokens * top_k] (the token of each permuted row; within an expert the order is
+  // unspecified), entry_row [tokens * top_k] (the permuted row of entry t * top_k + j).
   int32_t* counts = nullptr;
   int32_t* offsets = nullptr;
-  int32_t* cursor = nullptr;
   int32_t* row_token = nullptr;
   int32_t* entry_row = nullptr;
   // Out: the tensor-core GEMM's tile list [MoeMaxTiles(...), 2] = (expert, first row) and its

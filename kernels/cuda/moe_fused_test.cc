@@ -36,7 +36,6 @@ struct RoutingBuffers {
         {&weights, rows},
         {&counts, experts},
         {&offsets, experts + 1},
-        {&cursor, experts},
         {&row_token, rows},
         {&entry_row, rows},
         {&tiles, 2 * MoeMaxTiles(rows, experts)},
@@ -55,7 +54,6 @@ struct RoutingBuffers {
             .weights = weights.as<float>(),
             .counts = counts.as<int32_t>(),
             .offsets = offsets.as<int32_t>(),
-            .cursor = cursor.as<int32_t>(),
             .row_token = row_token.as<int32_t>(),
             .entry_row = entry_row.as<int32_t>(),
             .tiles = tiles.as<int32_t>(),
@@ -64,8 +62,8 @@ struct RoutingBuffers {
             .experts_touched = touched.as<int32_t>(),
             .tokens = tokens};
   }
-  DeviceBuffer logits, ids, weights, counts, offsets, cursor, row_token, entry_row, tiles,
-      num_tiles, active, touched;
+  DeviceBuffer logits, ids, weights, counts, offsets, row_token, entry_row, tiles, num_tiles,
+      active, touched;
 };
 
 // Routes `tokens` tokens of random logits into r (LaunchMoeRoute).

@@ -13,14 +13,17 @@ namespace {
 constexpr int kLogitTokens = kMoeFusedRouteTokens;  // tokens per router-logits block
 constexpr int kLogitExperts = 2;                    // experts per router-logits block
 constexpr int kLogitThreads = 256;                  // threads of a router-logits block
+constexpr int kLogitPreloads = 2;  // float4 columns a thread loads before the wait (hidden 2048)
 static_assert(kLogitExperts * kLogitTokens <= kLogitThreads);
 constexpr int kRouteWarps = 4;   // tokens per top-k block (large steps)
 constexpr int kSmallWarps = 32;  // the single-block router
+constexpr int kMaxTopK = 32;
 
 // Block (token block, expert block): kLogitExperts experts' fp32 rows are split over all
 // kLogitThreads threads (float4 columns, several loads in flight per thread), each thread
 // accumulating kLogitTokens tokens; one block reduction at the end. A decode step's 1 MB router
-// (128 experts x 2048) thus streams through 64 blocks of 8 warps, not one warp per expert.
+// (128 experts x 2048) thus streams through 64 blocks of 8 warps, not one warp per expert. Calls
+// WaitForPreviousKernel (after its first router loads).
 __device__ void RouterLogitsBlock(const bf16* __restrict__ x, const float* __restrict__ router,
                                   const float* __restrict__ bias, float* __restrict__ logits,
                                   int tokens, int experts, int hidden) {
@@ -30,16 +33,9 @@ __device__ void RouterLogitsBlock(const bf16* __restrict__ x, const float* __res
   const int t0 = blockIdx.x * kLogitTokens;
   const int ne = min(kLogitExperts, experts - e0);
   const int nt = min(kLogitTokens, tokens - t0);
-  float acc[kLogitExperts][kLogitTokens];
-#pragma unroll
-  for (int j = 0; j < kLogitExperts; ++j) {
-#pragma unroll
-    for (int i = 0; i < kLogitTokens; ++i) acc[j][i] = 0.0f;
-  }
   const int vecs = hidden / 4;
-#pragma unroll 2
-  for (int v = threadIdx.x; v < vecs; v += kLogitThreads) {
-    float4 wv[kLogitExperts];
+  // The block's experts' float4 column v (zeros past the experts).
+  const auto load_columns = [&](int v, float4(&wv)[kLogitExperts]) {
 #pragma unroll
     for (int j = 0; j < kLogitExperts; ++j) {
       wv[j] = j < ne ? __ldg(reinterpret_cast<const float4*>(router + static_cast<int64_t>(e0 + j) *
@@ -47,6 +43,22 @@ __device__ void RouterLogitsBlock(const bf16* __restrict__ x, const float* __res
                              v)
                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
+  };
+  // The router is never written by a kernel: its first columns load before the wait.
+  float4 preloaded[kLogitPreloads][kLogitExperts];
+#pragma unroll
+  for (int p = 0; p < kLogitPreloads; ++p) {
+    const int v = threadIdx.x + p * kLogitThreads;
+    if (v < vecs) load_columns(v, preloaded[p]);
+  }
+  WaitForPreviousKernel();
+  float acc[kLogitExperts][kLogitTokens];
+#pragma unroll
+  for (int j = 0; j < kLogitExperts; ++j) {
+#pragma unroll
+    for (int i = 0; i < kLogitTokens; ++i) acc[j][i] = 0.0f;
+  }
+  const auto accumulate = [&](int v, const float4(&wv)[kLogitExperts]) {
 #pragma unroll
     for (int i = 0; i < kLogitTokens; ++i) {
       if (i >= nt) break;
@@ -61,6 +73,18 @@ __device__ void RouterLogitsBlock(const bf16* __restrict__ x, const float* __res
         acc[j][i] = fmaf(wv[j].w, xf[3], acc[j][i]);
       }
     }
+  };
+  // Columns in the same order as ever (v ascending per thread): the sums do not change.
+#pragma unroll
+  for (int p = 0; p < kLogitPreloads; ++p) {
+    const int v = threadIdx.x + p * kLogitThreads;
+    if (v < vecs) accumulate(v, preloaded[p]);
+  }
+#pragma unroll 2
+  for (int v = threadIdx.x + kLogitPreloads * kLogitThreads; v < vecs; v += kLogitThreads) {
+    float4 wv[kLogitExperts];
+    load_columns(v, wv);
+    accumulate(v, wv);
   }
 #pragma unroll
   for (int j = 0; j < kLogitExperts; ++j) {
@@ -85,7 +109,6 @@ __global__ void __launch_bounds__(kLogitThreads)
     RouterLogitsKernel(const bf16* __restrict__ x, const float* __restrict__ router,
                        const float* __restrict__ bias, float* __restrict__ logits, int tokens,
                        int experts, int hidden) {
-  WaitForPreviousKernel();
   RouterLogitsBlock(x, router, bias, logits, tokens, experts, hidden);
 }
 
@@ -94,32 +117,33 @@ __device__ __forceinline__ bool Beats(float va, int ia, float vb, int ib) {
   return va > vb || (va == vb && ia < ib);
 }
 
+// Orders floats as unsigned integers: a larger value has a larger key; -0 counts as +0 (Beats
+// holds them equal).
+__device__ __forceinline__ unsigned OrderKey(float v) {
+  const unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
 // The warp's best (value, index) over values[0, n) not marked in `taken` (lane-owned bits: bit i
-// of lane l is index l + 32 i). Every lane gets the result.
+// of lane l is index l + 32 i), ties to the lower index. Every lane gets the result. Two warp
+// reductions (the largest key, then the lowest index holding it) in place of shuffle rounds.
 __device__ __forceinline__ int WarpArgBest(const float* values, int n, uint32_t taken,
                                            float* best) {
   const int lane = threadIdx.x & 31;
-  float bv = -INFINITY;
+  unsigned bk = 0;
   int bi = 0x7fffffff;
   for (int i = 0, idx = lane; idx < n; ++i, idx += 32) {
     if (taken & (1u << i)) continue;
-    const float v = values[idx];
-    if (bi == 0x7fffffff || Beats(v, idx, bv, bi)) {
-      bv = v;
+    const unsigned key = OrderKey(values[idx]);
+    if (bi == 0x7fffffff || key > bk) {  // the lane's indices ascend: ties keep the lower
+      bk = key;
       bi = idx;
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (oi != 0x7fffffff && (bi == 0x7fffffff || Beats(ov, oi, bv, bi))) {
-      bv = ov;
-      bi = oi;
-    }
-  }
-  *best = bv;
-  return bi;
+  const unsigned top = __reduce_max_sync(0xffffffffu, bk);
+  const int idx = __reduce_min_sync(0xffffffffu, bk == top ? bi : 0x7fffffff);
+  *best = values[idx];
+  return idx;
 }
 
 // Top-k of values[0, n) into ids[0, k) (lane 0 writes), largest first. Returns nothing; `vals`
@@ -151,8 +175,10 @@ __device__ __forceinline__ unsigned KeptGroups(const RouterOptions& o, float gro
   return __ballot_sync(0xffffffffu, lane < o.n_group && better < o.topk_group);
 }
 
-// One token's routing by one warp. `scratch`: 2 * experts floats + 32 ints of this warp's shared
-// memory. Lane 0 writes ids and weights of the token (top_k each).
+// One token's routing by one warp. `scratch`: 2 * experts floats + 64 words of this warp's shared
+// memory. Lane 0 writes ids and weights of the token (top_k each); order[0, top_k) keeps the ids
+// for the caller. Global memory is only written here, never read back (a decode step's routing
+// is on its critical path: every read-back is an L2 round trip).
 __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row,
                            const float* __restrict__ correction_bias, float* score, float* choice,
                            int* order, int32_t* ids, float* weights) {
@@ -193,10 +219,10 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
       }
       if (lane == 0) {
         float top = 0.0f;
-        for (int j = 0; j < k; ++j) top += weights[j] = score[order[j]];
+        for (int j = 0; j < k; ++j) top += picked[j] = score[order[j]];
         const float denominator = o.norm_topk_prob ? top : 1.0f;
         for (int j = 0; j < k; ++j) {
-          weights[j] = weights[j] / denominator * o.routed_scaling_factor;
+          weights[j] = picked[j] / denominator * o.routed_scaling_factor;
         }
       }
       break;
@@ -206,9 +232,10 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
       __syncwarp();
       WarpTopK(score, e, k, order, picked);
       if (lane == 0) {
+        const float top = picked[0];
         float sum = 0.0f;
-        for (int j = 0; j < k; ++j) sum += weights[j] = expf(picked[j] - picked[0]);
-        for (int j = 0; j < k; ++j) weights[j] /= sum;
+        for (int j = 0; j < k; ++j) sum += picked[j] = expf(picked[j] - top);
+        for (int j = 0; j < k; ++j) weights[j] = picked[j] / sum;
       }
       break;
     }
@@ -248,10 +275,10 @@ __device__ void RouteToken(const RouterOptions& o, const float* __restrict__ row
       WarpTopK(choice, e, k, order, picked);
       if (lane == 0) {
         float sum = 0.0f;
-        for (int j = 0; j < k; ++j) sum += weights[j] = score[order[j]];
+        for (int j = 0; j < k; ++j) sum += picked[j] = score[order[j]];
         const float denominator = o.norm_topk_prob ? sum + 1e-20f : 1.0f;
         for (int j = 0; j < k; ++j) {
-          weights[j] = weights[j] / denominator * o.routed_scaling_factor;
+          weights[j] = picked[j] / denominator * o.routed_scaling_factor;
         }
       }
       break;
@@ -278,11 +305,21 @@ __device__ __forceinline__ int WarpExclusiveSum(int v) {
   return inclusive - v;
 }
 
-// Writes offsets (exclusive prefix sum of counts), the tile list, cursor = offsets and the
-// touched count. Runs in one block; `sh` holds experts + 1 ints of shared memory. The scan runs in
-// the block's first warp, each lane over a contiguous run of experts (a decode step's critical
-// path: a serial scan over 128 experts took several microseconds).
+// Shared memory of ScanCounts and ScatterEntries: offsets and first tiles [experts + 1] each, the
+// insertion cursor [experts].
+__host__ __device__ constexpr int GroupingInts(int experts) { return 3 * experts + 2; }
+__device__ __forceinline__ int* GroupingCursor(int* sh, int experts) {
+  return sh + 2 * experts + 2;
+}
+
+// Writes offsets (exclusive prefix sum of counts), the tile list, the active list and the touched
+// count, and leaves the offsets in `sh` (GroupingInts(experts) ints of shared memory) as the
+// cursor of ScatterEntries. Runs in one block. The scan runs in the block's first warp, each lane
+// over a contiguous run of experts (a serial scan over 128 experts took several microseconds).
 __device__ void ScanCounts(const MoeRouting& r, int experts, const int32_t* counts, int* sh) {
+  int* offsets = sh;                   // [experts + 1]
+  int* first_tile = sh + experts + 1;  // [experts + 1]
+  int* cursor = GroupingCursor(sh, experts);
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x, per = (experts + 31) / 32;
     const int begin = min(lane * per, experts), end = min(begin + per, experts);
@@ -298,8 +335,8 @@ __device__ void ScanCounts(const MoeRouting& r, int experts, const int32_t* coun
     touched = WarpExclusiveSum(touched);
     for (int e = begin; e < end; ++e) {
       const int c = counts[e];
-      r.offsets[e] = rows;
-      sh[e] = tiles;
+      r.offsets[e] = offsets[e] = cursor[e] = rows;
+      first_tile[e] = tiles;
       rows += c;
       tiles += (c + kMoeTileRows - 1) / kMoeTileRows;
       if (c > 0) r.active[touched++] = e;
@@ -307,8 +344,8 @@ __device__ void ScanCounts(const MoeRouting& r, int experts, const int32_t* coun
     // The last lane's running sums are the totals.
     const int all_touched = __shfl_sync(0xffffffffu, touched, 31);
     if (lane == 31) {
-      r.offsets[experts] = rows;
-      sh[experts] = tiles;
+      r.offsets[experts] = offsets[experts] = rows;
+      first_tile[experts] = tiles;
       *r.num_tiles = tiles;
       if (r.experts_touched != nullptr) *r.experts_touched = touched;
     }
@@ -316,48 +353,56 @@ __device__ void ScanCounts(const MoeRouting& r, int experts, const int32_t* coun
   }
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    r.cursor[e] = r.offsets[e];
-    for (int i = sh[e]; i < sh[e + 1]; ++i) {
+    for (int i = first_tile[e]; i < first_tile[e + 1]; ++i) {
       r.tiles[2 * i] = e;
-      r.tiles[2 * i + 1] = r.offsets[e] + (i - sh[e]) * kMoeTileRows;
+      r.tiles[2 * i + 1] = offsets[e] + (i - first_tile[e]) * kMoeTileRows;
     }
   }
-  __syncthreads();
 }
 
-// Places entries [0, n) at their expert's rows (cursor atomics).
-__device__ void ScatterEntries(const MoeRouting& r, int n, int top_k) {
+// Places entries [0, n) at their expert's rows: entry i of expert expert_of[i] (shared or global
+// memory), by shared atomics on the cursor ScanCounts left in shared memory (GroupingCursor).
+__device__ void ScatterEntries(const MoeRouting& r, const int32_t* expert_of, int n, int top_k,
+                               int* cursor) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int pos = atomicAdd(&r.cursor[r.expert_ids[i]], 1);
+    const int pos = atomicAdd(&cursor[expert_of[i]], 1);
     r.row_token[pos] = i / top_k;
     r.entry_row[i] = pos;
   }
 }
 
-// The whole routing of a step in the calling block: its warps take the tokens in turn. `smem`:
-// RouteInBlockFloats(experts, warps) floats of shared memory.
-__host__ __device__ constexpr int RouteInBlockFloats(int experts, int warps) {
-  return experts + 1 + warps * WarpScratchFloats(experts);
+// The whole routing of a step in the calling block (at least 2 warps): its warps take the tokens
+// in turn. `smem`: RouteInBlockFloats(experts, warps, tokens * top_k) words of shared memory:
+// counts [experts + 1], the entries' experts [tokens * top_k], then the warps' scratch (reused by
+// the grouping, GroupingInts(experts) <= 2 * WarpScratchFloats(experts)).
+__host__ __device__ constexpr int RouteInBlockFloats(int experts, int warps, int entries) {
+  return experts + 1 + entries + warps * WarpScratchFloats(experts);
 }
 __device__ void RouteInBlock(const RouterOptions& o, const MoeRouting& r, float* smem) {
-  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5, lane = threadIdx.x & 31;
   const int e = o.num_experts, k = o.top_k;
   int* counts = reinterpret_cast<int*>(smem);  // [e + 1]
-  float* scratch = smem + e + 1 + warp * WarpScratchFloats(e);
+  int* entry_expert = counts + e + 1;          // [tokens * k]
+  float* scratch = smem + e + 1 + r.tokens * k;
+  float* warp_scratch = scratch + warp * WarpScratchFloats(e);
+  const int* order = reinterpret_cast<const int*>(warp_scratch + 2 * e);
   for (int x = threadIdx.x; x <= e; x += blockDim.x) counts[x] = 0;
   __syncthreads();
   for (int t = warp; t < r.tokens; t += warps) {
-    RouteToken(o, r.logits + static_cast<int64_t>(t) * e, r.correction_bias, scratch, scratch + e,
-               reinterpret_cast<int*>(scratch + 2 * e), r.expert_ids + t * k, r.weights + t * k);
-    if ((threadIdx.x & 31) < k) atomicAdd(&counts[r.expert_ids[t * k + (threadIdx.x & 31)]], 1);
+    RouteToken(o, r.logits + static_cast<int64_t>(t) * e, r.correction_bias, warp_scratch,
+               warp_scratch + e, reinterpret_cast<int*>(warp_scratch + 2 * e), r.expert_ids + t * k,
+               r.weights + t * k);
+    if (lane < k) {
+      entry_expert[t * k + lane] = order[lane];
+      atomicAdd(&counts[order[lane]], 1);
+    }
+    __syncwarp();  // order is the next token's scratch
   }
   __syncthreads();
   for (int x = threadIdx.x; x < e; x += blockDim.x) r.counts[x] = counts[x];
-  __syncthreads();
-  // counts (global) were written by this block: visible to it after the barrier.
-  int* sh = reinterpret_cast<int*>(smem + e + 1);  // reuses the warps' scratch
+  int* sh = reinterpret_cast<int*>(scratch);  // the warps are done with their scratch
   ScanCounts(r, e, counts, sh);
-  ScatterEntries(r, r.tokens * k, k);
+  ScatterEntries(r, entry_expert, r.tokens * k, k, GroupingCursor(sh, e));
 }
 
 // Small steps: the whole routing in one block of kSmallWarps warps.
@@ -375,7 +420,6 @@ __global__ void __launch_bounds__(kLogitThreads)
     RouterLogitsRouteKernel(const bf16* __restrict__ x, const float* __restrict__ router,
                             const float* __restrict__ bias, int hidden, RouterOptions o,
                             MoeRouting r, int32_t* ticket) {
-  WaitForPreviousKernel();
   RouterLogitsBlock(x, router, bias, const_cast<float*>(r.logits), r.tokens, o.num_experts, hidden);
   __shared__ bool last;
   __threadfence();  // this block's logits before its ticket
@@ -407,9 +451,9 @@ __global__ void __launch_bounds__(kRouteWarps * 32) RouteTopKKernel(RouterOption
 
 __global__ void __launch_bounds__(1024) ScanScatterKernel(int experts, int top_k, MoeRouting r) {
   WaitForPreviousKernel();
-  extern __shared__ int sh[];
+  extern __shared__ int sh[];  // GroupingInts(experts)
   ScanCounts(r, experts, r.counts, sh);
-  ScatterEntries(r, r.tokens * top_k, top_k);
+  ScatterEntries(r, r.expert_ids, r.tokens * top_k, top_k, GroupingCursor(sh, experts));
 }
 
 template <bool kToResidual>
@@ -456,7 +500,8 @@ absl::Status SetRouteSmallKernelSmem() {
   return CudaStatus(
       cudaFuncSetAttribute(
           RouteSmallKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          RouteInBlockFloats(kMoeMaxExperts, kSmallWarps) * static_cast<int>(sizeof(float))),
+          RouteInBlockFloats(kMoeMaxExperts, kSmallWarps, kMoeSmallRouteTokens * kMaxTopK) *
+              static_cast<int>(sizeof(float))),
       "cudaFuncSetAttribute(RouteSmallKernel)");
 }
 
@@ -477,8 +522,8 @@ absl::Status LaunchMoeRouterLogits(const bf16* x, const float* router, const flo
 namespace {
 absl::Status CheckRouteArgs(const RouterOptions& o, const MoeRouting& r) {
   const int e = o.num_experts;
-  if (e <= 0 || e > kMoeMaxExperts || o.top_k < 1 || o.top_k > 32 || o.top_k > e || o.n_group < 1 ||
-      o.n_group > 32 || e % o.n_group != 0 || r.tokens < 0) {
+  if (e <= 0 || e > kMoeMaxExperts || o.top_k < 1 || o.top_k > kMaxTopK || o.top_k > e ||
+      o.n_group < 1 || o.n_group > 32 || e % o.n_group != 0 || r.tokens < 0) {
     return absl::InvalidArgumentError(
         "LaunchMoeRoute: need 1 <= top_k <= min(32, experts), experts <= 512, n_group <= 32");
   }
@@ -496,7 +541,8 @@ absl::Status LaunchMoeRouterLogitsAndRoute(const bf16* x, const float* router, c
   }
   if (r.tokens == 0) return absl::OkStatus();
   const dim3 grid(1, (o.num_experts + kLogitExperts - 1) / kLogitExperts);
-  const size_t smem = RouteInBlockFloats(o.num_experts, kLogitThreads / 32) * sizeof(float);
+  const size_t smem =
+      RouteInBlockFloats(o.num_experts, kLogitThreads / 32, r.tokens * o.top_k) * sizeof(float);
   LaunchDependent(RouterLogitsRouteKernel, grid, kLogitThreads, smem, stream, x, router, bias,
                   hidden, o, r, ticket);
   return LaunchStatus("RouterLogitsRouteKernel");
@@ -507,7 +553,7 @@ absl::Status LaunchMoeRoute(const RouterOptions& o, const MoeRouting& r, LaunchS
   RS_RETURN_IF_ERROR(CheckRouteArgs(o, r));
   if (r.tokens == 0) return absl::OkStatus();
   if (r.tokens <= kMoeSmallRouteTokens) {
-    const size_t smem = RouteInBlockFloats(e, kSmallWarps) * sizeof(float);
+    const size_t smem = RouteInBlockFloats(e, kSmallWarps, r.tokens * o.top_k) * sizeof(float);
     RS_RETURN_IF_ERROR(PrepareMoeKernels());
     LaunchDependent(RouteSmallKernel, dim3(1), kSmallWarps * 32, smem, stream, o, r);
     return LaunchStatus("RouteSmallKernel");
@@ -517,7 +563,8 @@ absl::Status LaunchMoeRoute(const RouterOptions& o, const MoeRouting& r, LaunchS
   LaunchDependent(RouteTopKKernel, dim3((r.tokens + kRouteWarps - 1) / kRouteWarps),
                   kRouteWarps * 32, smem, stream, o, r);
   RS_RETURN_IF_ERROR(LaunchStatus("RouteTopKKernel"));
-  LaunchDependent(ScanScatterKernel, dim3(1), 1024, (e + 1) * sizeof(int), stream, e, o.top_k, r);
+  LaunchDependent(ScanScatterKernel, dim3(1), 1024, GroupingInts(e) * sizeof(int), stream, e,
+                  o.top_k, r);
   return LaunchStatus("ScanScatterKernel");
 }
 

@@ -79,7 +79,6 @@ absl::StatusOr<std::unique_ptr<CudaMoeWorkspace>> CudaMoeWorkspace::Create(
     ws->weights_ = c.Take<float>(rows);
     ws->counts_ = c.Take<int32_t>(e);
     ws->offsets_ = c.Take<int32_t>(e + 1);
-    ws->cursor_ = c.Take<int32_t>(e);
     ws->row_token_ = c.Take<int32_t>(rows);
     ws->entry_row_ = c.Take<int32_t>(rows);
     ws->tiles_ = c.Take<int32_t>(2 * int64_t{ws->max_tiles_});
@@ -392,7 +391,6 @@ absl::Status CudaMoeLayer::Forward(const bf16* x, int tokens, float* residual, b
                            .weights = ws.weights_,
                            .counts = ws.counts_,
                            .offsets = ws.offsets_,
-                           .cursor = ws.cursor_,
                            .row_token = ws.row_token_,
                            .entry_row = ws.entry_row_,
                            .tiles = ws.tiles_,

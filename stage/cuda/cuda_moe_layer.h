@@ -84,7 +84,6 @@ class CudaMoeWorkspace {
   float* weights_ = nullptr;         // [T, k]
   int32_t* counts_ = nullptr;        // [E]
   int32_t* offsets_ = nullptr;       // [E + 1]
-  int32_t* cursor_ = nullptr;        // [E]
   int32_t* row_token_ = nullptr;     // [T k]
   int32_t* entry_row_ = nullptr;     // [T k]
   int32_t* tiles_ = nullptr;         // [max_tiles, 2]

@@ -162,15 +162,12 @@ TEST(CudaMoeRouteTest, MatchesCpuRouterAndGroupsEveryEntry) {
       auto d_logits = Upload(logits);
       auto d_bias = Upload(bias);
       ASSERT_TRUE(d_logits.ok() && d_bias.ok());
-      DeviceBuffer ids, w, counts, offsets, cursor, row_token, entry_row, tiles, num_tiles, touched,
-          active;
+      DeviceBuffer ids, w, counts, offsets, row_token, entry_row, tiles, num_tiles, touched, active;
       const int rows = tokens * k;
       const std::vector<std::pair<DeviceBuffer*, int64_t>> sizes = {
-          {&ids, rows},       {&w, rows},
-          {&counts, e},       {&offsets, e + 1},
-          {&cursor, e},       {&row_token, rows},
-          {&entry_row, rows}, {&num_tiles, 1},
-          {&touched, 1},      {&tiles, 2 * MoeMaxTiles(rows, e)},
+          {&ids, rows},      {&w, rows},         {&counts, e},
+          {&offsets, e + 1}, {&row_token, rows}, {&entry_row, rows},
+          {&num_tiles, 1},   {&touched, 1},      {&tiles, 2 * MoeMaxTiles(rows, e)},
           {&active, e}};
       for (const auto& [buf, n] : sizes) ASSERT_TRUE(buf->Allocate(n * 4).ok());
       const absl::Status launched =
@@ -181,7 +178,6 @@ TEST(CudaMoeRouteTest, MatchesCpuRouterAndGroupsEveryEntry) {
                           .weights = w.as<float>(),
                           .counts = counts.as<int32_t>(),
                           .offsets = offsets.as<int32_t>(),
-                          .cursor = cursor.as<int32_t>(),
                           .row_token = row_token.as<int32_t>(),
                           .entry_row = entry_row.as<int32_t>(),
                           .tiles = tiles.as<int32_t>(),
