@@ -3,8 +3,6 @@
 // residual-adding GEMV at k >= kSplitMinK); lanes stride over k in 16-byte vectors, kUnroll
 // loads in flight. (kUnroll 8 measured worse on H200: qkv 65% of copy
 // bandwidth against 73-76% with 4.)
-#include <cstdlib>
-
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/gemv.h"
@@ -210,22 +208,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, MinBlocksPerSm(M, kIn, kO
 // Twice the warps (and loads in flight) for a matrix whose n alone gives too few.
 constexpr int kSplitMinK = 8192;
 
-// Also split residual-adding GEMVs of at most this many columns (a MoE model's o projection:
-// n 2,048 is 2,048 warps, each four round trips of 2 KB). Not yet measured: 0 (never) unless
-// RS_GEMV_SPLIT_MAX_N is set, for A/B runs.
-int SplitMaxColumns() {
-  static const int value = [] {
-    const char* v = std::getenv("RS_GEMV_SPLIT_MAX_N");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  return value;
-}
-
 template <int M, typename OutT, In kIn, Out kOut>
 void Launch(const GemvArgs& a, LaunchStream stream) {
   const size_t smem = kIn == In::kNormed ? static_cast<size_t>(a.m) * a.k * sizeof(bf16) : 0;
   if constexpr (kIn == In::kBf16 && kOut == Out::kAddResidual) {
-    if (a.k >= kSplitMinK || a.n <= SplitMaxColumns()) {
+    if (a.k >= kSplitMinK) {
       constexpr int kCols = kWarpsPerBlock / 2;
       LaunchDependent(GemvKernel<M, OutT, kIn, kOut, 2>, dim3((a.n + kCols - 1) / kCols),
                       kWarpsPerBlock * 32, smem, stream, a);

@@ -125,29 +125,22 @@ struct MmaVariant {
   const char* warps;
   const char* split;
   const char* large;
-  const char* persist;
-  const char* fold_zero;
 };
-const MmaVariant kMmaVariants[] = {
-    {"8", "contiguous", "groups", "0", "0"}, {"8", "interleaved", "groups", "0", "0"},
-    {"4", "contiguous", "groups", "0", "0"}, {"4", "interleaved", "groups", "0", "0"},
-    {"8", "interleaved", "tiles", "0", "0"}, {"8", "contiguous", "tiles", "1", "0"},
-    {"8", "interleaved", "tiles", "1", "0"}, {"8", "contiguous", "tiles", "0", "1"},
-    {"8", "contiguous", "tiles", "1", "1"}};
-constexpr int kNumMmaVariants = 9;
+const MmaVariant kMmaVariants[] = {{"8", "contiguous", "groups"},
+                                   {"8", "interleaved", "groups"},
+                                   {"4", "contiguous", "groups"},
+                                   {"4", "interleaved", "groups"},
+                                   {"8", "interleaved", "tiles"}};
+constexpr int kNumMmaVariants = 5;
 void UseMmaVariant(const MmaVariant& v) {
   setenv("RS_QUANT_MMA_WARPS", v.warps, 1);
   setenv("RS_QUANT_MMA_SPLIT", v.split, 1);
   setenv("RS_QUANT_MMA_LARGE", v.large, 1);
-  setenv("RS_QUANT_MMA_PERSIST", v.persist, 1);
-  setenv("RS_QUANT_MMA_FOLD_ZERO", v.fold_zero, 1);
 }
 void UseDefaultMma() {
   unsetenv("RS_QUANT_MMA_WARPS");
   unsetenv("RS_QUANT_MMA_SPLIT");
   unsetenv("RS_QUANT_MMA_LARGE");
-  unsetenv("RS_QUANT_MMA_PERSIST");
-  unsetenv("RS_QUANT_MMA_FOLD_ZERO");
 }
 
 TEST(QuantMmaTest, MatchesCpuReference) {
@@ -165,8 +158,7 @@ TEST(QuantMmaTest, MatchesCpuReference) {
           SCOPED_TRACE(::testing::Message()
                        << quant::PackedFormatName(f) << " " << s.rows << "x" << s.cols << " group "
                        << s.group << " m " << m << " warps " << variant.warps << " "
-                       << variant.split << " " << variant.large << " persist " << variant.persist
-                       << " fold_zero " << variant.fold_zero);
+                       << variant.split << " " << variant.large);
           const quant::PackedMatrix w = RandomPacked(f, s.rows, s.cols, s.group, s.rows + m);
           DeviceMatrix d = ToDevice(w);
           std::mt19937 rng(m);
@@ -426,11 +418,9 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
                   std::string(quant::PackedFormatName(f)).c_str(),
                   m <= kQuantGemvMaxRows ? "gemv" : "dequant+gemm", us, bf16_us / us);
       for (int v = 0; v < kNumMmaVariants; ++v) {
-        std::printf(" | %s %.3s %.1s%s%s %.1f us %.2fx %.0f GB/s", kMmaVariants[v].warps,
-                    kMmaVariants[v].split, kMmaVariants[v].large,
-                    kMmaVariants[v].persist[0] == '1' ? " persist" : "",
-                    kMmaVariants[v].fold_zero[0] == '1' ? " fold" : "", mma_us[v],
-                    bf16_us / mma_us[v], bytes / mma_us[v] / 1e3);
+        std::printf(" | %s %.3s %.1s %.1f us %.2fx %.0f GB/s", kMmaVariants[v].warps,
+                    kMmaVariants[v].split, kMmaVariants[v].large, mma_us[v], bf16_us / mma_us[v],
+                    bytes / mma_us[v] / 1e3);
       }
       std::printf(" of %.0f MB\n", bytes / 1e6);
     }

@@ -12,7 +12,6 @@
 // from the same columns and paired alike with byte permutes.
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -48,9 +47,6 @@ __device__ __forceinline__ __nv_bfloat162 Bf2(uint32_t u) {
   return v;
 }
 
-// The lane's row (A fragment) and token (B fragment) within the MMA tile: g of lane = 4 g + t.
-__device__ __forceinline__ int LaneGroup() { return (threadIdx.x & 31) >> 2; }
-
 // Streamed once: keep L1 for the activations.
 __device__ __forceinline__ uint4 LoadStreaming(const void* p) {
   uint4 v;
@@ -77,18 +73,14 @@ __device__ __forceinline__ Zero MakeZero(float zero) {
   return z;
 }
 
-// Pair i of a word of 4-bit integer codes (i, i + 4) as the exact bf16 values 128 + code:
-// 0x4300 | q is the bf16 128 + q.
-__device__ __forceinline__ uint32_t BiasedInt4Pair(uint32_t word, int i) {
-  return ((word >> (4 * i)) & 0x000f000fu) | 0x43004300u;
-}
-
 // Pair i of a word of codes as exact bf16 values before the group scale (integers minus zero):
 // 4-bit codes (i, i + 4), 8-bit codes (i, i + 2), the first in the low half.
 template <QuantFormat F>
 __device__ __forceinline__ uint32_t Pair(uint32_t word, int i, const Zero& z) {
   if constexpr (F == QuantFormat::kInt4) {
-    return Bits(__hsub2(Bf2(BiasedInt4Pair(word, i)), Bf2(z.bf16x2)));
+    // 0x4300 | q is the bf16 128 + q.
+    const uint32_t h = ((word >> (4 * i)) & 0x000f000fu) | 0x43004300u;
+    return Bits(__hsub2(Bf2(h), Bf2(z.bf16x2)));
   } else if constexpr (F == QuantFormat::kInt8) {
     // 0x4b0000qq is the fp32 2^23 + q.
     const float lo = __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7650 + i)) - z.f32;
@@ -184,187 +176,49 @@ __device__ __forceinline__ void LoadX(uint32_t (&xs)[NT][4], const bf16* const (
   }
 }
 
-// A matrix's scale groups and code bytes per row.
-struct RowStrides {
-  int groups;
-  int64_t row_bytes;
-};
-template <QuantFormat F>
-__device__ __forceinline__ RowStrides StridesOf(const QuantMatrixView& w) {
-  return {(w.cols + w.group_cols - 1) / w.group_cols,
-          static_cast<int64_t>(w.cols) * (kFourBit<F> ? 1 : 2) / 2};
-}
+// R tiles of 16 rows x NT tiles of 8 tokens per block of kWarps warps, the warps splitting the
+// column blocks; D blocks of codes in flight per lane. blockIdx.x is the token group (the blocks
+// of one row tile run side by side and share its codes in L2), blockIdx.y the row tile.
+template <QuantFormat F, int W, int R, int NT, int D, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, R == 1 ? 16 / kWarps : 1)
+    QuantMmaKernel(const bf16* __restrict__ x, QuantMatrixView w, bf16* __restrict__ y, int m,
+                   bool interleaved) {
+  constexpr int kB = kBlockCols<F, W>;
+  constexpr int kV = kValuesPerWord<F>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.y * 16 * R, tok0 = blockIdx.x * 8 * NT;
+  const int groups = (w.cols + w.group_cols - 1) / w.group_cols;
+  const int64_t row_bytes = static_cast<int64_t>(w.cols) * (kFourBit<F> ? 1 : 2) / 2;
+  const int lane_col = t * W * kV;  // the lane's first column in a block
 
-// The lane's rows g and g + 8 of each of R row tiles from row0 (rows past the matrix read its
-// last row; their results are not stored).
-template <QuantFormat F, int W, int R>
-__device__ __forceinline__ Rows<F, W, R> RowsOf(const QuantMatrixView& w, RowStrides st, int row0,
-                                                int lane_col) {
-  const int groups = st.groups;
-  const int64_t row_bytes = st.row_bytes;
   Rows<F, W, R> rows;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = min(row0 + 16 * r + LaneGroup() + 8 * h, w.rows - 1);
+      // Rows past the matrix read its last row; their results are not stored.
+      const int row = min(row0 + 16 * r + g + 8 * h, w.rows - 1);
       rows.codes[r][h] = w.codes + row * row_bytes + lane_col * (kFourBit<F> ? 1 : 2) / 2;
       rows.scales[r][h] =
           w.scales + static_cast<int64_t>(row) * groups * (kIntegerCodes<F> ? 2 : 1);
     }
   }
-  return rows;
-}
-
-// acc += the lane's MMA fragments of column block b (codes `cur`, already loaded).
-// kFoldZero (int4 only): the MMAs take the codes as 128 + code, without the subtraction of the
-// zero point, and one more MMA of ones sums x over the same columns; the block's partial then
-// subtracts (128 + zero) times that sum, in fp32 (fewer instructions a weight, partials tens of
-// times larger before the subtraction: a few more low bits lost to the fp32 accumulation).
-template <QuantFormat F, int W, int R, int NT, bool kFoldZero>
-__device__ __forceinline__ void AccumulateBlock(float (&acc)[R][NT][4], const Block<W, R>& cur,
-                                                const bf16* const (&xrow)[NT], int b) {
-  static_assert(!kFoldZero || F == QuantFormat::kInt4, "zero folding is for int4 codes");
-  constexpr int kB = kBlockCols<F, W>;
-  constexpr int kV = kValuesPerWord<F>;
-  Zero zero[R][2];
-  if constexpr (!kFoldZero) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      zero[r][0] = MakeZero<F>(cur.zero[r][0]);
-      zero[r][1] = MakeZero<F>(cur.zero[r][1]);
-    }
-  }
-  auto pair = [&](uint32_t word, int i, const Zero& z) {
-    if constexpr (kFoldZero) {
-      return BiasedInt4Pair(word, i);
-    } else {
-      return Pair<F>(word, i, z);
-    }
-  };
-  float part[R][NT][4];
-  float x_sum[NT][4];  // kFoldZero: the sum of x over the block's columns (rows alike)
+  const bf16* xrow[NT];
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
-    x_sum[n][0] = x_sum[n][1] = x_sum[n][2] = x_sum[n][3] = 0;
-#pragma unroll
-    for (int r = 0; r < R; ++r) part[r][n][0] = part[r][n][1] = part[r][n][2] = part[r][n][3] = 0;
+    const int tok = tok0 + 8 * n + g;
+    xrow[n] = tok < m ? x + static_cast<int64_t>(tok) * w.cols + lane_col : nullptr;
   }
-#pragma unroll
-  for (int wd = 0; wd < W; ++wd) {
-    uint32_t xs[NT][4];
-    LoadX<F, NT>(xs, xrow, b * kB + wd * kV);
-#pragma unroll
-    for (int s = 0; s < kStepsPerWord<F>; ++s) {
-      uint32_t bx[NT][2];
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        bx[n][0] = XPair<F>(xs[n], 2 * s);
-        bx[n][1] = XPair<F>(xs[n], 2 * s + 1);
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint32_t a[4] = {pair(cur.q[r][0][wd], 2 * s, zero[r][0]),
-                               pair(cur.q[r][1][wd], 2 * s, zero[r][1]),
-                               pair(cur.q[r][0][wd], 2 * s + 1, zero[r][0]),
-                               pair(cur.q[r][1][wd], 2 * s + 1, zero[r][1])};
-#pragma unroll
-        for (int n = 0; n < NT; ++n) Mma(part[r][n], a, bx[n][0], bx[n][1]);
-      }
-      if constexpr (kFoldZero) {
-        constexpr uint32_t kOnes[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
-#pragma unroll
-        for (int n = 0; n < NT; ++n) Mma(x_sum[n], kOnes, bx[n][0], bx[n][1]);
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      if constexpr (kFoldZero) {
-        const float z0 = 128.0f + cur.zero[r][0], z1 = 128.0f + cur.zero[r][1];
-        part[r][n][0] = fmaf(-z0, x_sum[n][0], part[r][n][0]);
-        part[r][n][1] = fmaf(-z0, x_sum[n][1], part[r][n][1]);
-        part[r][n][2] = fmaf(-z1, x_sum[n][2], part[r][n][2]);
-        part[r][n][3] = fmaf(-z1, x_sum[n][3], part[r][n][3]);
-      }
-      acc[r][n][0] = fmaf(cur.scale[r][0], part[r][n][0], acc[r][n][0]);
-      acc[r][n][1] = fmaf(cur.scale[r][0], part[r][n][1], acc[r][n][1]);
-      acc[r][n][2] = fmaf(cur.scale[r][1], part[r][n][2], acc[r][n][2]);
-      acc[r][n][3] = fmaf(cur.scale[r][1], part[r][n][3], acc[r][n][3]);
-    }
-  }
-}
 
-// The warps' partial sums of the tile at (row0, tok0), summed fragment by fragment through
-// shared memory and stored to y. Every thread of the block calls it (it synchronizes the block);
-// shared memory is free again when it returns.
-template <int R, int NT, int kWarps>
-__device__ __forceinline__ void StoreTile(const float (&acc)[R][NT][4], bf16* __restrict__ y,
-                                          int rows, int m, int row0, int tok0) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  constexpr int kFragments = R * NT * 4;
-  __shared__ float partial[kWarps][kFragments][32];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) partial[warp][(r * NT + n) * 4 + j][lane] = acc[r][n][j];
-    }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < kFragments * 32; e += kWarps * 32) {
-    const int l = e % 32, f = e / 32;
-    float sum = 0;
-#pragma unroll
-    for (int v = 0; v < kWarps; ++v) sum += partial[v][f][l];
-    const int j = f % 4, n = (f / 4) % NT, r = f / (4 * NT);
-    const int row = row0 + 16 * r + l / 4 + (j >= 2 ? 8 : 0);
-    const int tok = tok0 + 8 * n + 2 * (l % 4) + (j & 1);
-    if (row < rows && tok < m) y[static_cast<int64_t>(tok) * rows + row] = __float2bfloat16(sum);
-  }
-  __syncthreads();
-}
-
-template <int R, int NT>
-__device__ __forceinline__ void ZeroAcc(float (&acc)[R][NT][4]) {
+  float acc[R][NT][4];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) acc[r][n][0] = acc[r][n][1] = acc[r][n][2] = acc[r][n][3] = 0;
   }
-}
 
-// The x rows of the lane's token in each of NT token tiles from tok0 (null past m).
-template <int NT>
-__device__ __forceinline__ void XRowsOf(const bf16* (&xrow)[NT], const bf16* x, int cols, int m,
-                                        int tok0, int lane_col) {
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const int tok = tok0 + 8 * n + LaneGroup();
-    xrow[n] = tok < m ? x + static_cast<int64_t>(tok) * cols + lane_col : nullptr;
-  }
-}
-
-// R tiles of 16 rows x NT tiles of 8 tokens per block of kWarps warps, the warps splitting the
-// column blocks; D blocks of codes in flight per lane. blockIdx.x is the token group (the blocks
-// of one row tile run side by side and share its codes in L2), blockIdx.y the row tile.
-template <QuantFormat F, int W, int R, int NT, int D, int kWarps, bool kFoldZero = false>
-__global__ void __launch_bounds__(kWarps * 32, R == 1 ? 16 / kWarps : 1)
-    QuantMmaKernel(const bf16* __restrict__ x, QuantMatrixView w, bf16* __restrict__ y, int m,
-                   bool interleaved) {
-  const int warp = threadIdx.x >> 5;
-  const int row0 = blockIdx.y * 16 * R, tok0 = blockIdx.x * 8 * NT;
-  const int lane_col = (threadIdx.x & 3) * W * kValuesPerWord<F>;  // the lane's first column
-  const Rows<F, W, R> rows = RowsOf<F, W, R>(w, StridesOf<F>(w), row0, lane_col);
-  const bf16* xrow[NT];
-  XRowsOf<NT>(xrow, x, w.cols, m, tok0, lane_col);
-  float acc[R][NT][4];
-  ZeroAcc<R, NT>(acc);
-
-  const int blocks = w.cols / kBlockCols<F, W>;
+  const int blocks = w.cols / kB;
   // The warp's blocks: begin, begin + step, ... below end. Interleaved, the warps of the block
   // read neighbouring blocks at a time (longer contiguous runs of each row).
   const int begin = interleaved ? warp : blocks * warp / kWarps;
@@ -384,102 +238,78 @@ __global__ void __launch_bounds__(kWarps * 32, R == 1 ? 16 / kWarps : 1)
       if (b >= end) break;
       const Block<W, R> cur = ring[i];
       if (b + D * step < end) rows.Load(ring[i], b + D * step, w.group_cols);
-      AccumulateBlock<F, W, R, NT, kFoldZero>(acc, cur, xrow, b);
-    }
-  }
-  StoreTile<R, NT, kWarps>(acc, y, w.rows, m, row0, tok0);
-}
-
-// The same product for at most 8 tokens (NT = 1, R = 1) with fewer blocks than row tiles: block
-// blockIdx.y takes the tiles blockIdx.y + j * gridDim.y, and each warp's ring of D loads runs on
-// from one tile into the next, so the next tile's codes are in flight while a tile is summed and
-// stored (a launch is then no longer waves of blocks that each wait one memory round trip).
-// Every warp walks `per_warp` slots a tile (its blocks, then empty slots), so the block reaches
-// each tile's end, and StoreTile's barriers, at the same step.
-template <QuantFormat F, int W, int D, int kWarps, bool kFoldZero = false>
-__global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)
-    QuantMmaPersistentKernel(const bf16* __restrict__ x, QuantMatrixView w, bf16* __restrict__ y,
-                             int m, bool interleaved) {
-  const int warp = threadIdx.x >> 5;
-  const int lane_col = (threadIdx.x & 3) * W * kValuesPerWord<F>;
-  const bf16* xrow[1];
-  XRowsOf<1>(xrow, x, w.cols, m, 0, lane_col);
-
-  const int tiles = (w.rows + 15) / 16;
-  const int my_tiles = (tiles - static_cast<int>(blockIdx.y) + gridDim.y - 1) / gridDim.y;
-  const int blocks = w.cols / kBlockCols<F, W>;
-  const int per_warp = (blocks + kWarps - 1) / kWarps;
-  const int first = interleaved ? warp : blocks * warp / kWarps;
-  const int last = interleaved ? blocks : blocks * (warp + 1) / kWarps;  // exclusive
-  const int step = interleaved ? kWarps : 1;
-  // The warp's block in slot j of a tile, or -1 for an empty slot.
-  auto block_of = [&](int j) {
-    const int b = first + j * step;
-    return b < last ? b : -1;
-  };
-  const int slots = my_tiles * per_warp;
-  const RowStrides strides = StridesOf<F>(w);
-  int load_row0 = blockIdx.y * 16, load_slot = 0;  // the next slot to load
-  auto load_next = [&](Block<W, 1>& into) {
-    const int b = block_of(load_slot);
-    if (b >= 0) RowsOf<F, W, 1>(w, strides, load_row0, lane_col).Load(into, b, w.group_cols);
-    if (++load_slot == per_warp) load_slot = 0, load_row0 += gridDim.y * 16;
-  };
-
-  Block<W, 1> ring[D];
+      Zero zero[R][2];
 #pragma unroll
-  for (int i = 0; i < D; ++i) {
-    if (i < slots) load_next(ring[i]);
-  }
-  WaitForPreviousKernel();
-  float acc[1][1][4];
-  ZeroAcc<1, 1>(acc);
-  int tile = 0, slot = 0;  // the slot being summed
-  for (int k0 = 0; k0 < slots; k0 += D) {
+      for (int r = 0; r < R; ++r) {
+        zero[r][0] = MakeZero<F>(cur.zero[r][0]);
+        zero[r][1] = MakeZero<F>(cur.zero[r][1]);
+      }
+      float part[R][NT][4];
 #pragma unroll
-    for (int i = 0; i < D; ++i) {
-      if (k0 + i >= slots) break;
-      const Block<W, 1> cur = ring[i];
-      if (k0 + i + D < slots) load_next(ring[i]);
-      const int b = block_of(slot);
-      if (b >= 0) AccumulateBlock<F, W, 1, 1, kFoldZero>(acc, cur, xrow, b);
-      if (++slot == per_warp) {
-        StoreTile<1, 1, kWarps>(acc, y, w.rows, m, (blockIdx.y + tile * gridDim.y) * 16, 0);
-        ZeroAcc<1, 1>(acc);
-        slot = 0;
-        ++tile;
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          part[r][n][0] = part[r][n][1] = part[r][n][2] = part[r][n][3] = 0;
+        }
+      }
+#pragma unroll
+      for (int wd = 0; wd < W; ++wd) {
+        uint32_t xs[NT][4];
+        LoadX<F, NT>(xs, xrow, b * kB + wd * kV);
+#pragma unroll
+        for (int s = 0; s < kStepsPerWord<F>; ++s) {
+          uint32_t bx[NT][2];
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            bx[n][0] = XPair<F>(xs[n], 2 * s);
+            bx[n][1] = XPair<F>(xs[n], 2 * s + 1);
+          }
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const uint32_t a[4] = {Pair<F>(cur.q[r][0][wd], 2 * s, zero[r][0]),
+                                   Pair<F>(cur.q[r][1][wd], 2 * s, zero[r][1]),
+                                   Pair<F>(cur.q[r][0][wd], 2 * s + 1, zero[r][0]),
+                                   Pair<F>(cur.q[r][1][wd], 2 * s + 1, zero[r][1])};
+#pragma unroll
+            for (int n = 0; n < NT; ++n) Mma(part[r][n], a, bx[n][0], bx[n][1]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          acc[r][n][0] = fmaf(cur.scale[r][0], part[r][n][0], acc[r][n][0]);
+          acc[r][n][1] = fmaf(cur.scale[r][0], part[r][n][1], acc[r][n][1]);
+          acc[r][n][2] = fmaf(cur.scale[r][1], part[r][n][2], acc[r][n][2]);
+          acc[r][n][3] = fmaf(cur.scale[r][1], part[r][n][3], acc[r][n][3]);
+        }
       }
     }
   }
-}
 
-// Blocks for a persistent launch of `kernel` over `tiles` row tiles: as many as the device holds
-// at once, then trimmed so that every block takes the same number of tiles.
-template <typename Kernel>
-int PersistentBlocks(Kernel kernel, int threads, int tiles) {
-  static const int resident = [&] {
-    int device = 0, sms = 0, per_sm = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
-    return std::max(1, sms * per_sm);
-  }();
-  const int per_block = (tiles + resident - 1) / resident;
-  return (tiles + per_block - 1) / per_block;
-}
-
-// Up to 8 tokens on 8 warps, one block a row tile or persistent blocks.
-template <QuantFormat F, int W, bool kFoldZero>
-void LaunchFewTokens(const bf16* x, const QuantMatrixView& w, bf16* y, int m,
-                     const QuantMmaShape& shape, LaunchStream s) {
-  const int tiles16 = (w.rows + 15) / 16;
-  if (shape.persistent) {
-    constexpr auto kKernel = QuantMmaPersistentKernel<F, W, 4, 8, kFoldZero>;
-    LaunchDependent(kKernel, dim3(1, PersistentBlocks(kKernel, 256, tiles16)), dim3(256), 0, s, x,
-                    w, y, m, shape.interleaved);
-  } else {
-    LaunchDependent(QuantMmaKernel<F, W, 1, 1, 4, 8, kFoldZero>, dim3(1, tiles16), dim3(256), 0, s,
-                    x, w, y, m, shape.interleaved);
+  // The warps' partial sums, fragment by fragment.
+  constexpr int kFragments = R * NT * 4;
+  __shared__ float partial[kWarps][kFragments][32];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) partial[warp][(r * NT + n) * 4 + j][lane] = acc[r][n][j];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kFragments * 32; e += kWarps * 32) {
+    const int l = e % 32, f = e / 32;
+    float sum = 0;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) sum += partial[v][f][l];
+    const int j = f % 4, n = (f / 4) % NT, r = f / (4 * NT);
+    const int row = row0 + 16 * r + l / 4 + (j >= 2 ? 8 : 0);
+    const int tok = tok0 + 8 * n + 2 * (l % 4) + (j & 1);
+    if (row < w.rows && tok < m)
+      y[static_cast<int64_t>(tok) * w.rows + row] = __float2bfloat16(sum);
   }
 }
 
@@ -488,12 +318,7 @@ template <QuantFormat F, int W>
 void LaunchOf(const bf16* x, const QuantMatrixView& w, bf16* y, int m, const QuantMmaShape& shape,
               LaunchStream s) {
   const int tiles16 = (w.rows + 15) / 16, groups8 = (m + 7) / 8;
-  if (m <= 8 && shape.warps == 8) {
-    if constexpr (F == QuantFormat::kInt4) {
-      if (shape.fold_zero) return LaunchFewTokens<F, W, true>(x, w, y, m, shape, s);
-    }
-    LaunchFewTokens<F, W, false>(x, w, y, m, shape, s);
-  } else if (m > 8 && shape.large_tiles) {
+  if (m > 8 && shape.large_tiles) {
     LaunchDependent(QuantMmaKernel<F, W, 2, 4, 2, 8>, dim3((m + 31) / 32, (w.rows + 31) / 32),
                     dim3(256), 0, s, x, w, y, m, shape.interleaved);
   } else if (shape.warps == 4) {
@@ -526,12 +351,6 @@ QuantMmaShape QuantMmaShapeFromEnv() {
   }
   if (const char* v = std::getenv("RS_QUANT_MMA_LARGE"); v != nullptr) {
     shape.large_tiles = std::string_view(v) == "tiles";
-  }
-  if (const char* v = std::getenv("RS_QUANT_MMA_PERSIST"); v != nullptr) {
-    shape.persistent = std::string_view(v) == "1";
-  }
-  if (const char* v = std::getenv("RS_QUANT_MMA_FOLD_ZERO"); v != nullptr) {
-    shape.fold_zero = std::string_view(v) == "1";
   }
   if (const char* v = std::getenv("RS_QUANT_MMA_SPLIT"); v != nullptr) {
     shape.interleaved = std::string_view(v) == "interleaved";

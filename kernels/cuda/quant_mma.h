@@ -30,18 +30,12 @@ inline constexpr int kQuantMmaMaxRows = 64;
 // each a contiguous range of column blocks or (interleaved) every warps-th block; with
 // large_tiles, more than 8 tokens run as 32-row x 32-token tiles on 8 warps instead (codes read
 // once per 32 tokens, more registers). The defaults are the fastest measured on an H100
-// (bench/cuda/NOTES.md); RS_QUANT_MMA_WARPS=4|8, RS_QUANT_MMA_SPLIT=interleaved|contiguous,
-// RS_QUANT_MMA_LARGE=tiles|groups, RS_QUANT_MMA_PERSIST=1|0 and RS_QUANT_MMA_FOLD_ZERO=1|0
-// override them for benchmarks. Two shapes for up to 8 tokens on 8 warps are not yet measured
-// and off by default: persistent, as many blocks as the device holds at once, each taking
-// several row tiles with the next tile's codes loaded while one is summed; fold_zero (int4), the
-// zero point subtracted once a block through a sum of x instead of from every code.
+// (bench/cuda/NOTES.md); RS_QUANT_MMA_WARPS=4|8, RS_QUANT_MMA_SPLIT=interleaved|contiguous and
+// RS_QUANT_MMA_LARGE=tiles|groups override them for benchmarks.
 struct QuantMmaShape {
   int warps = 8;
   bool interleaved = false;
   bool large_tiles = true;
-  bool persistent = false;
-  bool fold_zero = false;
 };
 QuantMmaShape QuantMmaShapeFromEnv();
 
