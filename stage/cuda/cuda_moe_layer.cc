@@ -118,6 +118,7 @@ absl::StatusOr<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::Create(const ModelCo
   if (const char* env = std::getenv("RINGSERVE_MOE_GEMV_MAX_TOKENS"); env != nullptr) {
     layer->gemv_max_tokens_ = std::atoi(env);
   }
+  layer->mma_min_tokens_ = DefaultMmaMinTokens(m.router);
   if (const char* env = std::getenv("RINGSERVE_MOE_MMA_MIN_TOKENS"); env != nullptr) {
     layer->mma_min_tokens_ = std::atoi(env);
   }
@@ -302,6 +303,11 @@ absl::Status CudaMoeLayer::RunDequantizedGemm(MoeGroupedLinear a, const QuantMat
     RS_RETURN_IF_ERROR(LaunchMoeGroupedGemm(a, ws.tiles_, ws.num_tiles_, ws.max_tiles_, stream));
   }
   return absl::OkStatus();
+}
+
+int CudaMoeLayer::DefaultMmaMinTokens(const RouterOptions& router) {
+  const int top_k = std::max(1, router.top_k);
+  return std::max(5, (4 * router.num_experts + top_k - 1) / top_k);
 }
 
 absl::Status CudaMoeLayer::RunExperts(const bf16* x, const int32_t* row_token,

@@ -105,10 +105,12 @@ class CudaMoeLayer {
   // GEMV; RINGSERVE_MOE_GEMV_MAX_TOKENS overrides it (a debug switch for A/B runs).
   static constexpr int kDefaultGemvMaxTokens = 64;
   // Grouped-GEMV steps of at least this many tokens run it on tensor cores (LaunchMoeGroupedMma;
-  // bf16 experts) when the shapes allow. Off by default: the kernel has not yet run on a GPU;
-  // RINGSERVE_MOE_MMA_MIN_TOKENS=5 (above the fused down+combine's steps, whose down projection
-  // must stay the CUDA-core GEMV's bit for bit) turns it on for A/B runs.
-  static constexpr int kDefaultMmaMinTokens = std::numeric_limits<int>::max();
+  // bf16 experts) when the shapes allow: steps of 4 or more rows per expert on average (tokens x
+  // top_k >= 4 x experts), and never fewer than 5 tokens (the fused down+combine's steps, whose
+  // down projection must stay the CUDA-core GEMV's bit for bit). Measured on an H100 at the
+  // Qwen3-30B-A3B shape (bench/cuda/NOTES.md): 64 streams (4.1 rows an expert) 61.6% -> 64.2% of
+  // the bound, 32 streams (2.3 rows) 76.4% -> 64.6%. RINGSERVE_MOE_MMA_MIN_TOKENS overrides it.
+  static int DefaultMmaMinTokens(const RouterOptions& router);
 
   // Uploads checkpoint tensor `spec` ([out, in] as the checkpoint stores it) to dst as bf16
   // (the slice's loader: staging, dtype conversion, dequantization).
@@ -208,7 +210,7 @@ class CudaMoeLayer {
   MoeConfig moe_;
   int hidden_ = 0;
   int gemv_max_tokens_ = kDefaultGemvMaxTokens;
-  int mma_min_tokens_ = kDefaultMmaMinTokens;
+  int mma_min_tokens_ = std::numeric_limits<int>::max();
   DeviceBuffer buffer_;   // router, biases, shared experts
   DeviceBuffer experts_;  // routed experts: bf16 gate_up_ and down_, or the quantized stacks
   QuantMatrixView quant_gate_up_{};  // [E * 2 inter, hidden] when held quantized

@@ -70,6 +70,19 @@ std::vector<float> RoundBf16(std::vector<float> v) {
   return v;
 }
 
+// Tensor cores from 4 rows an expert on average, never below 5 tokens.
+TEST(CudaMoeLayerPolicyTest, TensorCoreGemvFromFourRowsAnExpert) {
+  auto min_tokens = [](int experts, int top_k) {
+    return CudaMoeLayer::DefaultMmaMinTokens({.num_experts = experts, .top_k = top_k});
+  };
+  EXPECT_EQ(min_tokens(128, 8), 64);  // Qwen3-30B-A3B, GLM-4.5-Air
+  EXPECT_EQ(min_tokens(8, 2), 16);    // Mixtral
+  EXPECT_EQ(min_tokens(60, 4), 60);   // Qwen1.5-MoE-A2.7B: 60 experts, top-4
+  EXPECT_EQ(min_tokens(4, 2), 8);
+  EXPECT_EQ(min_tokens(2, 2), 5);  // never below the fused down+combine's steps
+  EXPECT_EQ(min_tokens(3, 2), 6);  // rounded up
+}
+
 // Random benchmark codes: over every byte value, the integer codes' values (code - zero point)
 // sum to zero, so random quantized layers add no shared direction to the hidden states.
 TEST(MakeRandomCodesUsableTest, IntegerCodesAreSymmetricAboutTheZeroPoint) {
