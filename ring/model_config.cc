@@ -186,19 +186,32 @@ absl::StatusOr<double> ParsePartialRotary(const Json& j, const std::string& sour
   return partial.value_or(fallback);
 }
 
+// A token id as an int32 (get<int32_t> would wrap 2^32 to 0, a real token).
+absl::StatusOr<int32_t> TokenId(const Json& id, const char* key, const std::string& source) {
+  if (id.is_number_unsigned() ? id.get<uint64_t>() > INT32_MAX
+                              : id.get<int64_t>() < INT32_MIN || id.get<int64_t>() > INT32_MAX) {
+    return Invalid(source, fmt::format("{} {} is out of range", key, id.dump()));
+  }
+  return static_cast<int32_t>(id.get<int64_t>());
+}
+
 absl::Status ParseTokenIds(const Json& j, ModelConfig& config, const std::string& source) {
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> bos, GetInt(j, "bos_token_id", source, false));
-  if (bos) config.bos_token_id = static_cast<int32_t>(*bos);
+  if (bos) {
+    RS_ASSIGN_OR_RETURN(config.bos_token_id, TokenId(j["bos_token_id"], "bos_token_id", source));
+  }
   auto it = j.find("eos_token_id");
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   if (it->is_number_integer()) {
-    config.eos_token_ids.push_back(it->get<int32_t>());
+    RS_ASSIGN_OR_RETURN(const int32_t id, TokenId(*it, "eos_token_id", source));
+    config.eos_token_ids.push_back(id);
     return absl::OkStatus();
   }
   if (!it->is_array()) return Invalid(source, "eos_token_id must be an integer or a list");
   for (const Json& id : *it) {
     if (!id.is_number_integer()) return Invalid(source, "eos_token_id list must hold integers");
-    config.eos_token_ids.push_back(id.get<int32_t>());
+    RS_ASSIGN_OR_RETURN(const int32_t value, TokenId(id, "eos_token_id", source));
+    config.eos_token_ids.push_back(value);
   }
   return absl::OkStatus();
 }
@@ -220,14 +233,22 @@ absl::Status RefuseUnsupported(const Json& j, const std::string& source) {
 absl::Status ParseHeads(const Json& j, const std::string& source, ModelConfig& config) {
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads,
                       GetInt(j, "num_key_value_heads", source, false));
-  config.num_kv_heads = kv_heads ? static_cast<int>(*kv_heads) : config.num_heads;
-  if (config.num_kv_heads <= 0 || config.num_heads % config.num_kv_heads != 0) {
+  // Checked as read (a cast would wrap 2^32 + 2 to 2).
+  const int64_t kv = kv_heads.value_or(config.num_heads);
+  if (kv <= 0 || kv > config.num_heads || config.num_heads % kv != 0) {
     return Invalid(source, fmt::format("num_key_value_heads {} must be positive and divide "
                                        "num_attention_heads {}",
-                                       config.num_kv_heads, config.num_heads));
+                                       kv, config.num_heads));
   }
+  config.num_kv_heads = static_cast<int>(kv);
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, GetInt(j, "head_dim", source, false));
   if (head_dim) {
+    // q_size() = num_attention_heads * head_dim is an int: the product must fit.
+    if (*head_dim <= 0 || *head_dim * config.num_heads > (int64_t{1} << 30)) {
+      return Invalid(source, fmt::format("head_dim {} must be positive with num_attention_heads "
+                                         "{} x head_dim at most 2^30",
+                                         *head_dim, config.num_heads));
+    }
     config.head_dim = static_cast<int>(*head_dim);
   } else {
     if (config.hidden_size % config.num_heads != 0) {

@@ -325,6 +325,43 @@ TEST(ModelConfigTest, RejectsMalformedValues) {
   ExpectRefused(j, "eos_token_id");
 }
 
+// Integers are range-checked before they are narrowed: a cast would turn 2^32 + 2 KV heads into
+// 2 and eos_token_id 2^32 into token 0, and num_attention_heads x head_dim past 2^31 would wrap
+// q_size() to a small (even zero) width that an empty q_proj then matches.
+TEST(ModelConfigTest, RefusesIntegersThatWouldWrap) {
+  Json j = LlamaJson();
+  j["num_key_value_heads"] = (int64_t{1} << 32) + 2;
+  ExpectRefused(j, "num_key_value_heads 4294967298 must be positive and divide");
+
+  j = LlamaJson();
+  j["head_dim"] = (int64_t{1} << 32) + 16;
+  ExpectRefused(j, "head_dim 4294967312 must be positive");
+
+  j = LlamaJson();
+  j["head_dim"] = int64_t{1} << 30;  // 4 heads x 2^30 = 2^32
+  ExpectRefused(j, "num_attention_heads 4 x head_dim at most 2^30");
+
+  j = LlamaJson();
+  j["eos_token_id"] = int64_t{1} << 32;
+  ExpectRefused(j, "eos_token_id 4294967296 is out of range");
+
+  j = LlamaJson();
+  j["eos_token_id"] = {2, int64_t{1} << 40};
+  ExpectRefused(j, "eos_token_id 1099511627776 is out of range");
+
+  j = LlamaJson();
+  j["bos_token_id"] = -(int64_t{1} << 33);
+  ExpectRefused(j, "bos_token_id -8589934592 is out of range");
+
+  j = LlamaJson();
+  j["head_dim"] = 16;
+  j["eos_token_id"] = {2, 7};
+  auto config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->q_size(), 64);
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{2, 7}));
+}
+
 TEST(ModelConfigTest, LoadReportsMissingFile) {
   auto config = LoadModelConfig("/nonexistent/model");
   ASSERT_FALSE(config.ok());

@@ -7,9 +7,9 @@
 namespace ringserve {
 
 absl::Status ValidateRouterOptions(const RouterOptions& o) {
-  if (o.num_experts <= 0) {
+  if (o.num_experts <= 0 || o.num_experts > kMaxExperts) {
     return absl::InvalidArgumentError(
-        fmt::format("number of experts must be positive, got {}", o.num_experts));
+        fmt::format("number of experts must be in [1, {}], got {}", kMaxExperts, o.num_experts));
   }
   if (o.top_k < 1 || o.top_k > o.num_experts) {
     return absl::InvalidArgumentError(fmt::format(

@@ -40,8 +40,13 @@ struct RouterOptions {
   float routed_scaling_factor = 1.0f;  // kSoftmaxTopK and kSigmoidGroupedTopK
 };
 
+// The most experts a MoE layer may have (real checkpoints have at most a few hundred): the
+// loaders list every expert's tensors before reading the router, so a config that claims 2^30
+// experts must be refused before it costs memory.
+inline constexpr int kMaxExperts = 1 << 16;
+
 // InvalidArgument naming the field when `options` break the constraints above (or
-// 1 <= top_k <= num_experts).
+// 1 <= top_k <= num_experts <= kMaxExperts).
 absl::Status ValidateRouterOptions(const RouterOptions& options);
 
 // How a checkpoint stores a MoE layer's experts (all [out_features, in_features] unless noted).

@@ -30,6 +30,10 @@ absl::Status ParseQwenMoe(const Json& j, ModelConfig& c, const std::string& sour
                                        "Qwen2ForCausalLM / Qwen3ForCausalLM)",
                                        experts_key, *experts));
   }
+  if (*experts > kMaxExperts) {
+    return Invalid(
+        source, fmt::format("{} {} exceeds the limit of {}", experts_key, *experts, kMaxExperts));
+  }
   m.router.num_experts = static_cast<int>(*experts);
   RS_ASSIGN_OR_RETURN(m.router.top_k, GetPositive(j, "num_experts_per_tok", source));
   RS_ASSIGN_OR_RETURN(m.expert_intermediate_size, GetPositive(j, "moe_intermediate_size", source));

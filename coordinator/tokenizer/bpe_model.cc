@@ -54,9 +54,10 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(const nlohmann::json&
   int32_t max_id = -1;
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model BPE: vocab entry '", it.key(), "' has no valid id"));
+        it.value().get<int64_t>() > kMaxTokenId) {
+      return absl::InvalidArgumentError(absl::StrCat("model BPE: vocab entry '", it.key(),
+                                                     "' has no valid id (0 to ", kMaxTokenId,
+                                                     "): ", it.value().dump()));
     }
     max_id = std::max(max_id, it.value().get<int32_t>());
   }

@@ -18,6 +18,11 @@
 
 namespace ringserve::tokenizer_internal {
 
+// The largest token id a tokenizer.json may use (vocab and added tokens; real vocabularies stay
+// below 2^20). Per-id tables are sized by the largest id, so a file naming id 2^31 - 1 must be
+// refused rather than allocated for.
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
+
 // A string key with its hash computed once, so one hash serves the cache and the vocab.
 struct HashedKey {
   absl::string_view text;

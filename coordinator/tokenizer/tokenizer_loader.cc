@@ -125,9 +125,15 @@ absl::StatusOr<std::unique_ptr<TokenizerImpl>> TokenizerImpl::Create(
         return absl::InvalidArgumentError(
             "tokenizer.json: an added token lacks an integer 'id' or string 'content'");
       }
-      token.id = item["id"].get<int32_t>();
+      const nlohmann::json& id = item["id"];
+      if (id.is_number_unsigned() ? id.get<uint64_t>() > uint64_t{kMaxTokenId}
+                                  : id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId) {
+        return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: added token id ", id.dump(),
+                                                       " is outside [0, ", kMaxTokenId, "]"));
+      }
+      token.id = id.get<int32_t>();
       token.content = item["content"].get<std::string>();
-      if (token.id < 0 || FindInvalidUtf8(token.content).has_value()) {
+      if (FindInvalidUtf8(token.content).has_value()) {
         return absl::InvalidArgumentError(
             absl::StrCat("tokenizer.json: added token ", token.id, " is malformed"));
       }

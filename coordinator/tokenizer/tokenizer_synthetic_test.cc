@@ -132,6 +132,27 @@ TEST(SyntheticTokenizerTest, RefusesMergesNamingUnknownTokens) {
   ExpectRefused(spec.dump(), "is not two tokens");
 }
 
+// Per-id tables are sized by the largest id: ids past kMaxTokenId (vocab or added tokens) are
+// refused instead of aborting on a 2^31-entry allocation, and 2^32 + 5 is not wrapped to 5.
+TEST(SyntheticTokenizerTest, RefusesHugeTokenIds) {
+  for (const int64_t id : {int64_t{1} << 30, int64_t{INT32_MAX}, int64_t{1} << 40}) {
+    json spec = ByteLevelSpec();
+    spec["model"]["vocab"]["zz"] = id;
+    ExpectRefused(spec.dump(), "vocab entry 'zz' has no valid id (0 to 4194303)");
+  }
+  for (const int64_t id :
+       {int64_t{1} << 30, int64_t{INT32_MAX}, (int64_t{1} << 32) + 5, int64_t{-1}}) {
+    json spec = ByteLevelSpec();
+    spec["added_tokens"][0]["id"] = id;
+    ExpectRefused(spec.dump(), "added token id " + std::to_string(id) + " is outside [0, 4194303]");
+  }
+  json spec = ByteLevelSpec();
+  spec["added_tokens"][0]["id"] = 100000;
+  auto t = Build(spec);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Ids(*t, "ab<s>", /*special=*/true), (std::vector<int32_t>{259, 100000}));
+}
+
 TEST(SyntheticTokenizerTest, MergesMayBePairs) {
   json spec = ByteLevelSpec();
   spec["model"]["merges"] = json::array({{"h", "i"}, {"Ġ", "hi"}});

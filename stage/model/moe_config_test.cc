@@ -120,6 +120,21 @@ TEST(MoeConfigTest, RefusesWhatItCannotHonourNamingTheKey) {
   ExpectRefused(j, "yarn");
 }
 
+// The loaders list every expert's tensors before they read the router, so an expert count past
+// kMaxExperts is refused by the config (2^30 experts took all memory building names), and one
+// past 2^31 is not wrapped into range.
+TEST(MoeConfigTest, RefusesExpertCountsPastTheLimit) {
+  Json j = Qwen3MoeA3B();
+  j["num_experts"] = int64_t{1} << 30;
+  ExpectRefused(j, "num_experts 1073741824 exceeds the limit of 65536");
+  j = Qwen3MoeA3B();
+  j["num_experts"] = (int64_t{1} << 32) + 128;
+  ExpectRefused(j, "num_experts 4294967424 exceeds the limit");
+  j = Glm45Air();
+  j["n_routed_experts"] = int64_t{1} << 30;
+  ExpectRefused(j, "number of experts must be in [1, 65536], got 1073741824");
+}
+
 TEST(MoeConfigTest, GptOssSlidingLayersAndSinks) {
   Json j = Json::parse(R"({
     "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "intermediate_size": 2880,

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "common/json_limits.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -113,7 +114,9 @@ std::string ShapeString(std::span<const int64_t> shape) {
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO put where a shard should be must not wait for a writer (the
+  // regular-file check below refuses it); it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     std::string what = fmt::format("{}: cannot open: {}", path, std::strerror(err));
@@ -153,6 +156,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   }
   const uint64_t data_start = 8 + header_bytes;
   const uint64_t data_bytes = size - data_start;
+  // Error messages dump parts of the header, and nlohmann's dump recurses.
+  RS_RETURN_IF_ERROR(CheckJsonDepth(
+      std::string_view(reinterpret_cast<const char*>(file->data_ + 8), header_bytes), path));
   Json header;
   try {
     header = Json::parse(reinterpret_cast<const char*>(file->data_ + 8),
@@ -240,6 +246,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsModel>> SafetensorsModel::Open(
   std::ifstream in(index_path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
+  RS_RETURN_IF_ERROR(CheckJsonDepth(text.str(), index_path));
   Json index;
   try {
     index = Json::parse(text.str());

@@ -1,9 +1,9 @@
 // Reading Hugging Face safetensors checkpoints: one file (`model.safetensors`) or shards named by
 // `model.safetensors.index.json`. Files are memory-mapped read-only; a header is validated in
-// full when its file is opened (8-byte length inside the file, JSON, known dtypes, shape x dtype
-// size == byte range, ranges inside the data section and not overlapping). Every violation is an
-// InvalidArgument (or NotFound for a missing file/tensor) naming the file and the tensor; malformed
-// input never crashes the process.
+// full when its file is opened (8-byte length inside the file, JSON nested at most kMaxJsonDepth
+// deep, known dtypes, shape x dtype size == byte range, ranges inside the data section and not
+// overlapping). Every violation is an InvalidArgument (or NotFound for a missing file/tensor)
+// naming the file and the tensor; malformed input never crashes the process.
 //
 // Thread-safety: a SafetensorsFile is immutable after Open and safe to read from any thread.
 // SafetensorsModel opens shards lazily and is not thread-safe.

@@ -1,5 +1,8 @@
 #include "stage/model/safetensors.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <random>
 #include <set>
@@ -108,6 +111,24 @@ TEST(SafetensorsTest, MalformedHeaderJson) {
                 RawSafetensorsBytes(
                     R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}})", "abcd")),
       "end before begin");
+}
+
+// Error messages dump the offending shape, and nlohmann's dump recurses: a header nested a
+// million levels deep is refused before parsing instead of overflowing the stack.
+TEST(SafetensorsTest, DeeplyNestedHeaderIsRefused) {
+  TempDir dir;
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  ExpectInvalid(OpenBytes(dir, RawSafetensorsBytes(R"({"t": {"dtype": "F32", "shape": )" + deep +
+                                                       R"(, "data_offsets": [0, 4]}})",
+                                                   "abcd")),
+                "JSON nested deeper than 64 levels");
+
+  const std::string index_path = dir.path() + "/model.safetensors.index.json";
+  ASSERT_TRUE(::unlink((dir.path() + "/model.safetensors").c_str()) == 0);
+  ASSERT_TRUE(WriteFile(index_path, R"({"weight_map": {"a": )" + deep + "}}").ok());
+  auto index = SafetensorsModel::Open(dir.path());
+  EXPECT_EQ(index.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(index.status().message()), HasSubstr("JSON nested deeper than 64"));
 }
 
 TEST(SafetensorsTest, UnknownDtype) {
@@ -245,6 +266,22 @@ TEST(SafetensorsTest, BadIndexOrMissingFiles) {
   auto gone = (*model)->Get("a", shape);
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(gone.status().message()), HasSubstr("gone.safetensors: cannot open"));
+}
+
+// A shard that is a FIFO is refused at once: opening it must not wait for a writer.
+TEST(SafetensorsTest, FifoShardIsRefusedWithoutBlocking) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo((dir.path() + "/pipe.safetensors").c_str(), 0600), 0);
+  ASSERT_TRUE(WriteFile(dir.path() + "/model.safetensors.index.json",
+                        R"({"weight_map": {"a": "pipe.safetensors"}})")
+                  .ok());
+  auto model = SafetensorsModel::Open(dir.path());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t shape[] = {1};
+  auto pipe = (*model)->Get("a", shape);
+  EXPECT_EQ(pipe.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(pipe.status().message()),
+              HasSubstr("pipe.safetensors: not a regular file"));
 }
 
 // The sharded Mistral fixture (written by transformers' save_pretrained): a slice maps only the
