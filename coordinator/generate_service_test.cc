@@ -52,6 +52,28 @@ class GenerateServiceTest : public ::testing::Test {
     request.mutable_sampling()->set_max_tokens(max_tokens);
     return request;
   }
+  // A call left running, its first response read.
+  struct RunningCall {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
+    v1::GenerateResponse last;
+    int tokens = 0;
+  };
+  void Begin(RunningCall& call, const std::string& request_id, int max_tokens) {
+    v1::GenerateRequest request = Request("hi", max_tokens);
+    request.set_request_id(request_id);
+    call.reader = stub_->Generate(&call.context, request);
+    ASSERT_TRUE(call.reader->Read(&call.last));
+    call.tokens = call.last.token_ids_size();
+  }
+  // Reads `call` to its end: all max_tokens tokens, finished by length, never cancelled.
+  void ExpectRunsToLength(RunningCall& call, const std::string& request_id, int max_tokens) {
+    while (call.reader->Read(&call.last)) call.tokens += call.last.token_ids_size();
+    EXPECT_TRUE(call.reader->Finish().ok());
+    EXPECT_EQ(call.last.finish_reason(), v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(call.tokens, max_tokens);
+    EXPECT_EQ(engine_->cancelled().count(request_id), 0u);
+  }
 
   std::unique_ptr<http::FakeEngine> engine_;
   std::unique_ptr<GenerateService> service_;
@@ -129,13 +151,8 @@ TEST_F(GenerateServiceTest, ConcurrencyLimitIsResourceExhausted) {
 // carry "job".
 TEST_F(GenerateServiceTest, ARequestHoldingAnOldChoiceIdDoesNotBlockAnotherRequestsChoices) {
   Start({}, {.step = std::chrono::milliseconds(5)});
-  v1::GenerateRequest other = Request("hi", 100);
-  other.set_request_id("job-1");
-  grpc::ClientContext other_context;
-  auto other_stream = stub_->Generate(&other_context, other);
-  v1::GenerateResponse response;
-  ASSERT_TRUE(other_stream->Read(&response));
-  int other_tokens = response.token_ids_size();
+  RunningCall other;
+  Begin(other, "job-1", 100);
 
   v1::GenerateRequest job = Request("hi", 2);
   job.set_request_id("job");
@@ -157,11 +174,7 @@ TEST_F(GenerateServiceTest, ARequestHoldingAnOldChoiceIdDoesNotBlockAnotherReque
   EXPECT_EQ(tokens[0], 2);
   EXPECT_EQ(tokens[1], 2);
 
-  while (other_stream->Read(&response)) other_tokens += response.token_ids_size();
-  EXPECT_TRUE(other_stream->Finish().ok());
-  EXPECT_EQ(response.finish_reason(), v1::FINISH_REASON_LENGTH);
-  EXPECT_EQ(other_tokens, 100);
-  EXPECT_EQ(engine_->cancelled().count("job-1"), 0u);
+  ExpectRunsToLength(other, "job-1", 100);
 }
 
 // The ids the server derives (choices' ids, default ids) are refused from clients.
@@ -191,13 +204,8 @@ TEST_F(GenerateServiceTest, IdsWithTheServersMarkAreRefused) {
 // server gave them) and nothing else, even a request holding the old form of a choice's id.
 TEST_F(GenerateServiceTest, CancellingCancelsTheOwnChoicesOnly) {
   Start({}, {.step = std::chrono::milliseconds(10)});
-  v1::GenerateRequest other = Request("hi", 60);
-  other.set_request_id("job-1");
-  grpc::ClientContext other_context;
-  auto other_stream = stub_->Generate(&other_context, other);
-  v1::GenerateResponse response;
-  ASSERT_TRUE(other_stream->Read(&response));
-  int other_tokens = response.token_ids_size();
+  RunningCall other;
+  Begin(other, "job-1", 60);
 
   v1::GenerateRequest job = Request("hi", 3000);
   job.set_request_id("job");
@@ -215,11 +223,7 @@ TEST_F(GenerateServiceTest, CancellingCancelsTheOwnChoicesOnly) {
   EXPECT_TRUE(engine_->WaitForCancel("job", std::chrono::seconds(10)));
   EXPECT_TRUE(engine_->WaitForCancel("job#1", std::chrono::seconds(10)));
 
-  while (other_stream->Read(&response)) other_tokens += response.token_ids_size();
-  EXPECT_TRUE(other_stream->Finish().ok());
-  EXPECT_EQ(response.finish_reason(), v1::FINISH_REASON_LENGTH);
-  EXPECT_EQ(other_tokens, 60);
-  EXPECT_EQ(engine_->cancelled().count("job-1"), 0u);
+  ExpectRunsToLength(other, "job-1", 60);
 }
 
 }  // namespace

@@ -41,25 +41,6 @@ Pair Connect() {
   return pair;
 }
 
-// A raw socket that sends the hello of stage 0, so tests can write broken frames by hand.
-int RawConnect(TcpListener& listener, std::unique_ptr<ActivationReceiver>* receiver) {
-  std::string host;
-  int port = 0;
-  EXPECT_TRUE(SplitHostPort(listener.endpoint(), "test", &host, &port).ok());
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  uint32_t hello[2] = {0x49485352, 0};
-  EXPECT_EQ(write(fd, hello, sizeof(hello)), static_cast<ssize_t>(sizeof(hello)));
-  auto accepted = listener.Accept(0, absl::Seconds(5));
-  EXPECT_TRUE(accepted.ok()) << accepted.status();
-  *receiver = std::move(*accepted);
-  return fd;
-}
-
 // A connection to `listener` that sends `bytes` (maybe none) and then stays silent.
 int SilentStranger(const TcpListener& listener, std::span<const std::byte> bytes = {}) {
   std::string host;
@@ -74,6 +55,16 @@ int SilentStranger(const TcpListener& listener, std::span<const std::byte> bytes
   if (!bytes.empty()) {
     EXPECT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
   }
+  return fd;
+}
+
+// A raw socket that sends the hello of stage 0, so tests can write broken frames by hand.
+int RawConnect(TcpListener& listener, std::unique_ptr<ActivationReceiver>* receiver) {
+  const uint32_t hello[2] = {0x49485352, 0};
+  const int fd = SilentStranger(listener, std::as_bytes(std::span(hello)));
+  auto accepted = listener.Accept(0, absl::Seconds(5));
+  EXPECT_TRUE(accepted.ok()) << accepted.status();
+  *receiver = std::move(*accepted);
   return fd;
 }
 
