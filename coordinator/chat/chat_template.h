@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,9 @@ struct ChatRenderOptions {
   // Clock for the `strftime_now(format)` global, formatted in UTC (transformers uses the
   // host's local time); unset = now.
   std::optional<std::chrono::system_clock::time_point> now;
+  // Render budget: statements, expression nodes, loop iterations and calls each cost a step;
+  // a render that needs more fails with InvalidArgument instead of hanging.
+  int64_t max_render_steps = 10'000'000;
 };
 
 // An immutable, parsed chat template plus the tokenizer's special tokens (bos_token,

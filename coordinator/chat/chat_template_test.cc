@@ -10,6 +10,8 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ringserve::chat {
 namespace {
@@ -237,6 +239,102 @@ TEST(ChatTemplateTest, DeeplyNestedValuesAreRefusedNotRecursed) {
   ordered_json shallow = ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
   EXPECT_FALSE(tmpl->Render(shallow, options).ok());
   EXPECT_TRUE(tmpl->Render(shallow, {}).ok());
+}
+
+std::string Times(const std::string& s, int n) {
+  std::string out;
+  out.reserve(s.size() * static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+TEST(ChatTemplateTest, DeeplyNestedTemplatesAreRefusedAtLoad) {
+  const std::string kDeep = "nested deeper than 256 levels";
+  // Recursive-descent nesting (would overflow the parser's stack).
+  ExpectError("{{ " + Times("(", 20000) + "1" + Times(")", 20000) + " }}", kDeep, true);
+  ExpectError(Times("{% if true %}", 20000) + "x" + Times("{% endif %}", 20000), kDeep, true);
+  ExpectError(Times("{% for i in x %}", 20000) + Times("{% endfor %}", 20000), kDeep, true);
+  ExpectError("{{ " + Times("[", 20000) + Times("]", 20000) + " }}", kDeep, true);
+  ExpectError("{{ " + Times("{'a': ", 20000) + "1" + Times("}", 20000) + " }}", kDeep, true);
+  ExpectError("{{ " + Times("not ", 40000) + "true }}", kDeep, true);
+  ExpectError("{{ " + Times("-", 40000) + "1 }}", kDeep, true);
+  ExpectError("{{ " + Times("1 if x else ", 20000) + "2 }}", kDeep, true);
+  ExpectError("{{ " + Times("f(", 20000) + Times(")", 20000) + " }}", kDeep, true);
+  // Chains parsed by loops build deep trees (would overflow rendering and destruction).
+  ExpectError("{{ 'a'" + Times("|upper", 40000) + " }}", kDeep, true);
+  ExpectError("{{ messages" + Times("[0]", 40000) + " }}", kDeep, true);
+  ExpectError("{{ messages" + Times(".a", 40000) + " }}", kDeep, true);
+  ExpectError("{{ f" + Times("()", 40000) + " }}", kDeep, true);
+  ExpectError("{{ 1" + Times(" + 1", 40000) + " }}", kDeep, true);
+  ExpectError("{{ 'a'" + Times(" ~ 'a'", 40000) + " }}", kDeep, true);
+  ExpectError("{{ x" + Times(" is defined", 1) + Times(" and x", 40000) + " }}", kDeep, true);
+  // The error names the line; the tokenizer_config path is added by FromTokenizerConfig.
+  ExpectError("\n{{ " + Times("(", 1000) + "1" + Times(")", 1000) + " }}", "syntax error at line 2",
+              true);
+  // Nesting below the limit still works.
+  const ordered_json messages = ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  for (const auto& [source, want] : std::vector<std::pair<std::string, std::string>>{
+           {"{{ " + Times("(", 200) + "1" + Times(")", 200) + " }}", "1"},
+           {"{{ 'a'" + Times("|upper", 200) + " }}", "A"},
+           {"{{ " + Times("not ", 200) + "true }}", "True"},
+           {Times("{% if true %}", 200) + "x" + Times("{% endif %}", 200), "x"},
+           {"{{ messages[0].content" + Times("|string", 200) + " }}", "hi"}}) {
+    auto tmpl = ChatTemplate::FromString(source);
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+    auto rendered = tmpl->Render(messages, {});
+    ASSERT_TRUE(rendered.ok()) << rendered.status();
+    EXPECT_EQ(*rendered, want);
+  }
+}
+
+TEST(ChatTemplateTest, RenderBudgetStopsRunawayTemplates) {
+  // Loops and exponential recursion run out of steps instead of hanging.
+  // (With a small budget to keep the test fast; the default is 10 million steps.)
+  const ordered_json messages = ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  ChatRenderOptions small_budget;
+  small_budget.max_render_steps = 100000;
+  for (const char* source :
+       {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
+        "{{ f(60) }}"}) {
+    auto tmpl = ChatTemplate::FromString(source);
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+    auto rendered = tmpl->Render(messages, small_budget);
+    EXPECT_EQ(rendered.status().code(), absl::StatusCode::kInvalidArgument) << source;
+    EXPECT_NE(std::string(rendered.status().message()).find("render exceeds 100000 steps"),
+              std::string::npos)
+        << rendered.status();
+  }
+  // Macro recursion times deep expressions is bounded too (stack overflow otherwise).
+  ExpectError("{% macro f(n) %}{{ (f(n - 1) if n > 0 else '')" + Times(" ~ ''", 200) +
+                  " }}{% endmacro %}{{ f(60) }}",
+              "render nested deeper than 1024 levels", false);
+  // Results that would exhaust memory fail at the size checks.
+  ExpectError("{{ range(100000)|join(',' * 100000) }}", "join result too large", false);
+  ExpectError("{{ (',' * 100000).join(range(100000)|map('string')) }}", "join result too large",
+              false);
+  ExpectError(
+      "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}"
+      "{% endfor %}{{ ns.l|length }}",
+      "list concatenation result too large", false);
+  ExpectError(
+      "{% set ns = namespace(s='aa') %}{% for i in range(64) %}"
+      "{% set ns.s = ns.s|replace('a', ns.s) %}{% endfor %}{{ ns.s|length }}",
+      "replace result too large", false);
+  ExpectError(
+      "{% set ns = namespace(s='a' * 300) %}{% for i in range(64) %}"
+      "{% set ns.s = ns.s.replace('', ns.s) %}{% endfor %}{{ ns.s|length }}",
+      "replace result too large", false);
+  ExpectError(
+      "{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+      "{% endfor %}",
+      "string too large", false);
+  ExpectError(
+      "{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
+      "{% endfor %}",
+      "string too large", false);
+  ExpectError("{{ 'a'|center(10000000000) }}", "center result too large", false);
+  ExpectError("{{ ('a\n' * 100000)|indent('x' * 1000) }}", "indent result too large", false);
 }
 
 TEST(ChatTemplateTest, TruncatedAndMutatedTemplatesNeverCrash) {

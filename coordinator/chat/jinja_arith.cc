@@ -11,8 +11,6 @@
 namespace ringserve::chat::jinja {
 namespace {
 
-constexpr size_t kMaxStringBytes = 64 << 20;
-
 absl::Status Unsupported(const std::string& a, const std::string& op, const Value& x,
                          const Value& y) {
   (void)a;
@@ -95,6 +93,9 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
       return Value::String(a.str() + b.str());
     }
     if (a.is_sequence() && a.kind() == b.kind()) {
+      if (a.list().size() + b.list().size() > kMaxListItems) {
+        return TypeError("list concatenation result too large");
+      }
       Value::List out = a.list();
       out.insert(out.end(), b.list().begin(), b.list().end());
       return a.kind() == Value::Kind::kTuple ? Value::MakeTuple(std::move(out))

@@ -45,7 +45,14 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
   bool negated = false;
+  int depth = 1;  // levels of this subtree (1 for a leaf), bounded by kMaxNestingDepth
 };
+
+// Deepest nesting the parser accepts: expression trees (parentheses, brackets, unary operators,
+// filter/test chains, subscript/attribute/call chains, binary chains) and nested block tags.
+// Rendering and destroying the tree recurse once a level, so hostile templates must not nest
+// without bound.
+inline constexpr int kMaxNestingDepth = 256;
 
 struct Stmt;
 using StmtPtr = std::unique_ptr<Stmt>;

@@ -297,6 +297,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallA
       }
       if (i > 0) out += ToPyStr(sep);
       out += ToPyStr(x);
+      if (out.size() > kMaxStringBytes) return TypeError("join result too large");
     }
     return Value::String(out);
   }
@@ -460,6 +461,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallA
     std::u32string u = ToU32(ToPyStr(v));
     Int w = width.int_value();
     if (w <= static_cast<Int>(u.size())) return Value::String(FromU32(u));
+    if (w > static_cast<Int>(kMaxStringBytes)) return TypeError("center result too large");
     Int pad = w - static_cast<Int>(u.size());
     Int left = pad / 2 + (pad & w & 1);
     return Value::String(std::string(static_cast<size_t>(left), ' ') + FromU32(u) +
@@ -486,11 +488,15 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallA
     const auto& ls = lines->list();
     std::string rv;
     if (blank) {
-      for (size_t i = 0; i < ls.size(); ++i) rv += (i > 0 ? "\n" + indention : "") + ls[i].str();
+      for (size_t i = 0; i < ls.size(); ++i) {
+        rv += (i > 0 ? "\n" + indention : "") + ls[i].str();
+        if (rv.size() > kMaxStringBytes) return TypeError("indent result too large");
+      }
     } else {
       rv = ls.empty() ? "" : ls[0].str();
       for (size_t i = 1; i < ls.size(); ++i) {
         rv += "\n" + (ls[i].str().empty() ? "" : indention + ls[i].str());
+        if (rv.size() > kMaxStringBytes) return TypeError("indent result too large");
       }
     }
     if (first) rv = indention + rv;

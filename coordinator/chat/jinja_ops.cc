@@ -252,6 +252,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
           ++done;
         }
         AppendUtf8(c, &out);
+        if (out.size() > kMaxStringBytes) return TypeError("replace result too large");
       }
       if (n < 0 || done < n) out += *new_s;
       return Value::String(out);
@@ -262,6 +263,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
       size_t fnd = s.find(*old_s, pos);
       if (fnd == std::string::npos) break;
       out += s.substr(pos, fnd - pos) + *new_s;
+      if (out.size() > kMaxStringBytes) return TypeError("replace result too large");
       pos = fnd + old_s->size();
       ++done;
     }
@@ -297,6 +299,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
       }
       if (i > 0) out += s;
       out += (*items)[i].str();
+      if (out.size() > kMaxStringBytes) return TypeError("join result too large");
     }
     return Value::String(out);
   }

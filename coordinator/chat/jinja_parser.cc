@@ -1,6 +1,7 @@
 // Recursive-descent parser following Jinja's own grammar (jinja2/parser.py), including its
 // precedences: or < and < not < comparisons < + - < ~ < * / // % < ** < unary -/+ <
 // postfix (. [] ()) and filters/tests.
+#include <algorithm>
 #include <set>
 
 #include "absl/status/status.h"
@@ -79,8 +80,44 @@ class Parser {
     e->name = std::move(op);
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
+    return Done(std::move(e));
+  }
+  // Sets e->depth from its children; fails when the tree nests deeper than kMaxNestingDepth.
+  ExprPtr Done(ExprPtr e) {
+    if (!e) return nullptr;
+    int depth = 0;
+    for (const auto& a : e->args) {
+      if (a) depth = std::max(depth, a->depth);
+    }
+    for (const auto& kv : e->kwargs) {
+      if (kv.second) depth = std::max(depth, kv.second->depth);
+    }
+    e->depth = depth + 1;
+    if (e->depth > kMaxNestingDepth) return TooDeep(e->line);
     return e;
   }
+  std::nullptr_t TooDeep(int line) {
+    return Fail(absl::StrCat("template nested deeper than ", kMaxNestingDepth,
+                             " levels (expressions and blocks)"),
+                line);
+  }
+  // Bounds the parser's own recursion (parentheses, `not`, unary operators, nested tags)
+  // before any node is built.
+  class Nest {
+   public:
+    explicit Nest(Parser* p) : p_(p) { ++p_->nesting_; }
+    ~Nest() { --p_->nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+    bool ok() const {
+      if (p_->nesting_ <= kMaxNestingDepth) return true;
+      p_->TooDeep(-1);
+      return false;
+    }
+
+   private:
+    Parser* p_;
+  };
 
   // ---- expressions ----
   ExprPtr ParseExpression(bool with_condexpr = true) {
@@ -97,6 +134,8 @@ class Parser {
       ExprPtr expr3;
       if (IsName("else")) {
         Next();
+        Nest nest(this);
+        if (!nest.ok()) return nullptr;
         expr3 = ParseCondExpr();
         if (!expr3) return nullptr;
       }
@@ -104,7 +143,8 @@ class Parser {
       e->args.push_back(std::move(expr1));
       e->args.push_back(std::move(cond));
       e->args.push_back(std::move(expr3));
-      expr1 = std::move(e);
+      expr1 = Done(std::move(e));
+      if (!expr1) return nullptr;
     }
     return expr1;
   }
@@ -134,11 +174,13 @@ class Parser {
     if (IsName("not")) {
       int line = Cur().line;
       Next();
+      Nest nest(this);
+      if (!nest.ok()) return nullptr;
       ExprPtr inner = ParseNot();
       if (!inner) return nullptr;
       ExprPtr e = Make(Expr::Kind::kNot, line);
       e->args.push_back(std::move(inner));
-      return e;
+      return Done(std::move(e));
     }
     return ParseCompare();
   }
@@ -172,7 +214,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->args.push_back(std::move(rhs));
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? Done(std::move(cmp)) : std::move(first);
   }
   ExprPtr ParseMath1() {
     ExprPtr left = ParseConcat();
@@ -221,6 +263,8 @@ class Parser {
     return left;
   }
   ExprPtr ParseUnary(bool with_filter) {
+    Nest nest(this);
+    if (!nest.ok()) return nullptr;
     int line = Cur().line;
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
@@ -230,6 +274,7 @@ class Parser {
       if (!inner) return nullptr;
       node = Make(neg ? Expr::Kind::kNeg : Expr::Kind::kPos, line);
       node->args.push_back(std::move(inner));
+      node = Done(std::move(node));
     } else {
       node = ParsePrimary();
     }
@@ -297,7 +342,7 @@ class Parser {
             e->args.push_back(std::move(item));
           }
           Next();
-          return e;
+          return Done(std::move(e));
         }
         if (t.text == "{") {
           Next();
@@ -313,7 +358,7 @@ class Parser {
             e->args.push_back(std::move(value));
           }
           Next();
-          return e;
+          return Done(std::move(e));
         }
         [[fallthrough]];
       default:
@@ -346,7 +391,7 @@ class Parser {
     }
     ExprPtr t = Make(Expr::Kind::kTuple, line);
     t->args = std::move(items);
-    return t;
+    return Done(std::move(t));
   }
   ExprPtr ParsePostfix(ExprPtr node) {
     while (node) {
@@ -358,7 +403,7 @@ class Parser {
           e->name = Cur().text;
           e->args.push_back(std::move(node));
           Next();
-          node = std::move(e);
+          node = Done(std::move(e));
         } else if (Cur().kind == Token::Kind::kInt) {
           ExprPtr e = Make(Expr::Kind::kGetItem, line);
           e->args.push_back(std::move(node));
@@ -366,7 +411,7 @@ class Parser {
           idx->literal = Value::Integer(Cur().int_value);
           e->args.push_back(std::move(idx));
           Next();
-          node = std::move(e);
+          node = Done(std::move(e));
         } else {
           return Fail(absl::StrCat("expected attribute name after '.', got ", Describe(Cur())));
         }
@@ -404,12 +449,12 @@ class Parser {
       ExprPtr e = Make(Expr::Kind::kGetItem, line);
       e->args.push_back(std::move(obj));
       e->args.push_back(std::move(parts[0]));
-      return e;
+      return Done(std::move(e));
     }
     ExprPtr e = Make(Expr::Kind::kSlice, line);
     e->args.push_back(std::move(obj));
     for (auto& p : parts) e->args.push_back(std::move(p));
-    return e;
+    return Done(std::move(e));
   }
   // Parses "(args)" into a call/filter/test node whose args[0] is `subject`.
   ExprPtr ParseCall(ExprPtr subject, Expr::Kind kind, std::string name) {
@@ -439,7 +484,7 @@ class Parser {
       }
     }
     Next();
-    return e;
+    return Done(std::move(e));
   }
   std::string ParseDottedName() {
     std::string name = Cur().text;
@@ -466,7 +511,7 @@ class Parser {
           ExprPtr e = Make(Expr::Kind::kFilter, line);
           e->name = name;
           e->args.push_back(std::move(node));
-          node = std::move(e);
+          node = Done(std::move(e));
         }
       } else if (IsName("is")) {
         int line = Cur().line;
@@ -502,7 +547,7 @@ class Parser {
           }
         }
         e->negated = negated;
-        node = std::move(e);
+        node = Done(std::move(e));
       } else if (IsOp("(")) {
         node = ParseCall(std::move(node), Expr::Kind::kCall, "");
       } else {
@@ -591,6 +636,8 @@ class Parser {
 
   // Statement body parse helper: after the caller consumed the opening tag.
   StmtPtr ParseStatement(const std::string& tag, int line) {
+    Nest nest(this);
+    if (!nest.ok()) return nullptr;
     auto s = std::make_unique<Stmt>();
     s->line = line;
     std::string found;
@@ -723,6 +770,7 @@ class Parser {
   size_t ci_ = 0;
   const std::vector<Token>* toks_ = nullptr;
   size_t ti_ = 0;
+  int nesting_ = 0;  // see Nest
   absl::Status error_;
 };
 

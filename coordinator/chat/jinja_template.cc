@@ -15,6 +15,10 @@ namespace {
 
 constexpr size_t kMaxOutputBytes = 64 << 20;
 constexpr int kMaxMacroDepth = 64;
+// Nested statements and expression nodes being evaluated at once, across macro calls: the
+// evaluator recurses once a level (the parser bounds one template level by kMaxNestingDepth,
+// macro calls multiply it).
+constexpr int kMaxRenderNesting = 1024;
 constexpr char kRaisedPrefix[] = "raise_exception: ";
 
 const std::set<std::string>& KnownFilters() {
@@ -90,8 +94,8 @@ using Frame = Value::Dict;
 class Renderer {
  public:
   Renderer(const Value::Dict& vars, const std::vector<std::string>& root_undefined,
-           std::chrono::system_clock::time_point now)
-      : vars_(vars), now_(now) {
+           std::chrono::system_clock::time_point now, int64_t max_steps)
+      : vars_(vars), now_(now), max_steps_(max_steps) {
     frames_.push_back(NewFrame(root_undefined));
   }
 
@@ -106,6 +110,34 @@ class Renderer {
   }
 
  private:
+  // Charges one step of the render budget.
+  absl::Status Step(int line) {
+    if (++steps_ > max_steps_) {
+      return At(line, absl::InvalidArgumentError(absl::StrCat(
+                          "render exceeds ", max_steps_, " steps (loops or recursion too large)")));
+    }
+    return absl::OkStatus();
+  }
+
+  // Counts one level of evaluator recursion while alive; Check() fails past kMaxRenderNesting
+  // and charges a step.
+  class Nest {
+   public:
+    explicit Nest(Renderer* r) : r_(r) { ++r_->nesting_; }
+    ~Nest() { --r_->nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+    absl::Status Check(int line) const {
+      if (r_->nesting_ <= kMaxRenderNesting) return r_->Step(line);
+      return At(line, absl::InvalidArgumentError(
+                          absl::StrCat("render nested deeper than ", kMaxRenderNesting,
+                                       " levels (macro recursion too deep)")));
+    }
+
+   private:
+    Renderer* r_;
+  };
+
   static absl::Status At(int line, absl::Status s) {
     if (s.ok() || absl::StartsWith(s.message(), "chat template")) return s;
     std::string msg(s.message());
@@ -235,6 +267,7 @@ class Renderer {
 
   absl::StatusOr<Value> CallMacro(const Stmt& m, CallArgs& args) {
     if (depth_ >= kMaxMacroDepth) return TypeError("macro recursion too deep");
+    RS_RETURN_IF_ERROR(Step(m.line));
     if (args.positional.size() > m.params.size()) {
       return TypeError(absl::StrCat("macro '", m.text, "' takes not more than ", m.params.size(),
                                     " argument(s)"));
@@ -288,6 +321,8 @@ class Renderer {
   }
 
   absl::Status Exec(const Stmt& s, Flow* flow) {
+    Nest nest(this);
+    RS_RETURN_IF_ERROR(nest.Check(s.line));
     switch (s.kind) {
       case Stmt::Kind::kData:
         return Emit(s.text, s.line);
@@ -362,6 +397,7 @@ class Renderer {
     std::vector<Value> items;
     if (s.filter) {
       for (const Value& item : *all) {
+        RS_RETURN_IF_ERROR(Step(s.line));
         frames_.push_back(std::make_shared<Frame>());
         absl::Status st = AssignTargets(s, item);
         absl::StatusOr<Value> keep = st.ok() ? Eval(*s.filter) : absl::StatusOr<Value>(st);
@@ -375,6 +411,7 @@ class Renderer {
     const int64_t n = static_cast<int64_t>(items.size());
     Value cycle_args;
     for (int64_t i = 0; i < n; ++i) {
+      RS_RETURN_IF_ERROR(Step(s.line));
       Value::Dict loop = {{"index0", Value::Integer(i)},
                           {"index", Value::Integer(i + 1)},
                           {"revindex0", Value::Integer(n - i - 1)},
@@ -421,6 +458,8 @@ class Renderer {
   }
 
   absl::StatusOr<Value> Eval(const Expr& e) {
+    Nest nest(this);
+    RS_RETURN_IF_ERROR(nest.Check(e.line));
     auto r = EvalInner(e);
     if (!r.ok()) return At(e.line, r.status());
     return r;
@@ -574,7 +613,13 @@ class Renderer {
   std::chrono::system_clock::time_point now_;
   std::vector<std::shared_ptr<Frame>> frames_;
   std::string out_;
-  int depth_ = 0;
+  int depth_ = 0;    // macro calls
+  int nesting_ = 0;  // see Nest
+  // Render budget: every statement, expression node, loop iteration and call is a step, so
+  // hostile templates (nested range() loops, exponential macro recursion) fail instead of
+  // hanging.
+  const int64_t max_steps_;
+  int64_t steps_ = 0;  // see Step
 };
 
 }  // namespace
@@ -588,8 +633,9 @@ absl::StatusOr<std::shared_ptr<const Template>> Template::Parse(const std::strin
 }
 
 absl::StatusOr<std::string> Template::Render(const Value::Dict& variables,
-                                             std::chrono::system_clock::time_point now) const {
-  Renderer r(variables, root_undefined_, now);
+                                             std::chrono::system_clock::time_point now,
+                                             int64_t max_steps) const {
+  Renderer r(variables, root_undefined_, now, max_steps);
   Flow flow = Flow::kNormal;
   RS_RETURN_IF_ERROR(r.ExecBody(body_, &flow));
   return std::move(r.out());

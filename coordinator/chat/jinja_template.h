@@ -25,8 +25,10 @@ class Template {
   // Errors: InvalidArgument "chat template error at line N: ..." (raise_exception messages,
   // type errors, undefined values used, unknown filters/tests/methods, output over 64 MiB).
   // Thread-safe: a render only reads the tree.
+  // `max_steps` bounds the work (statements, expression nodes, loop iterations, calls).
   absl::StatusOr<std::string> Render(const Value::Dict& variables,
-                                     std::chrono::system_clock::time_point now) const;
+                                     std::chrono::system_clock::time_point now,
+                                     int64_t max_steps = 10'000'000) const;
 
   const std::string& source() const { return source_; }
 
