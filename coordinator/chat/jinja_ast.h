@@ -54,6 +54,20 @@ struct Expr {
 // without bound.
 inline constexpr int kMaxNestingDepth = 256;
 
+// Counts one level of recursion on `counter` while alive (the parser's and the renderer's
+// nesting limits).
+class ScopedDepth {
+ public:
+  explicit ScopedDepth(int& counter) : counter_(counter) { ++counter_; }
+  ~ScopedDepth() { --counter_; }
+  ScopedDepth(const ScopedDepth&) = delete;
+  ScopedDepth& operator=(const ScopedDepth&) = delete;
+  int depth() const { return counter_; }
+
+ private:
+  int& counter_;
+};
+
 struct Stmt;
 using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;

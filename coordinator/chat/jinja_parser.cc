@@ -101,23 +101,13 @@ class Parser {
                              " levels (expressions and blocks)"),
                 line);
   }
-  // Bounds the parser's own recursion (parentheses, `not`, unary operators, nested tags)
-  // before any node is built.
-  class Nest {
-   public:
-    explicit Nest(Parser* p) : p_(p) { ++p_->nesting_; }
-    ~Nest() { --p_->nesting_; }
-    Nest(const Nest&) = delete;
-    Nest& operator=(const Nest&) = delete;
-    bool ok() const {
-      if (p_->nesting_ <= kMaxNestingDepth) return true;
-      p_->TooDeep(-1);
-      return false;
-    }
-
-   private:
-    Parser* p_;
-  };
+  // The parser's own recursion (parentheses, `not`, unary operators, nested tags) is bounded
+  // before any node is built: each such level holds a ScopedDepth on nesting_.
+  bool TooDeepHere(const ScopedDepth& level) {
+    if (level.depth() <= kMaxNestingDepth) return false;
+    TooDeep(-1);
+    return true;
+  }
 
   // ---- expressions ----
   ExprPtr ParseExpression(bool with_condexpr = true) {
@@ -134,8 +124,8 @@ class Parser {
       ExprPtr expr3;
       if (IsName("else")) {
         Next();
-        Nest nest(this);
-        if (!nest.ok()) return nullptr;
+        ScopedDepth level(nesting_);
+        if (TooDeepHere(level)) return nullptr;
         expr3 = ParseCondExpr();
         if (!expr3) return nullptr;
       }
@@ -174,8 +164,8 @@ class Parser {
     if (IsName("not")) {
       int line = Cur().line;
       Next();
-      Nest nest(this);
-      if (!nest.ok()) return nullptr;
+      ScopedDepth level(nesting_);
+      if (TooDeepHere(level)) return nullptr;
       ExprPtr inner = ParseNot();
       if (!inner) return nullptr;
       ExprPtr e = Make(Expr::Kind::kNot, line);
@@ -263,8 +253,8 @@ class Parser {
     return left;
   }
   ExprPtr ParseUnary(bool with_filter) {
-    Nest nest(this);
-    if (!nest.ok()) return nullptr;
+    ScopedDepth level(nesting_);
+    if (TooDeepHere(level)) return nullptr;
     int line = Cur().line;
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
@@ -636,8 +626,8 @@ class Parser {
 
   // Statement body parse helper: after the caller consumed the opening tag.
   StmtPtr ParseStatement(const std::string& tag, int line) {
-    Nest nest(this);
-    if (!nest.ok()) return nullptr;
+    ScopedDepth level(nesting_);
+    if (TooDeepHere(level)) return nullptr;
     auto s = std::make_unique<Stmt>();
     s->line = line;
     std::string found;
@@ -770,7 +760,7 @@ class Parser {
   size_t ci_ = 0;
   const std::vector<Token>* toks_ = nullptr;
   size_t ti_ = 0;
-  int nesting_ = 0;  // see Nest
+  int nesting_ = 0;  // see TooDeepHere
   absl::Status error_;
 };
 

@@ -119,24 +119,14 @@ class Renderer {
     return absl::OkStatus();
   }
 
-  // Counts one level of evaluator recursion while alive; Check() fails past kMaxRenderNesting
-  // and charges a step.
-  class Nest {
-   public:
-    explicit Nest(Renderer* r) : r_(r) { ++r_->nesting_; }
-    ~Nest() { --r_->nesting_; }
-    Nest(const Nest&) = delete;
-    Nest& operator=(const Nest&) = delete;
-    absl::Status Check(int line) const {
-      if (r_->nesting_ <= kMaxRenderNesting) return r_->Step(line);
-      return At(line, absl::InvalidArgumentError(
-                          absl::StrCat("render nested deeper than ", kMaxRenderNesting,
-                                       " levels (macro recursion too deep)")));
-    }
-
-   private:
-    Renderer* r_;
-  };
+  // One level of evaluator recursion (held in a ScopedDepth on nesting_): fails past
+  // kMaxRenderNesting, else charges a step.
+  absl::Status CheckLevel(const ScopedDepth& level, int line) {
+    if (level.depth() <= kMaxRenderNesting) return Step(line);
+    return At(line, absl::InvalidArgumentError(absl::StrCat("render nested deeper than ",
+                                                            kMaxRenderNesting,
+                                                            " levels (macro recursion too deep)")));
+  }
 
   static absl::Status At(int line, absl::Status s) {
     if (s.ok() || absl::StartsWith(s.message(), "chat template")) return s;
@@ -321,8 +311,8 @@ class Renderer {
   }
 
   absl::Status Exec(const Stmt& s, Flow* flow) {
-    Nest nest(this);
-    RS_RETURN_IF_ERROR(nest.Check(s.line));
+    ScopedDepth level(nesting_);
+    RS_RETURN_IF_ERROR(CheckLevel(level, s.line));
     switch (s.kind) {
       case Stmt::Kind::kData:
         return Emit(s.text, s.line);
@@ -458,8 +448,8 @@ class Renderer {
   }
 
   absl::StatusOr<Value> Eval(const Expr& e) {
-    Nest nest(this);
-    RS_RETURN_IF_ERROR(nest.Check(e.line));
+    ScopedDepth level(nesting_);
+    RS_RETURN_IF_ERROR(CheckLevel(level, e.line));
     auto r = EvalInner(e);
     if (!r.ok()) return At(e.line, r.status());
     return r;
@@ -614,7 +604,7 @@ class Renderer {
   std::vector<std::shared_ptr<Frame>> frames_;
   std::string out_;
   int depth_ = 0;    // macro calls
-  int nesting_ = 0;  // see Nest
+  int nesting_ = 0;  // see CheckLevel
   // Render budget: every statement, expression node, loop iteration and call is a step, so
   // hostile templates (nested range() loops, exponential macro recursion) fail instead of
   // hanging.
