@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (issue 24): speculative decoding against plain decoding on one H200.
 # Trains a larger target with scripts/train_small_model.py and the committed tokenizer
-# (TARGET_SHAPE, default 24x768: twice the layers of the 12x768 first measured, so that the
+# (TARGET_SHAPE, default 48x768: four times the layers of the 12x768 first measured, so that the
 # 2-layer draft is relatively cheaper; STEPS of its cosine schedule, default 1000, within TRAIN_S
-# seconds, default 60), then serves it from a 1-stage CUDA ring twice —
-# plain, and with the committed draft models/ringserve-tiny-draft on the last stage — and
+# seconds, default 150), then serves it from a 1-stage CUDA ring three times —
+# plain; with the committed draft models/ringserve-tiny-draft on the last stage; and the same
+# with the draft's rounds through the host (RINGSERVE_DRAFT_FED_ROUNDS=0, the A/B row) — and
 # measures 1 and 8 streams (greedy, a KJV prompt, MAX_TOKENS each) with ringserve_loadgen; reads
 # the acceptance rate and tokens per verification step from /metrics. Results: $OUT/table.md,
 # logs in $OUT.
@@ -23,7 +24,7 @@ carry=${CARRY:-.carry/h-spec}
 pack=$PWD/$carry/pack
 export LD_LIBRARY_PATH="$pack/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 py=${PYTHON:-/opt/torch/.venv/bin/python}
-shape=${TARGET_SHAPE:-24x768}
+shape=${TARGET_SHAPE:-48x768}
 k=${K:-4}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$out/gpu.txt"
 if [ -x "$pack/bin/cuda_model_slice_test" ]; then  # verification chunks in CUDA graphs
@@ -39,7 +40,7 @@ if [ -n "${TARGET:-}" ]; then
 else
   "$py" "$pack/train_small_model.py" --corpus "$pack/corpus" --out /tmp/rs_spec_trained \
   --target-shape "$shape" --tokenizer models/ringserve-tiny/tokenizer.json \
-  --max-train-seconds "${TRAIN_S:-60}" --steps "${STEPS:-1000}" --eval-every 100000 >"$out/train.log" 2>&1 \
+  --max-train-seconds "${TRAIN_S:-150}" --steps "${STEPS:-1000}" --eval-every 100000 >"$out/train.log" 2>&1 \
   || { tail -20 "$out/train.log"; exit 1; }
 target=/tmp/rs_spec_trained/ringserve-target-$shape
 echo "target $shape trained in $(( $(date +%s) - start )) s: $(grep -E 'best|step .*loss' "$out/train.log" | tail -1)" \
@@ -52,12 +53,12 @@ metrics() {  # the speculation counters of the ring on $port
   "$py" -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:$((port + 1))/metrics').read().decode())" 2>/dev/null \
     | grep -E '^ringserve_speculative_(verifications|draft_tokens|accepted_tokens)_total'
 }
-run_ring() {  # name "coordinator flags"
-  local name=$1 flags=$2
+run_ring() {  # name "coordinator flags" ["VAR=value ..." for the coordinator and its stages]
+  local name=$1 flags=$2 vars=${3:-}
   port=$((port + 2))
   local log=$out/coord_$name.log
   pack_bin=$pack/bin
-  "$pack_bin/coordinator" --model "$target" --num_stages 1 --device "${DEVICE:-cuda:0}" \
+  env $vars "$pack_bin/coordinator" --model "$target" --num_stages 1 --device "${DEVICE:-cuda:0}" \
     --stage_binary "$pack_bin/stage" --listen 127.0.0.1:$port --http_listen 127.0.0.1:$((port + 1)) \
     $flags >"$log" 2>&1 &
   local pid=$!
@@ -113,7 +114,9 @@ PY
 echo "| ring | streams | tok/s | speculation in this run (/metrics deltas) |" >>"$out/table.md"
 echo "| --- | ---: | ---: | --- |" >>"$out/table.md"
 run_ring plain ""
-run_ring spec "--speculative_model $PWD/models/ringserve-tiny-draft --num_speculative_tokens $k --speculative_max_sequences ${SPEC_MAX_SEQS:-16}"
+spec_flags="--speculative_model $PWD/models/ringserve-tiny-draft --num_speculative_tokens $k --speculative_max_sequences ${SPEC_MAX_SEQS:-16}"
+run_ring spec "$spec_flags"
+run_ring spec-hostfed "$spec_flags" RINGSERVE_DRAFT_FED_ROUNDS=0
 if cmp -s "$out/plain_greedy.txt" "$out/spec_greedy.txt"; then
   echo "greedy 128-token completion: identical with and without speculation" | tee -a "$out/table.md"
 else

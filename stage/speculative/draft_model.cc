@@ -1,6 +1,8 @@
 #include "stage/speculative/draft_model.h"
 
 #include <algorithm>
+#include <deque>
+#include <utility>
 
 #include "common/status_macros.h"
 #include "fmt/format.h"
@@ -28,8 +30,10 @@ int32_t DrawDraft(std::span<const float> logits, const RowSampling& sampling, ui
   return token;
 }
 
-DraftModel::DraftModel(std::unique_ptr<ModelSlice> slice, int max_batch_tokens)
-    : slice_(std::move(slice)), max_batch_tokens_(std::max(1, max_batch_tokens)) {
+DraftModel::DraftModel(std::unique_ptr<ModelSlice> slice, int max_batch_tokens, bool fed_rounds)
+    : slice_(std::move(slice)),
+      max_batch_tokens_(std::max(1, max_batch_tokens)),
+      fed_rounds_(fed_rounds) {
   const int blocks = slice_->options().kv_num_blocks;
   free_blocks_.reserve(blocks);
   for (int b = blocks - 1; b >= 0; --b) free_blocks_.push_back(b);
@@ -85,11 +89,8 @@ std::span<const int32_t> DraftModel::LastDrafts(uint64_t seq_id) const {
   return it->second.drafts;
 }
 
-absl::StatusOr<DraftModel::PieceRows> DraftModel::RunPieces(const std::vector<Piece>& pieces,
-                                                            bool greedy) {
-  MicroBatch batch;
-  size_t logits_rows = 0;
-  std::vector<int64_t> last_rows;  // per piece: its last logits row, -1 for none
+DraftModel::PieceBatch DraftModel::BatchPieces(const std::vector<Piece>& pieces, bool greedy) {
+  PieceBatch out;
   for (const Piece& piece : pieces) {
     SequenceChunk chunk;
     chunk.seq_id = piece.seq_id;
@@ -100,15 +101,24 @@ absl::StatusOr<DraftModel::PieceRows> DraftModel::RunPieces(const std::vector<Pi
     // which lets a CUDA slice run the batch in a CUDA graph, as a verification chunk.
     const bool all_rows = greedy && piece.want_logits && chunk.num_tokens > 1 &&
                           chunk.num_tokens <= kGraphedPiece &&
-                          logits_rows + chunk.num_tokens <= kMaxAllRows;
+                          out.logits_rows + chunk.num_tokens <= kMaxAllRows;
     chunk.logits = all_rows            ? LogitsMode::kAllTokens
                    : piece.want_logits ? LogitsMode::kLastToken
                                        : LogitsMode::kNone;
-    logits_rows += all_rows ? chunk.num_tokens : piece.want_logits ? 1 : 0;
-    last_rows.push_back(piece.want_logits ? static_cast<int64_t>(logits_rows) - 1 : -1);
-    batch.chunks.push_back(std::move(chunk));
-    batch.token_ids.insert(batch.token_ids.end(), piece.tokens.begin(), piece.tokens.end());
+    out.logits_rows += all_rows ? chunk.num_tokens : piece.want_logits ? 1 : 0;
+    out.last_rows.push_back(piece.want_logits ? static_cast<int64_t>(out.logits_rows) - 1 : -1);
+    out.batch.chunks.push_back(std::move(chunk));
+    out.batch.token_ids.insert(out.batch.token_ids.end(), piece.tokens.begin(), piece.tokens.end());
   }
+  return out;
+}
+
+absl::StatusOr<DraftModel::PieceRows> DraftModel::RunPieces(const std::vector<Piece>& pieces,
+                                                            bool greedy) {
+  PieceBatch pieced = BatchPieces(pieces, greedy);
+  const MicroBatch& batch = pieced.batch;
+  const size_t logits_rows = pieced.logits_rows;
+  const std::vector<int64_t>& last_rows = pieced.last_rows;
   RS_RETURN_IF_ERROR(slice_->Prepare(batch));
   RS_RETURN_IF_ERROR(slice_->Run(batch));
   PieceRows out;
@@ -127,6 +137,97 @@ absl::StatusOr<DraftModel::PieceRows> DraftModel::RunPieces(const std::vector<Pi
   }
   RS_ASSIGN_OR_RETURN(out.logits, slice_->LogitsToHost());
   return out;
+}
+
+absl::Status DraftModel::ProposeFed(std::span<const Request> requests,
+                                    const std::vector<Piece>& catch_up,
+                                    const std::vector<size_t>& owner,
+                                    std::span<Sequence* const> seqs,
+                                    std::span<const int64_t> context_len, int max_k,
+                                    std::vector<std::vector<int32_t>>& drafts) {
+  // A sampling in flight: its batch (kept alive until collected) and the (request, row) of
+  // each draft it draws.
+  struct Round {
+    MicroBatch batch;
+    std::vector<std::pair<size_t, int64_t>> drafted{};
+  };
+  std::deque<Round> rounds;  // started, not yet collected
+  int sampling = 0;          // samplings in flight on the slice
+  auto launch = [&](Round& round, size_t rows) -> absl::Status {
+    std::vector<RowSampling> argmax(rows);
+    for (RowSampling& row : argmax) row.config.temperature = 0.0f;
+    RS_RETURN_IF_ERROR(slice_->Run(round.batch));
+    RS_RETURN_IF_ERROR(slice_->SampleAsync(round.batch, argmax));
+    ++sampling;
+    return absl::OkStatus();
+  };
+  auto collect = [&]() -> absl::Status {
+    absl::StatusOr<SampledRows> sampled = slice_->WaitSample();
+    --sampling;
+    const Round round = std::move(rounds.front());
+    rounds.pop_front();
+    if (!sampled.ok()) return sampled.status();
+    for (const auto& [request, row] : round.drafted) {
+      if (row >= static_cast<int64_t>(sampled->tokens.size())) {
+        return absl::InternalError("the draft model sampled too few logits rows");
+      }
+      drafts[request].push_back(sampled->tokens[row]);
+    }
+    return absl::OkStatus();
+  };
+  auto run = [&]() -> absl::Status {
+    PieceBatch first = BatchPieces(catch_up, /*greedy=*/true);
+    // Each request's newest draft: its row in the newest sampling (-1: it drafts no more).
+    std::vector<int64_t> newest(requests.size(), -1);
+    Round& start = rounds.emplace_back(Round{.batch = std::move(first.batch)});
+    for (size_t i = 0; i < catch_up.size(); ++i) {
+      if (first.last_rows[i] < 0) continue;
+      start.drafted.emplace_back(owner[i], first.last_rows[i]);
+      newest[owner[i]] = first.last_rows[i];
+    }
+    RS_RETURN_IF_ERROR(slice_->Prepare(start.batch));
+    RS_RETURN_IF_ERROR(launch(start, first.logits_rows));
+    for (int r = 1; r < max_k; ++r) {
+      Round round;
+      std::vector<TokenFeed> feeds;
+      std::vector<int64_t> next(requests.size(), -1);
+      for (size_t q = 0; q < requests.size(); ++q) {
+        if (newest[q] < 0 || requests[q].k <= r) continue;
+        const int32_t row = static_cast<int32_t>(round.batch.chunks.size());
+        round.batch.chunks.push_back(
+            SequenceChunk{.seq_id = requests[q].seq_id,
+                          .start_position = static_cast<int32_t>(context_len[q] + r - 1),
+                          .num_tokens = 1,
+                          .block_table = seqs[q]->blocks,
+                          .logits = LogitsMode::kLastToken});
+        round.batch.token_ids.push_back(0);  // fed on the device
+        feeds.push_back(
+            TokenFeed{.token_row = row, .sampled_row = static_cast<int32_t>(newest[q])});
+        round.drafted.emplace_back(q, row);
+        next[q] = row;
+      }
+      if (round.batch.chunks.empty()) break;
+      Round& fed = rounds.emplace_back(std::move(round));
+      RS_RETURN_IF_ERROR(slice_->PrepareFed(fed.batch, feeds));
+      RS_RETURN_IF_ERROR(launch(fed, fed.batch.chunks.size()));
+      RS_RETURN_IF_ERROR(collect());  // the previous round's drafts, while this one runs
+      newest = std::move(next);
+    }
+    while (sampling > 0) RS_RETURN_IF_ERROR(collect());
+    return absl::OkStatus();
+  };
+  const absl::Status status = run();
+  // After an error: what is still in flight is collected and dropped (the slice takes no other
+  // use of its logits before).
+  for (; sampling > 0; --sampling) (void)slice_->WaitSample();
+  if (!status.ok()) return status;
+  // Every draft but the last of each request was fed: its K/V is in the cache.
+  for (size_t q = 0; q < requests.size(); ++q) {
+    if (seqs[q] != nullptr && !drafts[q].empty()) {
+      seqs[q]->fed.insert(seqs[q]->fed.end(), drafts[q].begin(), drafts[q].end() - 1);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(
@@ -217,24 +318,32 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(
     }
     seq.fed = std::move(context);
   }
-  RS_RETURN_IF_ERROR(run_all(pieces, owner));
-
-  // 2. One token per round: feed draft j, draw draft j + 1.
-  for (int round = 1; round < max_k; ++round) {
-    pieces.clear();
-    owner.clear();
-    for (size_t r = 0; r < requests.size(); ++r) {
-      if (seqs[r] == nullptr || requests[r].k <= round) continue;
-      const int32_t token = drafts[r].back();
-      pieces.push_back(Piece{.seq = seqs[r],
-                             .seq_id = requests[r].seq_id,
-                             .start = static_cast<int32_t>(context_len[r] + round - 1),
-                             .tokens = {token},
-                             .want_logits = true});
-      owner.push_back(r);
-      seqs[r]->fed.push_back(token);
-    }
+  // 2. One token per round: feed draft j, draw draft j + 1. Greedy on a slice that samples on
+  //    the device: fed there, round after round (ProposeFed); else each round's drafts come to
+  //    the host before the next round is built.
+  int64_t catch_up_tokens = 0;
+  for (const Piece& piece : pieces) catch_up_tokens += static_cast<int64_t>(piece.tokens.size());
+  if (fed_rounds_ && greedy && max_k > 1 && !pieces.empty() && slice_->can_sample_async() &&
+      catch_up_tokens <= max_batch_tokens_) {
+    RS_RETURN_IF_ERROR(ProposeFed(requests, pieces, owner, seqs, context_len, max_k, drafts));
+  } else {
     RS_RETURN_IF_ERROR(run_all(pieces, owner));
+    for (int round = 1; round < max_k; ++round) {
+      pieces.clear();
+      owner.clear();
+      for (size_t r = 0; r < requests.size(); ++r) {
+        if (seqs[r] == nullptr || requests[r].k <= round) continue;
+        const int32_t token = drafts[r].back();
+        pieces.push_back(Piece{.seq = seqs[r],
+                               .seq_id = requests[r].seq_id,
+                               .start = static_cast<int32_t>(context_len[r] + round - 1),
+                               .tokens = {token},
+                               .want_logits = true});
+        owner.push_back(r);
+        seqs[r]->fed.push_back(token);
+      }
+      RS_RETURN_IF_ERROR(run_all(pieces, owner));
+    }
   }
   for (size_t r = 0; r < requests.size(); ++r) {
     if (seqs[r] != nullptr) seqs[r]->drafts = drafts[r];

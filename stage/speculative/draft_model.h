@@ -29,8 +29,10 @@ namespace ringserve {
 class DraftModel : public Drafter {
  public:
   // `slice` holds every layer of the draft model (first and last). `max_batch_tokens` bounds
-  // the tokens of one draft forward (a long context is fed in pieces).
-  DraftModel(std::unique_ptr<ModelSlice> slice, int max_batch_tokens);
+  // the tokens of one draft forward (a long context is fed in pieces). `fed_rounds`: greedy
+  // drafts on a slice that samples on the device feed each round its token there (ProposeFed);
+  // false makes every round's tokens come to the host first (A/B runs).
+  DraftModel(std::unique_ptr<ModelSlice> slice, int max_batch_tokens, bool fed_rounds = true);
 
   const ModelConfig& config() const { return slice_->config(); }
   int vocab_size() const override { return slice_->config().vocab_size; }
@@ -75,9 +77,27 @@ class DraftModel : public Drafter {
     std::vector<int32_t> argmax;  // [rows], when greedy
   };
   absl::StatusOr<PieceRows> RunPieces(const std::vector<Piece>& pieces, bool greedy);
+  // The micro-batch of `pieces`, as RunPieces runs it: per piece its last logits row (-1: none).
+  struct PieceBatch {
+    MicroBatch batch;
+    std::vector<int64_t> last_rows;
+    size_t logits_rows = 0;
+  };
+  static PieceBatch BatchPieces(const std::vector<Piece>& pieces, bool greedy);
+  // Greedy drafting on a slice that samples on the device (can_sample_async): the catch-up
+  // pieces in one batch, then each round fed the previous round's argmax on the device
+  // (PrepareFed), the host collecting a round's drafts while the next one runs: no round waits
+  // for its tokens to reach the host before the next is launched. Appends to drafts[request];
+  // `owner`: each piece's request; `seqs` / `context_len`: as Propose keeps them. Collects every
+  // sampling it started, also on error.
+  absl::Status ProposeFed(std::span<const Request> requests, const std::vector<Piece>& catch_up,
+                          const std::vector<size_t>& owner, std::span<Sequence* const> seqs,
+                          std::span<const int64_t> context_len, int max_k,
+                          std::vector<std::vector<int32_t>>& drafts);
 
   std::unique_ptr<ModelSlice> slice_;
   int max_batch_tokens_;
+  bool fed_rounds_;
   std::vector<int32_t> free_blocks_;
   std::map<uint64_t, Sequence> sequences_;
 };

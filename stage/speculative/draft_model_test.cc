@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "stage/async_cpu_slice_testing.h"
 #include "stage/sampling/sampler.h"
 #include "stage/speculative/speculator.h"
 
@@ -55,6 +56,48 @@ TEST(DraftModelTest, DraftsAfterARollbackEqualAFreshDraft) {
   draft.Release(1);
   EXPECT_GT(draft.free_blocks(), free_before);
   EXPECT_EQ(draft.num_sequences(), 0);
+}
+
+// Greedy drafting on a slice that samples "on the device" (each round fed the previous round's
+// argmax there, ProposeFed) drafts what drafting round by round through the host does: two
+// sequences with different k, a prompt fed in one piece, then rollbacks.
+TEST(DraftModelTest, DraftsFedOnTheDeviceEqualDraftsThroughTheHost) {
+  auto async_slice = std::make_unique<testing::AsyncCpuSlice>(LoadWhole(kDraft, 2));
+  testing::AsyncCpuSlice* device = async_slice.get();
+  DraftModel fed(std::move(async_slice), 64);
+  DraftModel host(LoadWhole(kDraft, 2), 64);
+  const std::vector<int32_t> other_prompt = {0, 97, 15, 640};
+  for (DraftModel* draft : {&fed, &host}) {
+    draft->Sync(1, Context(0, kPrompt));
+    draft->Sync(2, Context(0, other_prompt));
+  }
+  auto propose = [](DraftModel& draft, std::vector<DraftModel::Request> requests) {
+    auto drafts = draft.Propose(requests);
+    EXPECT_TRUE(drafts.ok()) << drafts.status();
+    return drafts.ok() ? *drafts : std::vector<std::vector<int32_t>>{};
+  };
+  std::vector<DraftModel::Request> requests = {{.seq_id = 1, .emitted = {77}, .k = 4},
+                                               {.seq_id = 2, .emitted = {5}, .k = 2}};
+  const auto first = propose(fed, requests);
+  ASSERT_EQ(first, propose(host, requests));
+  ASSERT_EQ(first.size(), 2u);
+  ASSERT_EQ(first[0].size(), 4u);
+  ASSERT_EQ(first[1].size(), 2u);
+  EXPECT_GT(device->fed_tokens, 0);  // rounds after the first were fed on the "device"
+  // Sequence 1 accepted one draft then got another token; sequence 2 accepted both drafts.
+  const int32_t other = first[0][1] == 5 ? 6 : 5;
+  const int32_t seq1_told = static_cast<int32_t>(kPrompt.size());
+  const int32_t seq2_told = static_cast<int32_t>(other_prompt.size());
+  for (DraftModel* draft : {&fed, &host}) {
+    draft->Sync(1, Context(seq1_told, {77}));
+    draft->Sync(2, Context(seq2_told, {5}));
+  }
+  requests = {{.seq_id = 1, .emitted = {first[0][0], other}, .k = 3},
+              {.seq_id = 2, .emitted = {first[1][0], first[1][1], 9}, .k = 4}};
+  const auto second = propose(fed, requests);
+  EXPECT_EQ(second, propose(host, requests));
+  EXPECT_EQ(second[0].size(), 3u);
+  EXPECT_EQ(second[1].size(), 4u);
 }
 
 TEST(DraftModelTest, AContextPastWhatItKnowsGivesNoDrafts) {

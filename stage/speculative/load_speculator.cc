@@ -1,6 +1,8 @@
 #include "stage/speculative/load_speculator.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "common/status_macros.h"
 #include "fmt/format.h"
@@ -66,8 +68,10 @@ absl::StatusOr<std::unique_ptr<Speculator>> LoadSpeculator(const v1::ConfigureRe
   RS_ASSIGN_OR_RETURN(std::unique_ptr<ModelSlice> slice, LoadStageSlice(draft, &summary));
   const int max_batch_tokens =
       request.max_batch_tokens() > 0 ? request.max_batch_tokens() : kDefaultMaxTokensPerMicroBatch;
+  const char* fed = std::getenv("RINGSERVE_DRAFT_FED_ROUNDS");  // "0": A/B runs
+  const bool fed_rounds = fed == nullptr || std::string(fed) != "0";
   return std::make_unique<Speculator>(
-      std::make_unique<DraftModel>(std::move(slice), max_batch_tokens), k);
+      std::make_unique<DraftModel>(std::move(slice), max_batch_tokens, fed_rounds), k);
 }
 
 }  // namespace ringserve
