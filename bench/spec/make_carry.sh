@@ -2,9 +2,9 @@
 # Packs what bench/spec/device_run.sh needs into CARRY (default /work/main/.carry/h-spec):
 # stage, coordinator and ringserve_loadgen from a CUDA build tree (stripped, xz), the shared
 # libraries they need that the GPU machine lacks (as bench/ring/make_carry.sh decides), the
-# training corpus (scripts/corpus/make_corpus.sh) and this directory's scripts; and
-# stage/cuda/stage_cuda_model_slice_test when that build tree has it. The draft and the
-# tokenizer come from models/ in the shipped tree.
+# training corpus (scripts/corpus/make_corpus.sh) and this directory's scripts; and the test
+# binaries named in EXTRA_BINS. The draft and the tokenizer come from models/ in the shipped
+# tree.
 # Usage: bench/spec/make_carry.sh BUILD_DIR CORPUS_DIR [CARRY]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,10 +16,16 @@ mkdir -p "$carry/pack/bin" "$carry/pack/lib" "$carry/pack/corpus"
 for b in stage/stage coordinator/coordinator bench/loadgen/ringserve_loadgen; do
   strip -o "$carry/pack/bin/$(basename "$b")" "$build/$b"
 done
-# The CUDA slice's GPU test, when built: device_run.sh runs its verification-chunk cases first.
-if [ -x "$build/stage/cuda/stage_cuda_model_slice_test" ]; then
-  strip -o "$carry/pack/bin/cuda_model_slice_test" "$build/stage/cuda/stage_cuda_model_slice_test"
-fi
+# Test binaries named in EXTRA_BINS (paths in the build tree), e.g.
+# tests/ring/speculative_gpu_ring_test. Each CUDA binary is ~7 MB packed: the tree and the carry
+# together must stay within the device's 64 MiB. stage/cuda/stage_cuda_model_slice_test, named
+# there, is run by device_run.sh (its verification-chunk cases) under the name
+# cuda_model_slice_test.
+for b in ${EXTRA_BINS:-}; do
+  name=$(basename "$b")
+  [ "$name" = stage_cuda_model_slice_test ] && name=cuda_model_slice_test
+  strip -o "$carry/pack/bin/$name" "$build/$b"
+done
 skip='linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libcuda\.so|libnccl|libcudart|libcublas|libpthread|libdl\.so|librt\.so'
 for b in "$carry"/pack/bin/*; do
   ldd "$b" | awk '/=> \//{print $3}' | grep -Ev "$skip" || true

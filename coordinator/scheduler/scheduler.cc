@@ -83,7 +83,7 @@ struct Scheduler::State {
   SchedulerStats counters;
   std::vector<uint64_t> released;  // speculation state to drop, sent with the next plan
   SpeculationPayoff payoff;
-  SpeculationPayoff::Mode last_mode = SpeculationPayoff::Mode::kSpeculate;
+  SpeculationPayoff::Mode last_mode = SpeculationPayoff::Mode::kPlain;  // of the last plan
   double last_done_s = 0;  // when the last plan came back (payoff timing)
 
   // Forgets what the last stage was told about `seq` (its draft state goes too).
@@ -339,9 +339,24 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
   };
 
   // Speculative decoding (speculation.h): only while it pays (speculation_payoff.h).
-  int decoding = 0;  // sequences decoding (runnable or in flight)
-  for (const Key& key : s.running) decoding += s.sequences.at(key.second).decoding() ? 1 : 0;
-  const SpeculationPayoff::Mode mode = s.payoff.ModeFor(options_.speculation.payoff, decoding);
+  int decoding = 0;                      // sequences decoding (runnable or in flight)
+  bool prefills = !s.waiting.empty() &&  // a sequence to admit or a prompt to go on with
+                  static_cast<int>(s.running.size()) < options_.max_running_sequences;
+  for (const Key& key : s.running) {
+    const State::Sequence& seq = s.sequences.at(key.second);
+    decoding += seq.decoding() ? 1 : 0;
+    prefills |= !seq.decoding() && seq.pending() > 0;
+  }
+  SpeculationPayoff::Mode mode = s.payoff.ModeFor(options_.speculation.payoff, decoding);
+  // A plan that prefills does not switch into speculation: the sequences it prefills join the
+  // decoding count a plan or two later, and a larger count only lowers speculation's payoff, so
+  // the switch would buy a plan or two of drafting for two switches. (In a closed loop the plans
+  // that admit successors come at a count below the steady one, in a bucket that such plans,
+  // never measured, kept probing speculation.)
+  if (options_.speculation.payoff.enabled && prefills &&
+      s.last_mode == SpeculationPayoff::Mode::kPlain) {
+    mode = SpeculationPayoff::Mode::kPlain;
+  }
   const bool speculating =
       options_.speculation.max_drafts > 0 && mode == SpeculationPayoff::Mode::kSpeculate;
   auto speculates = [&](const State::Sequence& seq) {

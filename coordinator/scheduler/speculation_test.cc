@@ -19,6 +19,9 @@ SchedulerOptions SpeculatingOptions(int max_drafts = 3, int blocks = 64) {
   options.kv_block_size = 4;
   options.prefix_caching = false;
   options.speculation.max_drafts = max_drafts;
+  // The speculating path from the first plan on: with the payoff measured, a ring starts with
+  // plain decoding (speculation_payoff_test.cc tests that).
+  options.speculation.payoff.enabled = false;
   return options;
 }
 
