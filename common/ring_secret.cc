@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "common/bounded_file.h"
 #include "common/secure_compare.h"
 #include "fmt/format.h"
 
@@ -32,35 +34,30 @@ bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 }  // namespace
 
 absl::StatusOr<RingSecret> RingSecret::Load(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    return absl::NotFoundError(
-        fmt::format("ring secret {}: cannot open: {}", path, std::strerror(errno)));
+  // The file itself, never a link to one; a FIFO or a device is refused without blocking.
+  absl::StatusOr<RegularFile> file =
+      RegularFile::Open(path, RegularFile::Options{.follow_symlinks = false});
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("ring secret ", file.status().message()));
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(fmt::format("ring secret {}: not a regular file", path));
-  }
+  const struct stat& st = file->stat();
   if (st.st_uid != ::geteuid()) {
-    ::close(fd);
     return absl::PermissionDeniedError(
         fmt::format("ring secret {}: owned by uid {}, not by this user (uid {})", path, st.st_uid,
                     ::geteuid()));
   }
   if ((st.st_mode & 077) != 0) {
-    ::close(fd);
     return absl::PermissionDeniedError(
         fmt::format("ring secret {}: mode {:o} lets group or others read it; chmod 600 it", path,
                     st.st_mode & 0777));
   }
-  std::string key;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0 && key.size() <= 8192) {
-    key.append(buf, static_cast<size_t>(n));
+  absl::StatusOr<std::string> text = file->ReadAll(kMaxKeyFileBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("ring secret ", text.status().message()));
   }
-  ::close(fd);
+  std::string key = std::move(*text);
   while (!key.empty() && IsSpace(key.back())) key.pop_back();
   size_t start = 0;
   while (start < key.size() && IsSpace(key[start])) ++start;

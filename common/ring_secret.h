@@ -19,7 +19,8 @@ namespace ringserve {
 
 class RingSecret {
  public:
-  // Reads the secret from `path`. The file must be a regular file owned by this user and not
+  // Reads the secret from `path`. The file must be a regular file (not a symlink; a FIFO or a
+  // device is refused without blocking, common/bounded_file.h) owned by this user and not
   // readable or writable by group or others (mode 0600 or 0400), holding 16 to 4096 bytes
   // (surrounding whitespace dropped). PermissionDenied / InvalidArgument / NotFound naming the
   // path and what is wrong otherwise.

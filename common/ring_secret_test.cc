@@ -3,9 +3,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "common/testing/fifo_watchdog.h"
 #include "gtest/gtest.h"
 
 namespace ringserve {
@@ -44,6 +46,34 @@ TEST(RingSecretTest, RefusesShortSecretsAndMissingFiles) {
   EXPECT_EQ(RingSecret::Load(WriteFile("short", "abc\n", 0600)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RingSecret::Load(TempPath("missing")).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RingSecretTest, RefusesAFifoWithoutWaitingForAWriterAndSymlinks) {
+  const std::string fifo = TempPath("fifo");
+  unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<RingSecret> secret = absl::UnknownError("not run");
+  EXPECT_TRUE(testing::ReturnsWithoutAWriter(fifo, [&] { secret = RingSecret::Load(fifo); }))
+      << "loading blocked on the FIFO";
+  EXPECT_EQ(secret.status().code(), absl::StatusCode::kInvalidArgument) << secret.status();
+  EXPECT_NE(secret.status().message().find("ring secret " + fifo + ": not a regular file"),
+            std::string::npos)
+      << secret.status();
+  unlink(fifo.c_str());
+
+  // The secret must be the file itself, never a link to one (or to /dev/zero).
+  const std::string link = TempPath("link");
+  unlink(link.c_str());
+  std::filesystem::create_symlink(WriteFile("target", "0123456789abcdef0123", 0600), link);
+  EXPECT_EQ(RingSecret::Load(link).status().code(), absl::StatusCode::kInvalidArgument);
+  unlink(link.c_str());
+}
+
+TEST(RingSecretTest, RefusesAHugeFile) {
+  const std::string path = WriteFile("huge", std::string(1 << 20, 'a'), 0600);
+  absl::StatusOr<RingSecret> secret = RingSecret::Load(path);
+  EXPECT_EQ(secret.status().code(), absl::StatusCode::kInvalidArgument) << secret.status();
+  unlink(path.c_str());
 }
 
 TEST(RingSecretTest, CreateWritesAFreshOwnerOnlySecret) {

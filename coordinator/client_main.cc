@@ -12,7 +12,6 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/bounded_file.h"
 #include "common/flags.h"
 #include "fmt/format.h"
 #include "grpcpp/grpcpp.h"
@@ -106,8 +106,10 @@ int main(int argc, char** argv) {
   }
   std::string api_key;
   if (const std::string key_file = absl::GetFlag(FLAGS_api_key_file); !key_file.empty()) {
-    std::ifstream in(key_file);
-    std::getline(in, api_key);
+    absl::StatusOr<std::string> text =
+        ringserve::ReadBoundedFile(key_file, ringserve::kMaxKeyFileBytes);
+    if (!text.ok()) return Fail("--api_key_file: " + std::string(text.status().message()));
+    api_key = text->substr(0, text->find('\n'));
     while (!api_key.empty() && std::isspace(static_cast<unsigned char>(api_key.back()))) {
       api_key.pop_back();
     }

@@ -16,13 +16,14 @@
 // Other flags (--help lists them all with their defaults): --http_listen HOST:PORT (the OpenAI
 // HTTP API, /metrics and the dashboard; overrides hosts.yaml's api.http), --kv_cache_dtype
 // auto|fp8_e4m3 (every stage's KV cache; overrides hosts.yaml's), --connect_timeout
-// SECONDS (default 10), --stage_binary PATH, --packing spread|packed, --plan_ahead=false (plan
-// each step only once the previous one's tokens are back), --prefix_caching=false (every prompt
-// computed in full), --ready_fd N (writes the
-// bound API address and a newline once serving). The HTTP front starts before the ring and shows
-// each stage's load progress on /dashboard (503 until the ring is up). Exits 0 on SIGINT/SIGTERM;
-// exits 3 when the ring becomes unhealthy (a stage failed), so that a supervisor restarts it; 1
-// when start-up fails.
+// SECONDS (default 10), --stall_timeout SECONDS (default 10: a ring with work that makes no
+// progress that long fails and is formed again; 0 = no watchdog), --stage_binary PATH, --packing
+// spread|packed, --plan_ahead=false (plan each step only once the previous one's tokens are back),
+// --prefix_caching=false (every prompt computed in full), --ready_fd N (writes the bound API
+// address and a newline once serving). The HTTP front starts before the ring and shows each stage's
+// load progress on /dashboard (503 until the ring is up). Exits 0 on SIGINT/SIGTERM; exits 3 when
+// the ring becomes unhealthy (a stage failed), so that a supervisor restarts it; 1 when start-up
+// fails.
 #include <signal.h>
 #include <unistd.h>
 
@@ -87,6 +88,9 @@ ABSL_FLAG(double, connect_timeout, ringserve::kDefaultConnectTimeoutSeconds,
           "seconds to wait for each stage at start-up");
 ABSL_FLAG(double, ring_down_timeout, ringserve::kDefaultRingDownTimeoutSeconds,
           "seconds a failed ring may take to form again before the coordinator gives up");
+ABSL_FLAG(double, stall_timeout, ringserve::kDefaultStallTimeoutSeconds,
+          "seconds a ring with work may make no progress (no stage finishing a step, computing "
+          "or moving activation bytes) before it fails and is formed again (0: never)");
 ABSL_FLAG(std::string, stage_binary, "",
           "stage binary for local stages (default: `stage` next to this binary)");
 ABSL_FLAG(std::string, packing, "spread", "scheduler packing: spread or packed");
@@ -138,6 +142,7 @@ struct Flags {
   int micro_batches = 0;     // --micro_batches: scheduler micro_batches_in_flight
   double connect_timeout_s = kDefaultConnectTimeoutSeconds;
   double ring_down_timeout_s = kDefaultRingDownTimeoutSeconds;
+  double stall_timeout_s = kDefaultStallTimeoutSeconds;
   std::string stage_binary;
   std::string packing = "spread";
   bool plan_ahead = true;
@@ -190,6 +195,7 @@ absl::StatusOr<Flags> ReadFlags() {
   flags.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   flags.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
   flags.ring_down_timeout_s = absl::GetFlag(FLAGS_ring_down_timeout);
+  flags.stall_timeout_s = absl::GetFlag(FLAGS_stall_timeout);
   flags.stage_binary = absl::GetFlag(FLAGS_stage_binary);
   flags.speculation.draft_model_dir = absl::GetFlag(FLAGS_speculative_model);
   flags.speculation.mtp = absl::GetFlag(FLAGS_speculative_mtp);
@@ -349,7 +355,8 @@ int Run(int argc, char** argv) {
   };
 
   BringUpOptions bring_up{.ring = *ring,
-                          .connect_timeout = absl::Seconds(flags->connect_timeout_s)};
+                          .connect_timeout = absl::Seconds(flags->connect_timeout_s),
+                          .stall_timeout = absl::Seconds(flags->stall_timeout_s)};
   bring_up.speculation = flags->speculation;
   bring_up.on_progress = [&front](const StageProgress& p) {
     if (p.stage < 0) {

@@ -110,6 +110,10 @@ absl::StatusOr<FormedRing> FormGrpcRing(const BringUpOptions& options, const Mod
     request.set_data_host(stage.host == "localhost" ? "127.0.0.1" : stage.host);
     request.set_recv_timeout_ms(
         static_cast<int32_t>(absl::ToInt64Milliseconds(options.step_timeout)));
+    if (options.stall_timeout > absl::ZeroDuration()) {
+      request.set_activity_interval_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(
+          std::clamp(options.stall_timeout / 4, absl::Milliseconds(50), absl::Seconds(1)))));
+    }
     RS_ASSIGN_OR_RETURN(
         data_endpoints[i],
         stages[i]->Configure(request, options.configure_timeout, [&](const v1::LoadProgress& p) {
@@ -141,8 +145,10 @@ absl::StatusOr<FormedRing> FormGrpcRing(const BringUpOptions& options, const Mod
   progress({.message = fmt::format(
                 "ring of {} stage(s) connected ({} channel, {} KV blocks of {} per stage)",
                 num_stages, ChannelKindName(ring.channel), kv_num_blocks, block_size)});
-  return FormedRing{.link = std::make_unique<GrpcRingLink>(std::move(stages)),
-                    .kv_num_blocks = kv_num_blocks};
+  return FormedRing{
+      .link = std::make_unique<GrpcRingLink>(
+          std::move(stages), GrpcRingLinkOptions{.stall_timeout = options.stall_timeout}),
+      .kv_num_blocks = kv_num_blocks};
 }
 
 }  // namespace ringserve

@@ -44,6 +44,9 @@ struct BringUpOptions {
   absl::Duration configure_timeout = absl::Minutes(30);
   // Bound on a stage waiting for its neighbour's activations during a step.
   absl::Duration step_timeout = absl::Seconds(kDefaultStepTimeoutSeconds);
+  // The ring fails when it has work and makes no progress this long (GrpcRingLinkOptions;
+  // the stages then report their activity a few times as often). Zero: no watchdog.
+  absl::Duration stall_timeout = absl::Seconds(kDefaultStallTimeoutSeconds);
   // Per-stage KV pool of CPU stages when the RingConfig sets neither kv_blocks nor kv_budget
   // (CUDA stages then size theirs from memory).
   int default_kv_blocks = kDefaultCpuKvBlocks;

@@ -356,10 +356,12 @@ void RingEngine::TryReform() {
       fmt::format("recovering: attempt {} failed: {}", attempt, std::string(status.message()));
   if (!requests_.empty() && absl::Now() - down_since_ >= options_.ring_down_timeout) {
     std::vector<Delivery> out;
-    FailAll(absl::UnavailableError(fmt::format("the ring has been down for {} ({})",
-                                               absl::FormatDuration(absl::Now() - down_since_),
-                                               std::string(status.message()))),
-            &out);
+    FailAll(
+        absl::UnavailableError(fmt::format(
+            "the ring has been down for {} (it failed: {}; re-forming it: {})",
+            absl::FormatDuration(absl::Trunc(absl::Now() - down_since_, absl::Milliseconds(100))),
+            down_reason_, std::string(status.message()))),
+        &out);
     lock.unlock();
     for (auto& [callback, event] : out) callback(event);
     lock.lock();
@@ -372,6 +374,7 @@ std::unique_ptr<RingLink> RingEngine::RingDownLocked(const absl::Status& status,
                                                      std::vector<Delivery>* out) {
   ring_up_ = false;
   down_since_ = absl::Now();
+  down_reason_ = std::string(status.message());
   generation_ = 0;  // every queued event of the failed ring is stale now
   telemetry_.OnRingFailed();
   if (!options_.recover) {

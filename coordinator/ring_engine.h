@@ -131,6 +131,7 @@ class RingEngine final : public Engine {
   bool ring_up_ = false;
   int reform_attempt_ = 0;
   absl::Time down_since_;
+  std::string down_reason_;  // why the ring went down (in the error of requests that give up)
   std::string health_ = "starting";
   uint64_t generation_ = 0;  // of the installed ring; 0 while down
   uint64_t next_generation_ = 0;

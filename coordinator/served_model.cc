@@ -4,6 +4,7 @@
 
 #include "common/status_macros.h"
 #include "fmt/format.h"
+#include "ring/generation_config.h"
 
 namespace ringserve {
 
@@ -22,7 +23,11 @@ absl::StatusOr<ServedModel> LoadServedModel(const RingConfig& ring) {
                         Tokenizer::FromDirectory(ring.model_dir));
     model.tokenizer = std::move(tokenizer);
   }
-  model.eos_token_ids = model.config.eos_token_ids;
+  // generate() stops on generation_config.json's ids, which chat models extend (gpt-oss's
+  // <|call|>); stop on those of both files.
+  RS_ASSIGN_OR_RETURN(const std::vector<int32_t> generation_eos,
+                      LoadGenerationEosTokenIds(ring.model_dir));
+  model.eos_token_ids = MergeEosTokenIds(model.config.eos_token_ids, generation_eos);
   if (model.eos_token_ids.empty() && model.tokenizer && model.tokenizer->eos_token_id()) {
     model.eos_token_ids.push_back(*model.tokenizer->eos_token_id());
   }

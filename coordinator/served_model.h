@@ -18,10 +18,12 @@ struct ServedModel {
   std::string model_id;  // the directory's name
   ModelConfig config;
   std::shared_ptr<const Tokenizer> tokenizer;  // null without tokenizer.json
-  std::vector<int32_t> eos_token_ids;          // config.json's, else the tokenizer's
+  // config.json's and generation_config.json's, else the tokenizer's.
+  std::vector<int32_t> eos_token_ids;
 };
 
-// Loads config.json (checking it has the layers `ring` was validated for) and tokenizer.json.
+// Loads config.json (checking it has the layers `ring` was validated for), the EOS ids of
+// generation_config.json and tokenizer.json.
 absl::StatusOr<ServedModel> LoadServedModel(const RingConfig& ring);
 
 // The scheduler policy for `ring` serving `model` (kv_num_blocks is set per formed ring).

@@ -19,5 +19,8 @@ inline constexpr double kDefaultConnectTimeoutSeconds = 10;
 inline constexpr double kDefaultRingDownTimeoutSeconds = 120;
 // Seconds a stage waits for its neighbour's activations during a step.
 inline constexpr double kDefaultStepTimeoutSeconds = 120;
+// Seconds a ring with work may make no progress (no stage finishes a step, computes or moves
+// activation bytes) before the coordinator fails it (coordinator/grpc_ring_link.h).
+inline constexpr double kDefaultStallTimeoutSeconds = 10;
 
 }  // namespace ringserve

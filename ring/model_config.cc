@@ -1,10 +1,11 @@
 #include "ring/model_config.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
+#include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "common/bounded_file.h"
 #include "common/json_limits.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
@@ -32,8 +33,34 @@ constexpr Architecture kArchitectures[] = {
     Architecture::kDeepseekV2, Architecture::kDeepseekV3,
 };
 
+// model_type -> the architecture of its *ForCausalLM class, for files without "architectures"
+// (a config saved on its own, not with a model, has none).
+constexpr std::pair<const char*, Architecture> kModelTypes[] = {
+    {"llama", Architecture::kLlama},
+    {"mistral", Architecture::kMistral},
+    {"qwen2", Architecture::kQwen2},
+    {"qwen3", Architecture::kQwen3},
+    {"qwen2_moe", Architecture::kQwen2Moe},
+    {"qwen3_moe", Architecture::kQwen3Moe},
+    {"mixtral", Architecture::kMixtral},
+    {"glm4_moe", Architecture::kGlm4Moe},
+    {"gpt_oss", Architecture::kGptOss},
+    {"deepseek_v2", Architecture::kDeepseekV2},
+    {"deepseek_v3", Architecture::kDeepseekV3},
+};
+
 absl::StatusOr<Architecture> ParseArchitecture(const Json& j, const std::string& source) {
   auto it = j.find("architectures");
+  if (it == j.end() || it->is_null()) {
+    auto type = j.find("model_type");
+    if (type != j.end() && type->is_string()) {
+      for (const auto& [name, architecture] : kModelTypes) {
+        if (type->get<std::string>() == name) return architecture;
+      }
+      return Invalid(
+          source, fmt::format("no \"architectures\" and unsupported model_type {}", type->dump()));
+    }
+  }
   if (it == j.end() || !it->is_array() || it->size() != 1 || !(*it)[0].is_string()) {
     return Invalid(source, "\"architectures\" must be a list with one name");
   }
@@ -47,10 +74,41 @@ absl::StatusOr<Architecture> ParseArchitecture(const Json& j, const std::string&
       fmt::format("{}: unsupported architecture \"{}\" (supported: {})", source, name, supported));
 }
 
+// rope_parameters nested per layer type ({"full_attention": {...}, "sliding_attention": {...}},
+// transformers 5's form for models whose layer types rotate differently): the one parameter set
+// every layer type shares, or an error naming the key when they differ (one rotation per model).
+absl::StatusOr<const Json*> OneRopeParameterSet(const Json& params, const std::string& key,
+                                                const std::string& source) {
+  if (params.empty()) return &params;
+  for (const auto& [name, value] : params.items()) {
+    if ((name != "full_attention" && name != "sliding_attention") || !value.is_object()) {
+      return &params;  // a flat parameter set
+    }
+  }
+  const Json& first = params.begin().value();
+  for (const auto& [name, value] : params.items()) {
+    if (value != first) {
+      return Invalid(source, fmt::format("unsupported {} that differ per layer type ({})", key,
+                                         params.dump()));
+    }
+  }
+  return &first;
+}
+
+// The config class's rope_theta when a file gives none: MixtralConfig 1e6, GptOssConfig 1.5e5,
+// the others 1e4.
+double DefaultRopeTheta(Architecture architecture) {
+  if (architecture == Architecture::kMixtral) return 1000000.0;
+  if (architecture == Architecture::kGptOss) return 150000.0;
+  return 10000.0;
+}
+
 // RoPE: transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}; older files write
 // "rope_theta" plus an optional "rope_scaling" {rope_type|type, ...}.
-absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
+absl::StatusOr<RopeConfig> ParseRope(const Json& j, Architecture architecture,
+                                     const std::string& source) {
   RopeConfig rope;
+  rope.theta = DefaultRopeTheta(architecture);
   const Json* params = nullptr;
   std::string params_key;
   // transformers 5 takes rope_scaling over rope_parameters when a file has both.
@@ -58,7 +116,7 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const std::string& source) {
     auto it = j.find(key);
     if (it != j.end() && !it->is_null()) {
       if (!it->is_object()) return Invalid(source, fmt::format("\"{}\" must be an object", key));
-      params = &*it;
+      RS_ASSIGN_OR_RETURN(params, OneRopeParameterSet(*it, key, source));
       params_key = key;
       break;
     }
@@ -181,7 +239,8 @@ absl::StatusOr<double> ParsePartialRotary(const Json& j, const std::string& sour
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     auto it = j.find(key);
     if (partial || it == j.end() || !it->is_object()) continue;
-    RS_ASSIGN_OR_RETURN(partial, GetNumber(*it, "partial_rotary_factor", source));
+    RS_ASSIGN_OR_RETURN(const Json* params, OneRopeParameterSet(*it, key, source));
+    RS_ASSIGN_OR_RETURN(partial, GetNumber(*params, "partial_rotary_factor", source));
   }
   return partial.value_or(fallback);
 }
@@ -229,10 +288,37 @@ absl::Status RefuseUnsupported(const Json& j, const std::string& source) {
   return absl::OkStatus();
 }
 
+// The config class's num_key_value_heads and head_dim for a file without the key (an explicit
+// null is num_attention_heads and hidden_size / num_attention_heads, as the classes derive them).
+std::optional<int64_t> DefaultKvHeads(Architecture a) {
+  switch (a) {
+    case Architecture::kMistral:
+    case Architecture::kMixtral:
+    case Architecture::kGlm4Moe:
+    case Architecture::kGptOss:
+      return 8;
+    case Architecture::kQwen2:
+    case Architecture::kQwen3:
+      return 32;
+    case Architecture::kQwen2Moe:
+      return 16;
+    case Architecture::kQwen3Moe:
+      return 4;
+    default:
+      return std::nullopt;  // LlamaConfig: num_attention_heads
+  }
+}
+std::optional<int64_t> DefaultHeadDim(Architecture a) {
+  if (a == Architecture::kQwen3) return 128;
+  if (a == Architecture::kGptOss) return 64;
+  return std::nullopt;  // hidden_size / num_attention_heads
+}
+
 // num_key_value_heads and head_dim of the models with ordinary heads.
 absl::Status ParseHeads(const Json& j, const std::string& source, ModelConfig& config) {
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads,
                       GetInt(j, "num_key_value_heads", source, false));
+  if (!j.contains("num_key_value_heads")) kv_heads = DefaultKvHeads(config.architecture);
   // Checked as read (a cast would wrap 2^32 + 2 to 2).
   const int64_t kv = kv_heads.value_or(config.num_heads);
   if (kv <= 0 || kv > config.num_heads || config.num_heads % kv != 0) {
@@ -242,6 +328,7 @@ absl::Status ParseHeads(const Json& j, const std::string& source, ModelConfig& c
   }
   config.num_kv_heads = static_cast<int>(kv);
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, GetInt(j, "head_dim", source, false));
+  if (!j.contains("head_dim")) head_dim = DefaultHeadDim(config.architecture);
   if (head_dim) {
     // q_size() = num_attention_heads * head_dim is an int: the product must fit.
     if (*head_dim <= 0 || *head_dim * config.num_heads > (int64_t{1} << 30)) {
@@ -286,7 +373,7 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
                        config.architecture == Architecture::kGptOss;
   config.rms_norm_eps = static_cast<float>(eps.value_or(eps_1e5 ? 1e-5 : 1e-6));
   if (!(config.rms_norm_eps > 0)) return Invalid(source, "rms_norm_eps must be positive");
-  RS_ASSIGN_OR_RETURN(config.rope, ParseRope(j, source));
+  RS_ASSIGN_OR_RETURN(config.rope, ParseRope(j, config.architecture, source));
   if (config.architecture == Architecture::kGptOss) ApplyGptOssRopeDefaults(j, config.rope);
   const bool mla = config.architecture == Architecture::kDeepseekV2 ||
                    config.architecture == Architecture::kDeepseekV3;
@@ -303,9 +390,13 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
     case Architecture::kQwen3Moe:
       config.qkv_bias = config.o_bias = attention_bias;
       break;
-    case Architecture::kGptOss:  // GptOssConfig sets attention_bias true whatever the file says
-      config.qkv_bias = config.o_bias = true;
+    case Architecture::kGptOss: {
+      // GptOssConfig's default is true; a file's value wins (transformers sets the file's keys
+      // after the class's own attention_bias).
+      RS_ASSIGN_OR_RETURN(const bool bias, GetBool(j, "attention_bias", true, source));
+      config.qkv_bias = config.o_bias = bias;
       break;
+    }
     case Architecture::kQwen2:
       config.qkv_bias = true;
       config.o_bias = false;
@@ -422,11 +513,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(fmt::format("{}: cannot open", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseModelConfig(text.str(), path);
+  RS_ASSIGN_OR_RETURN(const std::string text, ReadBoundedFile(path, kMaxConfigJsonBytes));
+  return ParseModelConfig(text, path);
 }
 
 std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim) {

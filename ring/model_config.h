@@ -166,7 +166,9 @@ struct ModelConfig {
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& source = "config.json");
 
-// Reads and parses `model_dir`/config.json. NotFound if the file is missing.
+// Reads (common/bounded_file.h: a regular file of at most kMaxConfigJsonBytes) and parses
+// `model_dir`/config.json. NotFound if the file is missing; InvalidArgument naming the path
+// when it is not a regular file (a FIFO, a device) or is too large.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 // The RoPE inverse frequencies [head_dim / 2] for `rope` (default, linear, llama3 or yarn),

@@ -16,7 +16,8 @@ namespace ringserve {
 // `j` for config.architecture; leaves dense architectures unchanged. DeepSeek-V3 routes as
 // ParseDeepSeekMoe says; DeepSeek-V2 with softmax scores (scoring_func softmax), topk_method
 // greedy or group_limited_greedy (n_group, topk_group; a group scores its best expert), weights
-// times routed_scaling_factor (norm_topk_prob true is refused), n_shared_experts (default 2);
+// times routed_scaling_factor (norm_topk_prob is not read, as transformers' DeepseekV2Moe does
+// not), n_shared_experts (default 2);
 // for both, layers from first_k_dense_replace on are MoE. A quantization_config is accepted as
 // for dense models (experts dequantize by the same rules), except that gpt-oss takes only
 // quant_method mxfp4 and other MoE models never mxfp4. InvalidArgument naming the key.

@@ -95,8 +95,13 @@ absl::Status ParseSlidingWindow(const Json& j, ModelConfig& c, const std::string
   const auto types = j.find("layer_types");
   if (c.architecture == Architecture::kQwen3Moe) {
     // Qwen3MoeConfig has neither layer_types nor max_window_layers: its model masks every
-    // layer with the window (as Mixtral) and ignores those keys in a file.
-    sliding.assign(c.num_layers, true);
+    // layer with the window (as Mixtral) and ignores those keys in a file; a null window is
+    // no window.
+    sliding.assign(c.num_layers, window.has_value());
+  } else if (c.architecture == Architecture::kMistral || c.architecture == Architecture::kMixtral) {
+    // Their transformers attention takes config.sliding_window on every layer and never reads
+    // layer_types (MistralConfig warns that such a file wants Ministral).
+    RS_ASSIGN_OR_RETURN(sliding, FamilyRule(j, c, window, source));
   } else if (types != j.end() && !types->is_null()) {
     RS_ASSIGN_OR_RETURN(sliding, FromLayerTypes(*types, c, source));
   } else {

@@ -23,6 +23,8 @@ class HostInput final : public InputPort {
   }
   void Close() override { receiver_->Close(); }
   int64_t bytes_received() const override { return receiver_->bytes_received(); }
+  void Abort() override { receiver_->Abort(); }
+  int64_t bytes_moved() const override { return receiver_->bytes_moved(); }
 
  private:
   std::unique_ptr<ActivationReceiver> receiver_;
@@ -42,6 +44,8 @@ class StagedInput final : public InputPort {
   }
   void Close() override { receiver_->Close(); }
   int64_t bytes_received() const override { return receiver_->bytes_received(); }
+  void Abort() override { receiver_->Abort(); }
+  int64_t bytes_moved() const override { return receiver_->bytes_moved(); }
 
  private:
   std::unique_ptr<ActivationReceiver> receiver_;
@@ -60,6 +64,8 @@ class DeviceInput final : public InputPort {
   }
   void Close() override { receiver_->Close(); }
   int64_t bytes_received() const override { return receiver_->bytes_received(); }
+  void Abort() override { receiver_->Abort(); }
+  int64_t bytes_moved() const override { return receiver_->bytes_moved(); }
 
  private:
   std::unique_ptr<DeviceActivationReceiver> receiver_;
@@ -75,6 +81,8 @@ class HostOutput final : public OutputPort {
   }
   void Close() override { sender_->Close(); }
   int64_t bytes_sent() const override { return sender_->bytes_sent(); }
+  void Abort() override { sender_->Abort(); }
+  int64_t bytes_moved() const override { return sender_->bytes_moved(); }
 
  private:
   std::unique_ptr<ActivationSender> sender_;
@@ -92,6 +100,8 @@ class StagedOutput final : public OutputPort {
   }
   void Close() override { sender_->Close(); }
   int64_t bytes_sent() const override { return sender_->bytes_sent(); }
+  void Abort() override { sender_->Abort(); }
+  int64_t bytes_moved() const override { return sender_->bytes_moved(); }
 
  private:
   std::unique_ptr<ActivationSender> sender_;
@@ -109,6 +119,8 @@ class DeviceOutput final : public OutputPort {
   }
   void Close() override { sender_->Close(); }
   int64_t bytes_sent() const override { return sender_->bytes_sent(); }
+  void Abort() override { sender_->Abort(); }
+  int64_t bytes_moved() const override { return sender_->bytes_moved(); }
 
  private:
   std::unique_ptr<DeviceActivationSender> sender_;

@@ -8,7 +8,7 @@
 //   device channel end, host buffer    refused: FailedPrecondition
 //
 // A port moves the buffer's tokens() rows, as the slice's Prepare sized them. Not thread-safe
-// (one executor thread); the byte counters may be read from any thread.
+// (one executor thread); the byte counters may be read, and Abort called, from any thread.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +31,9 @@ class InputPort {
   virtual absl::Status Receive(uint64_t micro_batch_id, absl::Duration timeout) = 0;
   virtual void Close() = 0;
   virtual int64_t bytes_received() const = 0;
+  // The channel's Abort and bytes_moved (activation_channel.h).
+  virtual void Abort() = 0;
+  virtual int64_t bytes_moved() const = 0;
 };
 
 // The buffer to the next stage.
@@ -42,6 +45,9 @@ class OutputPort {
   virtual absl::Status Send(uint64_t micro_batch_id, absl::Duration timeout) = 0;
   virtual void Close() = 0;
   virtual int64_t bytes_sent() const = 0;
+  // The channel's Abort and bytes_moved (activation_channel.h).
+  virtual void Abort() = 0;
+  virtual int64_t bytes_moved() const = 0;
 };
 
 // Takes the receiving end out of `channels` (null on the first stage: returns null).

@@ -10,6 +10,8 @@
 //   names none (ring/kv_cache_dtype.h).
 // --insecure: allows listening beyond loopback without a ring secret (trusted networks only).
 // --debug_step_delay_ms N: testing aid, every step takes N ms longer (a slow stage).
+// --debug_stall_after_steps N: testing aid, after N steps the stage stops taking its input (a
+//   wedged stage that no longer reads) until its ring is closed.
 // --probe_layers MODEL_DIR [--probe_device cpu|cuda:N] [--probe_rows R] [--probe_context C]:
 //   instead of serving, times each decoder layer of the model alone on the device
 //   (stage/layer_cost_probe.h), writes the profile to --probe_out PATH (default stdout) and
@@ -42,6 +44,9 @@ ABSL_FLAG(std::string, listen, "", "control address HOST:PORT to serve on (port 
 ABSL_FLAG(int, ready_fd, -1,
           "once serving, write the bound control address and a newline to this descriptor");
 ABSL_FLAG(int, debug_step_delay_ms, 0, "testing aid: every step takes this many ms longer");
+ABSL_FLAG(int, debug_stall_after_steps, 0,
+          "testing aid: after this many steps the stage stops taking its input until its ring "
+          "is closed (0: never)");
 ABSL_FLAG(std::string, ring_secret, "",
           "the ring secret file (owner-only); every control call and activation connection "
           "must prove knowledge of it");
@@ -65,7 +70,7 @@ constexpr char kUsage[] =
     "A stage process: waits for the coordinator to configure it, then runs its layers.\n"
     "usage: stage --listen=HOST:PORT [--ring_secret=PATH] [--model_root=DIR] [--insecure]\n"
     "             [--kv_cache_dtype=auto|fp8_e4m3]\n"
-    "             [--ready_fd=N] [--debug_step_delay_ms=N]\n"
+    "             [--ready_fd=N] [--debug_step_delay_ms=N] [--debug_stall_after_steps=N]\n"
     "       stage --probe_layers=MODEL_DIR [--probe_device=cpu|cuda:N] [--probe_rows=R]\n"
     "             [--probe_context=C] [--probe_out=PATH]";
 
@@ -162,6 +167,7 @@ int main(int argc, char** argv) {
   options.on_ready = [](const std::string& status) { (void)NotifyReady(status); };
   options.on_shutdown = request_stop;
   options.debug_step_delay = absl::Milliseconds(debug_step_delay_ms);
+  options.debug_stall_after_steps = absl::GetFlag(FLAGS_debug_stall_after_steps);
   options.secret = std::move(secret);
   options.model_root = model_root;
   options.kv_cache_dtype = *kv_cache_dtype;

@@ -304,6 +304,7 @@ grpc::Status StageService::ConnectPeers(grpc::ServerContext* context,
   StepExecutorOptions executor_options;
   executor_options.stage_index = index;
   executor_options.debug_step_delay = options_.debug_step_delay;
+  executor_options.debug_stall_after_steps = options_.debug_stall_after_steps;
   const char* in_flight = std::getenv("RINGSERVE_SAMPLING_IN_FLIGHT");
   executor_options.sampling_in_flight = in_flight == nullptr || std::string(in_flight) != "0";
   if (config.recv_timeout_ms() > 0) {
@@ -334,6 +335,7 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
   }
   std::shared_ptr<StepExecutor> executor;
   int index = 0;
+  absl::Duration activity_interval = absl::ZeroDuration();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (executor_ == nullptr || steps_active_) {
@@ -344,7 +346,14 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
     steps_active_ = true;
     executor = executor_;
     index = config_.stage_index();
+    activity_interval = absl::Milliseconds(config_.activity_interval_ms());
   }
+  // Results (worker) and activity reports (reporter) share the stream: one Write at a time.
+  std::mutex write_mu;
+  auto write = [&](const v1::StepResult& result) {
+    std::lock_guard<std::mutex> lock(write_mu);
+    return stream->Write(result);
+  };
 
   // The handler thread reads plans into a queue; the worker submits them in order and writes
   // their results, so a long step never stops plans from being received. A step may finish
@@ -369,9 +378,13 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
       in_flight_.fetch_sub(1);
       if (!outcome.ok()) {
         std::string message(outcome.status().message());
-        RS_LOG_ERROR("{}", message);
+        if (absl::IsCancelled(outcome.status())) {
+          RS_LOG_INFO("{}", message);  // aborted: the ring ended while the step waited
+        } else {
+          RS_LOG_ERROR("{}", message);
+        }
         result.set_error(message);
-        stream->Write(result);
+        write(result);
         std::lock_guard<std::mutex> lock(queue_mu);
         error = message;
         in_flight_.fetch_sub(static_cast<int>(queue.size()));
@@ -390,7 +403,7 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
       steps_.fetch_add(1);
       bytes_sent_.store(executor->bytes_sent());
       bytes_received_.store(executor->bytes_received());
-      if (!stream->Write(result)) {
+      if (!write(result)) {
         std::lock_guard<std::mutex> lock(queue_mu);
         error = "the coordinator went away";
         in_flight_.fetch_sub(static_cast<int>(queue.size()));
@@ -447,6 +460,30 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
     }
   });
 
+  // Activity reports (ConfigureRequest.activity_interval_ms): one at once, then one per
+  // interval, until the stream ends.
+  std::mutex report_mu;
+  std::condition_variable report_cv;
+  bool reporting_done = false;
+  std::thread reporter;
+  if (activity_interval > absl::ZeroDuration()) {
+    reporter = std::thread([&] {
+      std::unique_lock<std::mutex> lock(report_mu);
+      do {
+        const ExecutorActivity now = executor->Activity();
+        v1::StepResult report;
+        report.set_stage_index(index);
+        v1::StageActivity* activity = report.mutable_activity();
+        activity->set_state(static_cast<v1::StageActivity::State>(now.state));
+        activity->set_micro_batch_id(now.micro_batch_id);
+        activity->set_state_us(absl::ToInt64Microseconds(absl::Now() - now.since));
+        activity->set_channel_bytes(now.channel_bytes);
+        if (!write(report)) return;
+      } while (!report_cv.wait_for(lock, absl::ToChronoMicroseconds(activity_interval),
+                                   [&] { return reporting_done; }));
+    });
+  }
+
   v1::StepPlan plan;
   while (stream->Read(&plan)) {
     std::lock_guard<std::mutex> lock(queue_mu);
@@ -460,7 +497,17 @@ grpc::Status StageService::Steps(grpc::ServerContext* context,
     reading_done = true;
     queue_cv.notify_one();
   }
+  // The coordinator closed the stream (or went away): the ring is over. A step still waiting
+  // on a neighbour that takes or sends nothing (stopped, wedged, cut off) would hold this stage
+  // until the step timeout, and refuse the next Configure meanwhile: abort its channels.
+  executor->AbortChannels();
   worker.join();
+  {
+    std::lock_guard<std::mutex> lock(report_mu);
+    reporting_done = true;
+    report_cv.notify_all();
+  }
+  if (reporter.joinable()) reporter.join();
   executor->CloseChannels();
   {
     std::lock_guard<std::mutex> lock(mu_);

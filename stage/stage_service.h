@@ -42,6 +42,8 @@ struct StageServiceOptions {
   std::string model_root;
   // Testing aid (stage --debug_step_delay_ms): extra time in every step.
   absl::Duration debug_step_delay = absl::ZeroDuration();
+  // Testing aid (stage --debug_stall_after_steps): StepExecutorOptions::debug_stall_after_steps.
+  int debug_stall_after_steps = 0;
   // stage --kv_cache_dtype: the KV cache's element type when a Configure names none.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
 };

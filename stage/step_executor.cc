@@ -48,7 +48,9 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
 }
 
 StepExecutor::StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice)
-    : options_(options), slice_(std::move(slice)) {}
+    : options_(options), slice_(std::move(slice)) {
+  activity_.since = absl::Now();
+}
 
 StepExecutor::~StepExecutor() {
   CloseChannels();
@@ -76,6 +78,48 @@ void StepExecutor::CloseChannels() {
   if (back_edge_) back_edge_->Close();
 }
 
+void StepExecutor::AbortChannels() {
+  // The ends are set before the first step and live as long as the executor.
+  if (input_) input_->Abort();
+  if (output_) output_->Abort();
+  if (back_edge_) back_edge_->Abort();
+  std::lock_guard<std::mutex> lock(activity_mu_);
+  aborted_ = true;
+  aborted_cv_.notify_all();
+}
+
+ExecutorActivity StepExecutor::Activity() const {
+  ExecutorActivity activity;
+  {
+    std::lock_guard<std::mutex> lock(activity_mu_);
+    activity = activity_;
+  }
+  const int64_t moved[] = {input_ ? input_->bytes_moved() : -1,
+                           output_ ? output_->bytes_moved() : -1,
+                           back_edge_ ? back_edge_->bytes_moved() : -1};
+  for (int64_t bytes : moved) {
+    if (bytes >= 0) activity.channel_bytes = std::max<int64_t>(activity.channel_bytes, 0) + bytes;
+  }
+  return activity;
+}
+
+void StepExecutor::SetActivity(ExecutorActivity::State state, uint64_t micro_batch_id) {
+  std::lock_guard<std::mutex> lock(activity_mu_);
+  if (activity_.state == state && activity_.micro_batch_id == micro_batch_id) return;
+  activity_.state = state;
+  activity_.micro_batch_id = micro_batch_id;
+  activity_.since = absl::Now();
+}
+
+absl::Status StepExecutor::DebugStall(uint64_t micro_batch_id) {
+  SetActivity(ExecutorActivity::State::kReceiving, micro_batch_id);
+  RS_LOG_WARN("stage {}: stalling before micro-batch {} (--debug_stall_after_steps)",
+              options_.stage_index, micro_batch_id);
+  std::unique_lock<std::mutex> lock(activity_mu_);
+  aborted_cv_.wait(lock, [&] { return aborted_; });
+  return absl::CancelledError("aborted while stalled (--debug_stall_after_steps)");
+}
+
 absl::StatusOr<StepOutcome> StepExecutor::Run(const v1::StepPlan& plan) {
   if (!pending_.empty()) {
     return absl::FailedPreconditionError(fmt::format("stage {}: Run with {} steps in flight",
@@ -100,6 +144,7 @@ absl::Status StepExecutor::Submit(v1::StepPlan plan) {
   if (status.ok()) return status;
   if (step.sampling_in_flight) --samplings_in_flight_;
   pending_.pop_back();
+  if (pending_.empty()) SetActivity(ExecutorActivity::State::kIdle, id);
   return AnnotateError(status, id);
 }
 
@@ -115,6 +160,7 @@ absl::StatusOr<StepOutcome> StepExecutor::FinishOldest() {
   StepOutcome outcome = std::move(step.outcome);
   if (step.sampling_in_flight) --samplings_in_flight_;
   pending_.pop_front();
+  if (pending_.empty()) SetActivity(ExecutorActivity::State::kIdle, id);
   if (!status.ok()) return AnnotateError(status, id);
   return outcome;
 }
@@ -152,14 +198,17 @@ absl::Status StepExecutor::Complete(PendingStep& step) {
     // The step before it was completed first (its message is on the back edge): the back
     // edge's bookkeeping, and the host copy of the tokens the device fed.
     step.fed = false;
+    SetActivity(ExecutorActivity::State::kReceiving, step.plan.micro_batch_id());
     RS_RETURN_IF_ERROR(
         back_edge_->FillAheadTokens(step.plan, &step.decoded.batch, options_.recv_timeout));
   }
   if (!step.sampling_in_flight) return absl::OkStatus();
   step.sampling_in_flight = false;
   --samplings_in_flight_;
+  SetActivity(ExecutorActivity::State::kComputing, step.plan.micro_batch_id());
   RS_ASSIGN_OR_RETURN(SampledRows sampled, slice_->WaitSample());
   RS_RETURN_IF_ERROR(TokensFromRows(step.decoded, sampled, &step.outcome));
+  SetActivity(ExecutorActivity::State::kSending, step.plan.micro_batch_id());
   RS_RETURN_IF_ERROR(
       back_edge_->SendIfAsked(step.plan, step.outcome.tokens, options_.send_timeout));
   step.outcome.busy_us = slice_->TakeStepMicros();
@@ -187,6 +236,7 @@ absl::Status StepExecutor::TakeAheadTokens(PendingStep& step, std::vector<TokenF
   if (!feedable) {
     // The messages of every earlier step first (their own back-edge reads included).
     RS_RETURN_IF_ERROR(FinishSamplingsBefore(&step));
+    SetActivity(ExecutorActivity::State::kReceiving, plan.micro_batch_id());
     return back_edge_->FillAheadTokens(plan, &step.decoded.batch, options_.recv_timeout);
   }
   // Row of each sequence in the base's sampled rows (LAST_TOKEN chunks, in chunk order).
@@ -227,6 +277,8 @@ absl::Status StepExecutor::TakeAheadTokens(PendingStep& step, std::vector<TokenF
 
 absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
   const v1::StepPlan& plan = step.plan;
+  const uint64_t id = plan.micro_batch_id();
+  SetActivity(ExecutorActivity::State::kComputing, id);
   RS_ASSIGN_OR_RETURN(step.decoded, DecodeStepPlan(plan, slice_->is_first(), slice_->is_last(),
                                                    slice_->options().kv_block_size));
   if (UsesTokenBackEdge(plan) && back_edge_ == nullptr) {
@@ -248,6 +300,7 @@ absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
   // streams: 89.3% of one stage against 86.0% with the upload first; bench/ring/NOTES.md).
   int64_t prepare_us = 0;
   auto prepare = [&]() -> absl::Status {
+    SetActivity(ExecutorActivity::State::kComputing, id);
     const absl::Time start = absl::Now();
     absl::Status status = step.fed ? slice_->PrepareFed(batch, feeds) : slice_->Prepare(batch);
     prepare_us = MicrosSince(start);
@@ -256,7 +309,11 @@ absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
   if (!prepare_after_input_) RS_RETURN_IF_ERROR(prepare());
 
   const absl::Time wait_start = absl::Now();
+  if (options_.debug_stall_after_steps > 0 && timing_.steps >= options_.debug_stall_after_steps) {
+    return DebugStall(id);
+  }
   if (input_ != nullptr) {
+    SetActivity(ExecutorActivity::State::kReceiving, id);
     // Sized here too for a batch not yet prepared (InvalidArgument above the buffer's capacity).
     RS_RETURN_IF_ERROR(slice_->activations().Resize(batch.TotalTokens()));
     RS_RETURN_IF_ERROR(input_->Receive(plan.micro_batch_id(), options_.recv_timeout));
@@ -265,6 +322,7 @@ absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
   outcome.wait_us = MicrosSince(wait_start);
   if (prepare_after_input_) RS_RETURN_IF_ERROR(prepare());
 
+  SetActivity(ExecutorActivity::State::kComputing, id);
   slice_->BeginStepTiming();
   const absl::Time busy_start = absl::Now();
   if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
@@ -273,6 +331,7 @@ absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
   bool deferred = false;
   if (output_ != nullptr) {
     const int64_t before = output_->bytes_sent();
+    SetActivity(ExecutorActivity::State::kSending, id);
     RS_RETURN_IF_ERROR(output_->Send(plan.micro_batch_id(), options_.send_timeout));
     outcome.bytes_sent = output_->bytes_sent() - before;
     bytes_sent_.store(output_->bytes_sent());
@@ -290,6 +349,7 @@ absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
     if (samplings_in_flight_ > 0) RS_RETURN_IF_ERROR(FinishSamplingsBefore(&step));
     RS_RETURN_IF_ERROR(SampleInto(step.decoded, &outcome));
     if (back_edge_ != nullptr) {
+      SetActivity(ExecutorActivity::State::kSending, id);
       RS_RETURN_IF_ERROR(back_edge_->SendIfAsked(plan, outcome.tokens, options_.send_timeout));
     }
   }
@@ -300,6 +360,8 @@ absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
     timing_.busy_us += outcome.busy_us;
   }
 
+  // A step whose sampling is in flight is still computing (on the device) until collected.
+  if (!deferred) SetActivity(ExecutorActivity::State::kIdle, id);
   ++timing_.steps;
   timing_.prepare_us += prepare_us;
   timing_.wait_us += outcome.wait_us;

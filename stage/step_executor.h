@@ -7,13 +7,16 @@
 // created (stage/activation_ports.h).
 //
 // Not thread-safe: one thread calls Run (or Submit and FinishOldest), plan after plan. Counters
-// are atomics, readable from any thread.
+// are atomics, readable from any thread; Activity and AbortChannels may be called from any
+// thread.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,6 +53,20 @@ struct StepExecutorOptions {
   bool sampling_in_flight = true;
   // Testing aid: extra time spent in every step, as if the slice were slower.
   absl::Duration debug_step_delay = absl::ZeroDuration();
+  // Testing aid (> 0): after this many steps the stage stops taking its input, as a wedged
+  // stage that no longer reads would: the next step waits, receiving, until AbortChannels.
+  int debug_stall_after_steps = 0;
+};
+
+// What a step executor is doing (the stage's activity reports, proto StageActivity).
+struct ExecutorActivity {
+  enum class State { kIdle, kReceiving, kComputing, kSending };  // proto StageActivity's order
+  State state = State::kIdle;
+  uint64_t micro_batch_id = 0;  // of the step in that state
+  absl::Time since;             // when the executor entered it
+  // Bytes its channels have moved (ActivationSender::bytes_moved), summed; -1 when none can
+  // tell.
+  int64_t channel_bytes = -1;
 };
 
 class StepExecutor {
@@ -94,6 +111,12 @@ class StepExecutor {
 
   // Closes both channel ends and the back edge (neighbours' pending calls fail).
   void CloseChannels();
+  // Thread-safe: a step blocked on a channel (a neighbour that takes or sends nothing) fails at
+  // once with Cancelled, and so does every later channel call. For a stage whose ring is over
+  // (its Steps stream ended) while its executor thread still waits.
+  void AbortChannels();
+  // Thread-safe: what the executor is doing now.
+  ExecutorActivity Activity() const;
 
   const ModelSlice& slice() const { return *slice_; }
   int64_t bytes_sent() const { return bytes_sent_.load(); }
@@ -125,6 +148,10 @@ class StepExecutor {
   // Takes a step's back-edge messages (fed) and its tokens (sampling in flight); sends them on.
   absl::Status Complete(PendingStep& step);
   absl::Status AnnotateError(const absl::Status& status, uint64_t micro_batch_id);
+  // Records what the executor starts doing (Activity).
+  void SetActivity(ExecutorActivity::State state, uint64_t micro_batch_id);
+  // options_.debug_stall_after_steps' stall: waits until AbortChannels, then Cancelled.
+  absl::Status DebugStall(uint64_t micro_batch_id);
   // The last stage: samples the batch's rows into outcome->tokens.
   absl::Status SampleInto(const DecodedPlan& decoded, StepOutcome* outcome);
   // outcome->tokens from the slice's sampled rows (one per LAST_TOKEN chunk, in chunk order).
@@ -149,6 +176,10 @@ class StepExecutor {
   } timing_;
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> bytes_received_{0};
+  mutable std::mutex activity_mu_;
+  ExecutorActivity activity_;  // guarded by activity_mu_ (channel_bytes unused)
+  bool aborted_ = false;       // guarded by activity_mu_
+  std::condition_variable aborted_cv_;
 };
 
 }  // namespace ringserve

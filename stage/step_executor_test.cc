@@ -115,6 +115,53 @@ TEST(StepExecutorTest, TwoStagesOverTcpSampleWhatTheWholeModelSamples) {
   EXPECT_GT((*head)->bytes_sent(), 0);
 }
 
+// A step waiting for a neighbour that sends nothing reports it (the stage's activity reports,
+// for the coordinator's progress watchdog) and ends at AbortChannels, not at its timeout.
+TEST(StepExecutorTest, StepWaitingOnASilentNeighbourReportsItAndEndsAtAbort) {
+  auto listener = TcpListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  absl::StatusOr<std::unique_ptr<ActivationSender>> sender;
+  std::thread connector([&] { sender = TcpConnect((*listener)->endpoint(), 0, absl::Seconds(5)); });
+  auto receiver = (*listener)->Accept(0, absl::Seconds(5));
+  connector.join();
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  StageChannels head_channels;
+  head_channels.sender = *std::move(sender);
+  StageChannels tail_channels;
+  tail_channels.receiver = *std::move(receiver);
+  auto head = StepExecutor::Create({.stage_index = 0}, Load({0, 2}), std::move(head_channels));
+  ASSERT_TRUE(head.ok()) << head.status();
+  auto tail = StepExecutor::Create({.stage_index = 1, .recv_timeout = absl::Seconds(120)},
+                                   Load({2, 3}), std::move(tail_channels));
+  ASSERT_TRUE(tail.ok()) << tail.status();
+  EXPECT_EQ((*tail)->Activity().state, ExecutorActivity::State::kIdle);
+
+  const MicroBatch batch = Prefill();
+  const v1::StepPlan plan = EncodeStepPlan(7, batch, Sampling(0), false, true);
+  absl::StatusOr<StepOutcome> got;
+  absl::Time returned;
+  std::thread tail_thread([&] {
+    got = (*tail)->Run(plan);
+    returned = absl::Now();
+  });
+  ExecutorActivity activity;
+  const absl::Time wait_until = absl::Now() + absl::Seconds(30);
+  do {
+    absl::SleepFor(absl::Milliseconds(1));
+    activity = (*tail)->Activity();
+  } while (activity.state != ExecutorActivity::State::kReceiving && absl::Now() < wait_until);
+  EXPECT_EQ(activity.state, ExecutorActivity::State::kReceiving);
+  EXPECT_EQ(activity.micro_batch_id, 7u);
+  EXPECT_EQ(activity.channel_bytes, 0);  // a tcp channel counts: nothing came
+  const absl::Time aborted = absl::Now();
+  (*tail)->AbortChannels();
+  tail_thread.join();
+  EXPECT_TRUE(absl::IsCancelled(got.status())) << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("stage 1, micro-batch 7"));
+  EXPECT_LT(returned - aborted, absl::Seconds(10));
+}
+
 TEST(StepExecutorTest, RefusesAGpuChannelForHostActivations) {
   StageChannels channels;
   channels.device_receiver = std::make_unique<UnusedDeviceReceiver>();

@@ -17,6 +17,8 @@ constexpr size_t kEntryBytes = 12;   // seq_id u64, token i32
 class InProcessBackEdge final : public TokenBackEdge {
  public:
   void Close() override {}
+  void Abort() override {}
+  int64_t bytes_moved() const override { return 0; }
 
  protected:
   absl::Status Send(uint64_t micro_batch_id, const Message& message, absl::Duration) override {
@@ -39,6 +41,8 @@ class LinkBackEdge final : public TokenBackEdge {
  public:
   explicit LinkBackEdge(std::unique_ptr<TcpLink> link) : link_(std::move(link)) {}
   void Close() override { link_->Close(); }
+  void Abort() override { link_->Abort(); }
+  int64_t bytes_moved() const override { return link_->bytes_moved(); }
 
  protected:
   absl::Status Send(uint64_t micro_batch_id, const Message& message,

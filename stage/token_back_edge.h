@@ -12,7 +12,7 @@
 // Wire form: a frame tagged 0 holding {micro_batch_id u64, count u32}, then (count > 0) a frame
 // tagged micro_batch_id holding count x {seq_id u64, token i32}, little endian.
 //
-// Not thread-safe: the stage's executor thread only.
+// Not thread-safe: the stage's executor thread only (Abort and bytes_moved: any thread).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +57,9 @@ class TokenBackEdge {
 
   // Closes the link: the peer's pending calls fail.
   virtual void Close() = 0;
+  // Thread-safe: TcpLink::Abort and bytes_moved (nothing and 0 in process).
+  virtual void Abort() = 0;
+  virtual int64_t bytes_moved() const = 0;
 
  protected:
   virtual absl::Status Send(uint64_t micro_batch_id, const Message& message,

@@ -162,8 +162,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ordered_json& messages,
   set("add_generation_prompt", jinja::Value::Bool(options.add_generation_prompt));
   for (const auto& [k, v] : special_tokens_.items()) set(k, jinja::Value::FromJson(v));
   for (const auto& [k, v] : options.extra_kwargs.items()) set(k, jinja::Value::FromJson(v));
-  return template_->Render(vars, options.now.value_or(std::chrono::system_clock::now()),
-                           options.max_render_steps);
+  return template_->Render(
+      vars, options.now.value_or(std::chrono::system_clock::now()),
+      {.max_steps = options.max_render_steps, .max_bytes = options.max_render_bytes});
 }
 
 }  // namespace ringserve::chat

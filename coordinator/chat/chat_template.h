@@ -41,9 +41,15 @@ struct ChatRenderOptions {
   // Clock for the `strftime_now(format)` global, formatted in UTC (transformers uses the
   // host's local time); unset = now.
   std::optional<std::chrono::system_clock::time_point> now;
-  // Render budget: statements, expression nodes, loop iterations and calls each cost a step;
-  // a render that needs more fails with InvalidArgument instead of hanging.
+  // Render budget: statements, expression nodes, loop iterations and calls each cost a step
+  // (so do the nodes that printing, dumping or comparing a value visits, and every 256 bytes
+  // of string an operation reads); a render that needs more fails with InvalidArgument instead
+  // of hanging.
   int64_t max_render_steps = 10'000'000;
+  // Bytes of strings, lists and dicts a render may build in all, kept or not (jinja_budget.h);
+  // a render that builds more fails with InvalidArgument instead of exhausting memory. The
+  // rendered prompt itself is capped at 64 MiB.
+  int64_t max_render_bytes = int64_t{512} << 20;
 };
 
 // An immutable, parsed chat template plus the tokenizer's special tokens (bos_token,

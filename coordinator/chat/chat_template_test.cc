@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -335,6 +337,183 @@ TEST(ChatTemplateTest, RenderBudgetStopsRunawayTemplates) {
       "string too large", false);
   ExpectError("{{ 'a'|center(10000000000) }}", "center result too large", false);
   ExpectError("{{ ('a\n' * 100000)|indent('x' * 1000) }}", "indent result too large", false);
+}
+
+// `prelude` followed by `{% set l = [l, l] %}` 40 times: 41 list nodes, 2^40 leaves.
+std::string Doubled(const std::string& prelude = "{% set l = [1] %}") {
+  return prelude + Times("{% set l = [l, l] %}", 40);
+}
+
+absl::Status RenderStatus(const std::string& source, const ChatRenderOptions& options) {
+  auto tmpl = ChatTemplate::FromString(source);
+  if (!tmpl.ok()) return tmpl.status();
+  return tmpl->Render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), options)
+      .status();
+}
+
+TEST(ChatTemplateTest, ValuesSharedManyTimesFailWithinTheBudget) {
+  // A value built by nesting one list in another shares it (41 nodes here), but printing,
+  // dumping or comparing it visits every path: each visit is charged, so these fail in a
+  // bounded time instead of building 2^40 leaves. (A small step budget keeps the test fast.)
+  ChatRenderOptions options;
+  options.max_render_steps = 1'000'000;
+  const std::string kSteps = "render exceeds 1000000 steps";
+  const std::string kNsDoubled =
+      "{% set ns = namespace(l=[1], d={}, a=[1], b=[1]) %}{% for i in range(40) %}"
+      "{% set ns.l = [ns.l, ns.l] %}{% set ns.d = {'x': ns.d, 'y': ns.d} %}"
+      "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}";
+  for (const std::string& source : {
+           Doubled() + "{{ l }}",
+           Doubled() + "{% set s = l|string %}",
+           Doubled() + "{% set s = l|tojson %}",
+           Doubled() + "{% set s = l ~ '' %}",
+           Doubled() + "{{ l|join(',')|length }}",
+           Doubled() + "{{ l|map('string')|list|length }}",
+           Doubled() + "{{ {'k': l}|items|list }}",
+           Doubled() + "{{ l|upper|length }}",
+           kNsDoubled + "{{ ns.l|length }}{{ ns.l }}",
+           kNsDoubled + "{{ ns.d|tojson|length }}",
+           kNsDoubled + "{{ ns.d }}",
+           kNsDoubled + "{{ ns }}",
+           // Two lists built alike but apart: comparing them walks both.
+           kNsDoubled + "{{ ns.a == ns.b }}",
+           kNsDoubled + "{{ [ns.a, ns.b]|sort|length }}",
+           kNsDoubled + "{{ ns.a in [ns.b] }}",
+           kNsDoubled + "{{ [ns.a, ns.b]|unique|list|length }}",
+       }) {
+    absl::Status status = RenderStatus(source, options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << source;
+    EXPECT_NE(std::string(status.message()).find(kSteps), std::string::npos)
+        << source << " -> " << status;
+    EXPECT_EQ(std::string(status.message()).rfind("chat template error at line 1", 0), 0u)
+        << status;
+  }
+  // Indented, the dump reaches the size cap first.
+  absl::Status indented = RenderStatus(kNsDoubled + "{{ ns.d|tojson(indent=2)|length }}", options);
+  EXPECT_NE(std::string(indented.message()).find("tojson result too large (over 64 MiB)"),
+            std::string::npos)
+      << indented;
+  // Comparing a shared list with itself is cheap, as in Python (identity first).
+  auto same = ChatTemplate::FromString(Doubled() + "{{ l == l }} {{ [l, 1] == [l, 1] }}");
+  ASSERT_TRUE(same.ok());
+  auto rendered = same->Render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), {});
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(*rendered, "True True");
+}
+
+TEST(ChatTemplateTest, ValuesBuiltInLoopsFailWithinTheBudget) {
+  ChatRenderOptions options;  // smaller budgets than the default keep the test fast
+  options.max_render_steps = 1'000'000;
+  options.max_render_bytes = 128 << 20;
+  const std::string kBytes = "render builds more than 128 MiB of values";
+  const std::string kSteps = "render exceeds 1000000 steps";
+  struct Case {
+    std::string source;
+    std::string error;
+  };
+  const Case cases[] = {
+      // Each string is under the 64 MiB cap; together they are not.
+      {"{% for i in range(1000) %}{% set s = 'a' * 60000000 %}{% endfor %}", kBytes},
+      {"{% set ns = namespace(s='') %}{% for i in range(100000) %}"
+       "{% set ns.s = ns.s ~ ('x' * 1000) %}{% endfor %}",
+       kBytes},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+       "{% set ns.l = ns.l + ['x' * 1000] %}{% endfor %}",
+       kBytes},
+      {"{% macro m() %}{{ 'a' * 60000000 }}{% endmacro %}{% for i in range(1000) %}"
+       "{% set s = m() %}{% endfor %}",
+       kBytes},
+      {"{% for i in range(1000) %}{% set s %}{{ 'a' * 60000000 }}{% endset %}{% endfor %}", kBytes},
+      // A string's characters become values (about 100 bytes each).
+      {"{% for i in range(1000) %}{% set l = ('ab' * 1000000)|list %}{% endfor %}", kBytes},
+      {"{% for i in range(1000) %}{% for c in 'ab' * 1000000 %}{% break %}{% endfor %}"
+       "{% endfor %}",
+       kBytes},
+      {"{{ ([[1] * 1000] * 100000)|sum(start=[])|length }}", kBytes},
+      {"{% set d = {'a': 'x' * 60000000} %}{% for i in range(1000) %}"
+       "{% set l = d|items|list %}{% set s = d.a ~ '' %}{% endfor %}",
+       kBytes},
+      // Reading a long string costs a step per 256 bytes.
+      {"{% set s = 'a' * 60000000 %}{% for i in range(100000) %}{% if s|length %}{% endif %}"
+       "{% endfor %}",
+       kSteps},
+      {"{% set s = 'a' * 60000000 %}{% for i in range(100000) %}{% if 'b' in s %}{% endif %}"
+       "{% endfor %}",
+       kSteps},
+      {"{% set s = 'a' * 60000000 %}{% for i in range(100000) %}{% if s[0] == s[-1] %}{% endif %}"
+       "{% endfor %}",
+       kBytes},
+      // Nesting grown one level an iteration (printing, comparing and freeing it recurse).
+      {"{% set ns = namespace(l=1) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}"
+       "{% endfor %}{{ ns.l }}",
+       "value nested deeper than 256 levels"},
+      {"{% set ns = namespace(d=1) %}{% for i in range(100000) %}{% set ns.d = {'a': ns.d} %}"
+       "{% endfor %}{{ ns.d|tojson }}",
+       "value nested deeper than 256 levels"},
+      // A namespace that holds itself (or a loop object) would print forever.
+      {"{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}",
+       "a namespace attribute cannot hold a namespace"},
+      {"{% set ns = namespace() %}{% set ns.l = [1, {'a': ns}] %}{{ ns }}",
+       "a namespace attribute cannot hold a namespace"},
+      {"{% set ns = namespace() %}{% for x in [1] %}{% set ns.loop = loop %}{% endfor %}",
+       "a namespace attribute cannot hold a namespace"},
+      {"{% set ns = namespace() %}{% set ns.get = {'n': ns}.get %}{{ ns }}",
+       "a namespace attribute cannot hold a namespace"},
+      // Single values over the caps, as before.
+      {"{{ ('a' * 10**9)|length }}", "string repetition result too large"},
+      {"{{ range(10**9)|list|length }}", "Range too big"},
+  };
+  for (const Case& c : cases) {
+    absl::Status status = RenderStatus(c.source, options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.source;
+    EXPECT_NE(std::string(status.message()).find(c.error), std::string::npos)
+        << c.source << " -> " << status;
+  }
+  // Repeating an empty sequence any number of times is empty, at once.
+  auto empty = ChatTemplate::FromString("{{ ('' * 10**30)|length }}{{ ([] * 10**30)|length }}");
+  ASSERT_TRUE(empty.ok());
+  auto rendered = empty->Render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), {});
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(*rendered, "00");
+}
+
+TEST(ChatTemplateTest, RenderBudgetIsPerRender) {
+  // A render that spends its budget fails alone: renders of the same template on other threads
+  // at the same time, and later ones on the same thread, get their own budget.
+  auto tmpl = ChatTemplate::FromString("{% if messages[0].content == 'explode' %}" + Doubled() +
+                                       "{{ l }}{% else %}{% for m in messages %}<{{ m.role }}>{{ "
+                                       "m.content }}{% endfor %}{% endif %}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  const ordered_json hostile = ordered_json::array({{{"role", "user"}, {"content", "explode"}}});
+  const ordered_json normal = ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  std::atomic<int> failures = 0;
+  std::thread attacker([&] {
+    for (int i = 0; i < 3; ++i) failures += !tmpl->Render(hostile, {}).ok();
+  });
+  for (int i = 0; i < 200; ++i) {
+    auto out = tmpl->Render(normal, {});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(*out, "<user>hi");
+  }
+  attacker.join();
+  EXPECT_EQ(failures, 3);
+  // The default steps and bytes leave real templates far from their limits: a 4 MB
+  // conversation of 1,000 messages renders with a budget a tenth of the default.
+  ordered_json long_chat = ordered_json::array();
+  for (int i = 0; i < 1000; ++i) {
+    long_chat.push_back({{"role", i % 2 ? "assistant" : "user"},
+                         {"content", std::string(4000, 'x') + (i % 2 ? "<think>r</think>y" : "")}});
+  }
+  ChatRenderOptions tenth;
+  tenth.add_generation_prompt = true;
+  tenth.max_render_steps = 1'000'000;
+  tenth.max_render_bytes = 51 << 20;
+  for (const char* name : {"qwen3", "llama3", "deepseek_v3"}) {
+    auto real = ChatTemplate::FromTokenizerConfig(TokenizerDir(name));
+    ASSERT_TRUE(real.ok()) << real.status();
+    auto out = real->Render(long_chat, tenth);
+    EXPECT_TRUE(out.ok()) << name << ": " << out.status();
+  }
 }
 
 TEST(ChatTemplateTest, TruncatedAndMutatedTemplatesNeverCrash) {

@@ -19,14 +19,20 @@ absl::Status Unsupported(const std::string& a, const std::string& op, const Valu
 }
 
 absl::StatusOr<Value> Repeat(const Value& seq, Int n) {
-  if (n < 0) n = 0;
+  const bool empty = seq.is_string() ? seq.str().empty() : seq.list().empty();
+  if (n < 0 || empty) n = 0;  // `'' * 10**30` is '' (without looping 10**30 times)
   if (seq.is_string()) {
     if (static_cast<double>(seq.str().size()) * static_cast<double>(n) > kMaxStringBytes) {
       return TypeError("string repetition result too large");
     }
+    const size_t total = seq.str().size() * static_cast<size_t>(n);
+    if (total == 0) return Value::String("");
     std::string out;
-    for (Int i = 0; i < n; ++i) out += seq.str();
-    return Value::String(out);
+    out.reserve(total);
+    out = seq.str();
+    while (out.size() * 2 <= total) out += out;
+    out.append(out, 0, total - out.size());
+    return Value::String(std::move(out));
   }
   if (static_cast<double>(seq.list().size()) * static_cast<double>(n) > kMaxRange) {
     return TypeError("list repetition result too large");
@@ -70,6 +76,7 @@ absl::StatusOr<Value> Negate(const Value& v) {
 }
 
 absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) {
+  if (!RenderOk()) return RenderError();  // loops over operators (the sum filter) stop
   if (op == "~") {
     std::string s = ToPyStr(a) + ToPyStr(b);
     if (s.size() > kMaxStringBytes) return TypeError("string too large");

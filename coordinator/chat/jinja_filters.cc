@@ -226,6 +226,9 @@ absl::StatusOr<Value> ToJson(const Value& subject, CallArgs& args) {
 }  // namespace
 
 absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallArgs& args) {
+  // Most filters read their string subject whole (trim, upper, wordcount, ...). Filters that
+  // loop (map, sum, ...) call filters and operators: they stop once the render has failed.
+  if (!ChargeScan(v.is_string() ? v.str().size() : 0)) return RenderError();
   if (name == "default" || name == "d") {
     Value dflt = Arg(args, 0, "default_value", Value::String(""));
     bool boolean = Arg(args, 1, "boolean", Value::Bool(false)).Truthy();
@@ -361,7 +364,8 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallA
       std::vector<Value> seen;
       for (size_t i = 0; i < items->size(); ++i) {
         bool dup = false;
-        for (const Value& s : seen) dup = dup || PyEquals(s, keys[i]);
+        for (size_t j = 0; j < seen.size() && !dup; ++j) dup = PyEquals(seen[j], keys[i]);
+        if (!RenderOk()) return RenderError();  // quadratic: stop once the budget is spent
         if (dup) continue;
         seen.push_back(keys[i]);
         out.push_back((*items)[i]);
@@ -546,6 +550,7 @@ absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, CallArgs
                                   " positional argument(s) but ",
                                   args.positional.size() + args.keyword.size() + 1, " were given"));
   }
+  if (!ChargeScan(v.is_string() ? v.str().size() : 0)) return RenderError();
   Value other = Arg(args, 0, "value", Value());
   if (name == "defined") return !v.is_undefined();
   if (name == "undefined") return v.is_undefined();

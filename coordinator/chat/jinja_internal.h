@@ -6,14 +6,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coordinator/chat/jinja_budget.h"
 #include "coordinator/chat/jinja_value.h"
 
 namespace ringserve::chat::jinja {
-
-// Largest string a render may build (like the 64 MiB output cap) and longest list it may build
-// by concatenation, so that hostile templates fail instead of exhausting memory.
-inline constexpr size_t kMaxStringBytes = 64 << 20;
-inline constexpr size_t kMaxListItems = 1 << 20;
 
 absl::Status TypeError(const std::string& msg);
 // The error for using an undefined value (its hint names it).

@@ -196,6 +196,7 @@ int64_t CpIndex(const std::string& s, size_t byte) {
 
 absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name, CallArgs& args) {
   const std::string f = "str." + name;
+  if (!ChargeScan(s.size())) return RenderError();
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     if (auto st = CheckArgs(args, f, {"chars"}); !st.ok()) return st;
     Value chars = Arg(args, 0, "chars", Value::None());
@@ -415,9 +416,9 @@ absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
       return UndefinedError(obj);
     case Value::Kind::kString:
       if (StringMethods().count(name)) {
-        std::string s = obj.str();
-        return Value::MakeFunction(
-            "str." + name, [s, name](CallArgs& args) { return StringMethod(s, name, args); });
+        return Value::MakeFunction("str." + name, [obj, name](CallArgs& args) {
+          return StringMethod(obj.str(), name, args);
+        });
       }
       break;
     case Value::Kind::kDict:
@@ -425,7 +426,8 @@ absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
         if (name == "get" || name == "items" || name == "keys" || name == "values" ||
             name == "copy") {
           return Value::MakeFunction(
-              "dict." + name, [obj, name](CallArgs& args) { return DictMethod(obj, name, args); });
+              "dict." + name, [obj, name](CallArgs& args) { return DictMethod(obj, name, args); },
+              obj);
         }
         return Unsafe("dict", name);
       }
@@ -439,18 +441,21 @@ absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
     case Value::Kind::kTuple:
       if (IsListMethod(name)) {
         if (name == "index" || name == "count") {
-          return Value::MakeFunction(name, [obj, name](CallArgs& args) -> absl::StatusOr<Value> {
-            if (auto st = CheckArgs(args, name, {"value"}); !st.ok()) return st;
-            Value x = Arg(args, 0, "value", Value());
-            int64_t n = 0;
-            for (size_t i = 0; i < obj.list().size(); ++i) {
-              if (!PyEquals(obj.list()[i], x)) continue;
-              if (name == "index") return Value::Integer(static_cast<int64_t>(i));
-              ++n;
-            }
-            if (name == "index") return TypeError("value is not in list");
-            return Value::Integer(n);
-          });
+          return Value::MakeFunction(
+              name,
+              [obj, name](CallArgs& args) -> absl::StatusOr<Value> {
+                if (auto st = CheckArgs(args, name, {"value"}); !st.ok()) return st;
+                Value x = Arg(args, 0, "value", Value());
+                int64_t n = 0;
+                for (size_t i = 0; i < obj.list().size(); ++i) {
+                  if (!PyEquals(obj.list()[i], x)) continue;
+                  if (name == "index") return Value::Integer(static_cast<int64_t>(i));
+                  ++n;
+                }
+                if (name == "index") return TypeError("value is not in list");
+                return Value::Integer(n);
+              },
+              obj);
         }
         return Unsafe(obj.TypeName(), name);
       }
@@ -481,6 +486,7 @@ absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
     case Value::Kind::kString:
       if (key.kind() == Value::Kind::kInt || key.is_bool()) {
         bool is_str = obj.is_string();
+        if (is_str && !ChargeScan(obj.str().size())) return RenderError();
         std::vector<char32_t> cps;
         if (is_str) cps = DecodeUtf8(obj.str());
         Int n = is_str ? static_cast<Int>(cps.size()) : static_cast<Int>(obj.list().size());
@@ -528,6 +534,7 @@ absl::StatusOr<Value> Slice(const Value& obj, const Value& start_v, const Value&
   if (!step_o.ok()) return step_o.status();
   Int step = step_o->value_or(1);
   if (step == 0) return TypeError("slice step cannot be zero");
+  if (is_str && !ChargeScan(obj.str().size())) return RenderError();
   std::vector<char32_t> cps;
   if (is_str) cps = DecodeUtf8(obj.str());
   Int n = is_str ? static_cast<Int>(cps.size()) : static_cast<Int>(obj.list().size());
@@ -559,21 +566,26 @@ absl::StatusOr<Value> Slice(const Value& obj, const Value& start_v, const Value&
 }
 
 absl::StatusOr<std::vector<Value>> Iterate(const Value& v) {
+  // The items are copied (a string's are made): charged before they exist.
+  auto charge = [](size_t items) { return ChargeBytes(items * sizeof(Value)); };
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return std::vector<Value>{};
     case Value::Kind::kIterator:
       if (!v.deferred_error().ok()) return v.deferred_error();
-      return v.list();
+      [[fallthrough]];
     case Value::Kind::kList:
     case Value::Kind::kTuple:
+      if (!charge(v.list().size())) return RenderError();
       return v.list();
     case Value::Kind::kDict: {
+      if (!charge(v.dict().size())) return RenderError();
       std::vector<Value> keys;
       for (const auto& [k, e] : v.dict()) keys.push_back(Value::String(k));
       return keys;
     }
     case Value::Kind::kString: {
+      if (!ChargeScan(v.str().size()) || !charge(CodePointLength(v.str()))) return RenderError();
       std::vector<Value> chars;
       for (char32_t c : DecodeUtf8(v.str())) {
         std::string s;
@@ -592,6 +604,7 @@ absl::StatusOr<int64_t> Length(const Value& v) {
     case Value::Kind::kUndefined:
       return 0;
     case Value::Kind::kString:
+      if (!ChargeScan(v.str().size())) return RenderError();
       return static_cast<int64_t>(CodePointLength(v.str()));
     case Value::Kind::kList:
     case Value::Kind::kTuple:
@@ -612,6 +625,7 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& needle) {
         return TypeError(
             absl::StrCat("'in <string>' requires string as left operand, not ", needle.TypeName()));
       }
+      if (!ChargeScan(container.str().size())) return RenderError();
       return container.str().find(needle.str()) != std::string::npos;
     case Value::Kind::kIterator:
       if (!container.deferred_error().ok()) return container.deferred_error();

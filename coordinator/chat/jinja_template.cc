@@ -93,9 +93,10 @@ using Frame = Value::Dict;
 
 class Renderer {
  public:
+  // `budget` is charged by this render's values (installed on the thread by the caller).
   Renderer(const Value::Dict& vars, const std::vector<std::string>& root_undefined,
-           std::chrono::system_clock::time_point now, int64_t max_steps)
-      : vars_(vars), now_(now), max_steps_(max_steps) {
+           std::chrono::system_clock::time_point now, RenderBudget& budget)
+      : vars_(vars), now_(now), budget_(budget) {
     frames_.push_back(NewFrame(root_undefined));
   }
 
@@ -112,10 +113,7 @@ class Renderer {
  private:
   // Charges one step of the render budget.
   absl::Status Step(int line) {
-    if (++steps_ > max_steps_) {
-      return At(line, absl::InvalidArgumentError(absl::StrCat(
-                          "render exceeds ", max_steps_, " steps (loops or recursion too large)")));
-    }
+    if (!budget_.ChargeSteps(1)) return At(line, budget_.status());
     return absl::OkStatus();
   }
 
@@ -141,6 +139,7 @@ class Renderer {
   }
 
   absl::Status Emit(const std::string& s, int line) {
+    if (!budget_.ok()) return At(line, budget_.status());
     out_ += s;
     if (out_.size() > kMaxOutputBytes) {
       return At(line, absl::InvalidArgumentError("rendered prompt exceeds 64 MiB"));
@@ -342,6 +341,12 @@ class Renderer {
         }
         auto v = Eval(*s.expr);
         if (!v.ok()) return v.status();
+        // Values that hold no namespace cannot reach back to this one: no cycles, and the depth
+        // a value had when it was made stays its depth (see jinja_value.h).
+        if (v->holds_namespace()) {
+          return At(s.line, TypeError("unsupported construct: a namespace attribute cannot hold "
+                                      "a namespace (or a loop object)"));
+        }
         for (auto& [k, e] : ns.mutable_dict()) {
           if (k == s.targets[1]) {
             e = *std::move(v);
@@ -420,7 +425,12 @@ class Renderer {
                           return args.positional[static_cast<size_t>(i) % args.positional.size()];
                         }));
       frames_.push_back(NewFrame(s.frame_undefined));
-      frames_.back()->emplace_back("loop", Value::MakeNamespace(std::move(loop)));
+      {
+        // The loop object is the evaluator's own, made again each iteration (which costs the
+        // step): it is not charged as bytes the template built.
+        RenderBudget::Scope uncharged(nullptr);
+        frames_.back()->emplace_back("loop", Value::MakeNamespace(std::move(loop)));
+      }
       absl::Status st = AssignTargets(s, items[i]);
       Flow flow = Flow::kNormal;
       if (st.ok()) st = ExecBody(s.body, &flow);
@@ -451,6 +461,8 @@ class Renderer {
     ScopedDepth level(nesting_);
     RS_RETURN_IF_ERROR(CheckLevel(level, e.line));
     auto r = EvalInner(e);
+    // A value made over the budget fails the render here, whatever the operation returned.
+    if (!budget_.ok()) return At(e.line, budget_.status());
     if (!r.ok()) return At(e.line, r.status());
     return r;
   }
@@ -605,11 +617,9 @@ class Renderer {
   std::string out_;
   int depth_ = 0;    // macro calls
   int nesting_ = 0;  // see CheckLevel
-  // Render budget: every statement, expression node, loop iteration and call is a step, so
-  // hostile templates (nested range() loops, exponential macro recursion) fail instead of
-  // hanging.
-  const int64_t max_steps_;
-  int64_t steps_ = 0;  // see Step
+  // Every statement, expression node, loop iteration and call is a step (and values charge
+  // what they cost), so hostile templates fail instead of hanging or exhausting memory.
+  RenderBudget& budget_;
 };
 
 }  // namespace
@@ -624,10 +634,13 @@ absl::StatusOr<std::shared_ptr<const Template>> Template::Parse(const std::strin
 
 absl::StatusOr<std::string> Template::Render(const Value::Dict& variables,
                                              std::chrono::system_clock::time_point now,
-                                             int64_t max_steps) const {
-  Renderer r(variables, root_undefined_, now, max_steps);
+                                             const RenderLimits& limits) const {
+  RenderBudget budget(limits);
+  RenderBudget::Scope scope(&budget);
+  Renderer r(variables, root_undefined_, now, budget);
   Flow flow = Flow::kNormal;
   RS_RETURN_IF_ERROR(r.ExecBody(body_, &flow));
+  if (!budget.ok()) return budget.status();
   return std::move(r.out());
 }
 

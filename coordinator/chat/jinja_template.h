@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/chat/jinja_ast.h"
+#include "coordinator/chat/jinja_budget.h"
 #include "coordinator/chat/jinja_value.h"
 
 namespace ringserve::chat::jinja {
@@ -23,12 +24,14 @@ class Template {
 
   // Renders with the given top-level variables. `now` feeds strftime_now (formatted in UTC).
   // Errors: InvalidArgument "chat template error at line N: ..." (raise_exception messages,
-  // type errors, undefined values used, unknown filters/tests/methods, output over 64 MiB).
-  // Thread-safe: a render only reads the tree.
-  // `max_steps` bounds the work (statements, expression nodes, loop iterations, calls).
+  // type errors, undefined values used, unknown filters/tests/methods, output over 64 MiB,
+  // `limits` exceeded: "render exceeds N steps", "render builds more than N MiB of values",
+  // "value too large to print", "value nested deeper than 256 levels").
+  // Thread-safe: a render only reads the tree. `limits` bound the work and the values built
+  // (jinja_budget.h).
   absl::StatusOr<std::string> Render(const Value::Dict& variables,
                                      std::chrono::system_clock::time_point now,
-                                     int64_t max_steps = 10'000'000) const;
+                                     const RenderLimits& limits = {}) const;
 
   const std::string& source() const { return source_; }
 

@@ -9,12 +9,38 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/chat/jinja_budget.h"
 
 namespace ringserve::chat::jinja {
 
+namespace {
+
+// Nesting depth and namespace flag of a container from its items; charges the render for the
+// items and refuses nesting deeper than kMaxValueDepth.
+template <typename Items, typename ValueOf>
+void Account(const Items& items, ValueOf value_of, int* depth, bool* holds_namespace) {
+  int deepest = 0;
+  for (const auto& item : items) {
+    const Value& v = value_of(item);
+    deepest = std::max(deepest, v.depth());
+    *holds_namespace = *holds_namespace || v.holds_namespace();
+  }
+  *depth = deepest + 1;
+  ChargeBytes(items.size() * sizeof(typename Items::value_type));
+  if (*depth > kMaxValueDepth) {
+    FailRender(absl::InvalidArgumentError(
+        absl::StrCat("value nested deeper than ", kMaxValueDepth, " levels")));
+  }
+}
+
+const Value& Self(const Value& v) { return v; }
+const Value& Second(const std::pair<std::string, Value>& kv) { return kv.second; }
+
+}  // namespace
+
 Value Value::Undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 Value Value::None() {
@@ -44,12 +70,14 @@ Value Value::Float(double f) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::move(s);
+  ChargeBytes(s.size());
+  v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 Value Value::MakeList(List items) {
   Value v;
   v.kind_ = Kind::kList;
+  Account(items, Self, &v.depth_, &v.holds_namespace_);
   v.list_ = std::make_shared<List>(std::move(items));
   return v;
 }
@@ -61,7 +89,7 @@ Value Value::MakeTuple(List items) {
 Value Value::MakeIterator(List items, std::string type_name) {
   Value v = MakeList(std::move(items));
   v.kind_ = Kind::kIterator;
-  v.s_ = std::move(type_name);
+  v.s_ = std::make_shared<const std::string>(std::move(type_name));
   return v;
 }
 Value Value::MakeFailingIterator(absl::Status error) {
@@ -71,26 +99,37 @@ Value Value::MakeFailingIterator(absl::Status error) {
 }
 Value Value::MakeRange(List items, std::string repr) {
   Value v = MakeList(std::move(items));
-  v.s_ = std::move(repr);
+  v.s_ = std::make_shared<const std::string>(std::move(repr));
   return v;
 }
 Value Value::MakeDict(Dict items) {
   Value v;
   v.kind_ = Kind::kDict;
+  Account(items, Second, &v.depth_, &v.holds_namespace_);
   v.dict_ = std::make_shared<Dict>(std::move(items));
   return v;
 }
 Value Value::MakeNamespace(Dict items) {
   Value v = MakeDict(std::move(items));
   v.kind_ = Kind::kNamespace;
+  v.holds_namespace_ = true;
   return v;
 }
 Value Value::MakeFunction(std::string name, Function fn) {
+  return MakeFunction(std::move(name), std::move(fn), None());
+}
+Value Value::MakeFunction(std::string name, Function fn, const Value& bound) {
   Value v;
   v.kind_ = Kind::kFunction;
-  v.s_ = std::move(name);
+  v.s_ = std::make_shared<const std::string>(std::move(name));
   v.fn_ = std::make_shared<Function>(std::move(fn));
+  v.holds_namespace_ = bound.holds_namespace_;
   return v;
+}
+
+const std::string& Value::str() const {
+  static const std::string* const kEmpty = new std::string();
+  return s_ ? *s_ : *kEmpty;
 }
 
 Value Value::FromJson(const nlohmann::ordered_json& j) {
@@ -147,7 +186,7 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return f_ != 0;
     case Kind::kString:
-      return !s_.empty();
+      return !str().empty();
     case Kind::kList:
     case Kind::kTuple:
       return !list_->empty();
@@ -176,7 +215,7 @@ std::string Value::TypeName() const {
     case Kind::kString:
       return "str";
     case Kind::kList:
-      return s_.empty() ? "list" : "range";
+      return is_range() ? "range" : "list";
     case Kind::kTuple:
       return "tuple";
     case Kind::kDict:
@@ -186,7 +225,7 @@ std::string Value::TypeName() const {
     case Kind::kFunction:
       return "function";
     case Kind::kIterator:
-      return s_;
+      return str();
   }
   return "object";
 }
@@ -194,6 +233,7 @@ std::string Value::TypeName() const {
 // ---- Unicode helpers ----
 
 std::vector<char32_t> DecodeUtf8(const std::string& s) {
+  ChargeBytes(s.size() * sizeof(char32_t));
   std::vector<char32_t> out;
   out.reserve(s.size());
   size_t i = 0;
@@ -359,6 +399,75 @@ std::string PyFloatRepr(double f) {
   return out;
 }
 
+namespace {
+
+// Appends repr(v) to `out`; false (the render failed) once `out` would pass kMaxStringBytes or
+// the render's budget is spent. Every node costs a step: a value that shares one list many
+// times prints it many times.
+bool AppendRepr(const Value& v, std::string* out) {
+  if (!ChargeSteps(1)) return false;
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      *out += "Undefined";
+      break;
+    case Value::Kind::kNone:
+      *out += "None";
+      break;
+    case Value::Kind::kBool:
+      *out += v.bool_value() ? "True" : "False";
+      break;
+    case Value::Kind::kInt:
+      *out += IntToString(v.int_value());
+      break;
+    case Value::Kind::kFloat:
+      *out += PyFloatRepr(v.float_value());
+      break;
+    case Value::Kind::kString:
+      if (!ChargeScan(v.str().size())) return false;
+      *out += PyReprString(v.str());
+      break;
+    case Value::Kind::kList:
+    case Value::Kind::kTuple: {
+      if (v.is_range()) {
+        *out += v.str();
+        break;
+      }
+      bool tuple = v.kind() == Value::Kind::kTuple;
+      *out += tuple ? "(" : "[";
+      for (size_t i = 0; i < v.list().size(); ++i) {
+        if (i > 0) *out += ", ";
+        if (!AppendRepr(v.list()[i], out)) return false;
+      }
+      if (tuple && v.list().size() == 1) *out += ",";
+      *out += tuple ? ")" : "]";
+      break;
+    }
+    case Value::Kind::kDict:
+    case Value::Kind::kNamespace: {
+      *out += v.kind() == Value::Kind::kNamespace ? "<Namespace {" : "{";
+      bool first = true;
+      for (const auto& [k, e] : v.dict()) {
+        if (!first) *out += ", ";
+        first = false;
+        *out += PyReprString(k) + ": ";
+        if (!AppendRepr(e, out)) return false;
+      }
+      *out += v.kind() == Value::Kind::kNamespace ? "}>" : "}";
+      break;
+    }
+    case Value::Kind::kFunction:
+      *out += "<function " + v.function_name() + ">";
+      break;
+    case Value::Kind::kIterator:
+      *out += "<" + v.TypeName() + " object>";
+      break;
+  }
+  if (out->size() <= kMaxStringBytes) return true;
+  return FailRender(absl::InvalidArgumentError("value too large to print (over 64 MiB)"));
+}
+
+}  // namespace
+
 std::string ToPyStr(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
@@ -371,50 +480,9 @@ std::string ToPyStr(const Value& v) {
 }
 
 std::string ToPyRepr(const Value& v) {
-  switch (v.kind()) {
-    case Value::Kind::kUndefined:
-      return "Undefined";
-    case Value::Kind::kNone:
-      return "None";
-    case Value::Kind::kBool:
-      return v.bool_value() ? "True" : "False";
-    case Value::Kind::kInt:
-      return IntToString(v.int_value());
-    case Value::Kind::kFloat:
-      return PyFloatRepr(v.float_value());
-    case Value::Kind::kString:
-      return PyReprString(v.str());
-    case Value::Kind::kList:
-    case Value::Kind::kTuple: {
-      if (v.is_range()) return v.str();
-      bool tuple = v.kind() == Value::Kind::kTuple;
-      std::string out = tuple ? "(" : "[";
-      for (size_t i = 0; i < v.list().size(); ++i) {
-        if (i > 0) out += ", ";
-        out += ToPyRepr(v.list()[i]);
-      }
-      if (tuple && v.list().size() == 1) out += ",";
-      out += tuple ? ")" : "]";
-      return out;
-    }
-    case Value::Kind::kDict:
-    case Value::Kind::kNamespace: {
-      std::string out = v.kind() == Value::Kind::kNamespace ? "<Namespace {" : "{";
-      bool first = true;
-      for (const auto& [k, e] : v.dict()) {
-        if (!first) out += ", ";
-        first = false;
-        out += PyReprString(k) + ": " + ToPyRepr(e);
-      }
-      out += v.kind() == Value::Kind::kNamespace ? "}>" : "}";
-      return out;
-    }
-    case Value::Kind::kFunction:
-      return "<function " + v.function_name() + ">";
-    case Value::Kind::kIterator:
-      return "<" + v.TypeName() + " object>";
-  }
-  return "";
+  std::string out;
+  AppendRepr(v, &out);
+  return out;
 }
 
 namespace {
@@ -466,6 +534,11 @@ void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
 
 absl::Status JsonDump(const Value& v, const JsonDumpOptions& o, int depth, std::string* out) {
   if (depth > 512) return absl::InvalidArgumentError("tojson: nesting too deep");
+  if (out->size() > kMaxStringBytes) {
+    return absl::InvalidArgumentError("tojson result too large (over 64 MiB)");
+  }
+  // As in AppendRepr: a list shared many times inside a value is dumped many times.
+  if (!ChargeSteps(1)) return RenderError();
   const std::string item_sep = o.has_separators ? o.item_separator : (o.indent >= 0 ? "," : ", ");
   const std::string key_sep = o.has_separators ? o.key_separator : ": ";
   auto newline = [&](int d) {
@@ -495,6 +568,7 @@ absl::Status JsonDump(const Value& v, const JsonDumpOptions& o, int depth, std::
       return absl::OkStatus();
     }
     case Value::Kind::kString:
+      if (!ChargeScan(v.str().size())) return RenderError();
       JsonString(v.str(), o.ensure_ascii, out);
       return absl::OkStatus();
     case Value::Kind::kList:
@@ -550,11 +624,16 @@ absl::Status JsonDump(const Value& v, const JsonDumpOptions& o, int depth, std::
 absl::StatusOr<std::string> JsonDumps(const Value& v, const JsonDumpOptions& options) {
   std::string out;
   if (auto s = JsonDump(v, options, 0, &out); !s.ok()) return s;
+  if (out.size() > kMaxStringBytes) {
+    return absl::InvalidArgumentError("tojson result too large (over 64 MiB)");
+  }
   return out;
 }
 
 bool PyEquals(const Value& a, const Value& b) {
   using K = Value::Kind;
+  // A render that has spent its budget fails; what this comparison answers no longer matters.
+  if (!ChargeSteps(1)) return false;
   if (a.is_number() && b.is_number()) {
     if (a.kind() == K::kFloat || b.kind() == K::kFloat) return a.AsDouble() == b.AsDouble();
     return a.int_value() == b.int_value();
@@ -565,15 +644,20 @@ bool PyEquals(const Value& a, const Value& b) {
     case K::kNone:
       return true;
     case K::kString:
-      return a.str() == b.str();
+      if (&a.str() == &b.str()) return true;
+      return a.str().size() == b.str().size() && ChargeScan(a.str().size()) && a.str() == b.str();
     case K::kList:
     case K::kTuple:
+      // Python compares items by identity first: a list shared inside two values is compared
+      // once, not once per path to it.
+      if (&a.list() == &b.list()) return true;
       if (a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i) {
         if (!PyEquals(a.list()[i], b.list()[i])) return false;
       }
       return true;
     case K::kDict:
+      if (&a.dict() == &b.dict()) return true;
       if (a.dict().size() != b.dict().size()) return false;
       for (const auto& [k, e] : a.dict()) {
         const Value* o = b.Find(k);
@@ -592,13 +676,17 @@ bool PyEquals(const Value& a, const Value& b) {
 }
 
 absl::StatusOr<bool> PyLess(const Value& a, const Value& b) {
+  if (!ChargeSteps(1)) return RenderError();
   if (a.is_number() && b.is_number()) {
     if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) {
       return a.AsDouble() < b.AsDouble();
     }
     return a.int_value() < b.int_value();
   }
-  if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 order = code points
+  if (a.is_string() && b.is_string()) {
+    ChargeScan(std::min(a.str().size(), b.str().size()));
+    return a.str() < b.str();  // UTF-8 order = code points
+  }
   if (a.is_sequence() && a.kind() == b.kind()) {
     const auto& x = a.list();
     const auto& y = b.list();

@@ -4,10 +4,13 @@
 // `tojson` filter calls it) and comparison semantics. Strings are UTF-8; operations that
 // Python defines on code points (len, indexing, slicing) work on code points.
 //
-// Values share their list/dict storage on copy (like Python references). The sandbox that
-// transformers uses is immutable, so only namespaces are mutated (`{% set ns.x = ... %}`).
-// Not thread-safe to share one Value tree between concurrent renders while a namespace in it
-// is being set; each render builds its own values.
+// Values share their string/list/dict storage on copy (like Python references), so copying a
+// value is cheap whatever its size. The sandbox that transformers uses is immutable, so only
+// namespaces are mutated (`{% set ns.x = ... %}`), and a namespace attribute never holds a
+// namespace (the evaluator refuses it): values form no cycles and their nesting depth, known
+// when they are made, stays bounded. Values made during a render are charged to its budget
+// (jinja_budget.h). Not thread-safe to share one Value tree between concurrent renders while
+// a namespace in it is being set; each render builds its own values.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +66,8 @@ class Value {
   static Value MakeDict(Dict items);
   static Value MakeNamespace(Dict items);
   static Value MakeFunction(std::string name, Function fn);
+  // A method: `bound` is the object the function holds, for holds_namespace().
+  static Value MakeFunction(std::string name, Function fn, const Value& bound);
   // What Jinja's lazy filters (map, select, unique, ...) return; `type_name` is Python's
   // ("generator", "list_reverseiterator").
   static Value MakeIterator(List items, std::string type_name);
@@ -85,16 +90,22 @@ class Value {
   bool bool_value() const { return b_; }
   Int int_value() const { return i_; }  // also for bool (0/1)
   double float_value() const { return f_; }
-  double AsDouble() const;                       // int/bool/float as double
-  const std::string& str() const { return s_; }  // string contents or the undefined hint
-  const List& list() const { return *list_; }    // list, tuple and iterator items
+  double AsDouble() const;  // int/bool/float as double
+  // String contents, the undefined hint, the function name, the range repr or the iterator
+  // type name.
+  const std::string& str() const;
+  const List& list() const { return *list_; }  // list, tuple and iterator items
   const Dict& dict() const { return *dict_; }
   Dict& mutable_dict() const { return *dict_; }  // namespaces only
   const Function& function() const { return *fn_; }
-  bool is_range() const { return kind_ == Kind::kList && !s_.empty(); }
+  bool is_range() const { return kind_ == Kind::kList && s_ != nullptr; }
   // Error to raise when an iterator is consumed; ok for everything else.
   absl::Status deferred_error() const { return error_ ? *error_ : absl::OkStatus(); }
-  const std::string& function_name() const { return s_; }
+  const std::string& function_name() const { return str(); }
+  // Levels of list/tuple/dict/namespace nesting when the value was made (1 for a scalar).
+  int depth() const { return depth_; }
+  // Whether the value is, contains or (a method) holds a namespace.
+  bool holds_namespace() const { return holds_namespace_; }
 
   // Dict lookup; nullptr when absent.
   const Value* Find(const std::string& key) const;
@@ -106,9 +117,11 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
+  bool holds_namespace_ = false;
+  int depth_ = 1;
   Int i_ = 0;
   double f_ = 0;
-  std::string s_;
+  std::shared_ptr<const std::string> s_;
   std::shared_ptr<List> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Function> fn_;

@@ -8,11 +8,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
+#include "common/bounded_file.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "yaml-cpp/yaml.h"
@@ -530,14 +529,8 @@ absl::StatusOr<RingConfig> ParseRingConfig(std::string_view yaml_text, const std
 
 absl::StatusOr<RingConfig> LoadRingConfig(const std::string& path,
                                           const LayerCountFn& layer_count) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return absl::NotFoundError(
-        fmt::format("cannot read hosts file '{}': {}", path, std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << file.rdbuf();
-  return ParseRingConfig(text.str(), path, layer_count);
+  RS_ASSIGN_OR_RETURN(const std::string text, ReadBoundedFile(path, kMaxHostsFileBytes));
+  return ParseRingConfig(text, path, layer_count);
 }
 
 absl::Status ValidateRingConfig(const RingConfig& config) {

@@ -108,7 +108,9 @@ absl::StatusOr<RingConfig> ParseRingConfig(std::string_view yaml_text, const std
 absl::StatusOr<RingConfig> ParseRingConfig(std::string_view yaml_text, const std::string& source,
                                            int num_layers);
 
-// Reads the file at `path` and parses it as above. NotFound if it cannot be read.
+// Reads the file at `path` (common/bounded_file.h: a regular file of at most
+// kMaxHostsFileBytes) and parses it as above. NotFound if it does not exist; InvalidArgument
+// naming the path when it is not a regular file or is too large.
 absl::StatusOr<RingConfig> LoadRingConfig(const std::string& path, const LayerCountFn& layer_count);
 
 // Checks an already built RingConfig (what ParseRingConfig checks after parsing); for configs

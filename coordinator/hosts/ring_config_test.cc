@@ -1,10 +1,15 @@
 #include "coordinator/hosts/ring_config.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
 
+#include "common/testing/fifo_watchdog.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -336,6 +341,43 @@ TEST(RingConfigTest, LoadsFromFileAndReportsMissingFile) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr(path));
+}
+
+TEST(RingConfigTest, LoadRefusesAFifoOrDeviceWithoutBlockingAndFollowsSymlinks) {
+  testing::TempDir dir;
+  auto layers = [](const std::string&) -> absl::StatusOr<int> { return 3; };
+  const std::string fifo = dir.path() + "/hosts.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<RingConfig> config;
+  EXPECT_TRUE(testing::ReturnsWithoutAWriter(fifo, [&] { config = LoadRingConfig(fifo, layers); }))
+      << "loading blocked on the FIFO";
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(fifo));
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("not a regular file"));
+
+  const std::string zero = dir.path() + "/zero.yaml";
+  std::filesystem::create_symlink("/dev/zero", zero);
+  config = LoadRingConfig(zero, layers);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("character device"));
+
+  const std::string real = dir.path() + "/real.yaml";
+  std::ofstream(real) << "model: m\nstages:\n  - {host: a, port: 1}\n";
+  const std::string link = dir.path() + "/link.yaml";
+  std::filesystem::create_symlink(real, link);
+  config = LoadRingConfig(link, layers);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->stages[0].last_layer, 3);
+}
+
+TEST(RingConfigTest, LoadRefusesAHostsFileAboveTheLimit) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/hosts.yaml";
+  std::ofstream(path) << "model: m\nstages:\n  - {host: a, port: 1}\n" << std::string(2 << 20, '#');
+  auto config = LoadRingConfig(path, [](const std::string&) -> absl::StatusOr<int> { return 3; });
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("(1 MiB)"));
 }
 
 TEST(RingConfigTest, ValidateCatchesConfigsBuiltInCode) {

@@ -1,10 +1,9 @@
 #include "coordinator/http/http_api.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
+#include "common/bounded_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
@@ -31,11 +30,7 @@ absl::StatusOr<std::pair<std::string, int>> ParseListenAddress(const std::string
 }
 
 absl::StatusOr<std::string> ReadApiKeyFile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return absl::NotFoundError(fmt::format("cannot read API key file {}", path));
-  std::stringstream contents;
-  contents << file.rdbuf();
-  std::string key = contents.str();
+  RS_ASSIGN_OR_RETURN(std::string key, ReadBoundedFile(path, kMaxKeyFileBytes));
   const char* kSpace = " \t\r\n";
   key.erase(0, key.find_first_not_of(kSpace) == std::string::npos ? key.size()
                                                                   : key.find_first_not_of(kSpace));

@@ -46,8 +46,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpApi(Engine& engine,
 absl::StatusOr<std::pair<std::string, int>> ParseListenAddress(const std::string& address,
                                                                const std::string& what);
 
-// Reads an API key from a file (one line; surrounding whitespace dropped). InvalidArgument if
-// the file is empty, NotFound if it cannot be read.
+// Reads an API key from a file (one line; surrounding whitespace dropped; a regular file of at
+// most kMaxKeyFileBytes, common/bounded_file.h). InvalidArgument naming the path if the file is
+// empty, not a regular file (a FIFO, a device) or too large; NotFound if it does not exist.
 absl::StatusOr<std::string> ReadApiKeyFile(const std::string& path);
 
 // Renders chat prompts with `chat_template` (thread-safe; shares the parsed template).

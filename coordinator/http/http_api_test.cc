@@ -1,12 +1,15 @@
 #include "coordinator/http/http_api.h"
 
 #include <httplib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/fifo_watchdog.h"
+#include "common/testing/temp_dir.h"
 #include "coordinator/http/fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -41,6 +44,20 @@ TEST(HttpApiTest, ReadsApiKeyFiles) {
   EXPECT_EQ(ReadApiKeyFile(path).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(HttpApiTest, ApiKeyFileThatIsAFifoOrDeviceIsRefusedWithoutBlocking) {
+  ringserve::testing::TempDir dir;
+  const std::string fifo = dir.path() + "/api.key";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<std::string> key;
+  EXPECT_TRUE(ringserve::testing::ReturnsWithoutAWriter(fifo, [&] { key = ReadApiKeyFile(fifo); }))
+      << "reading blocked on the FIFO";
+  EXPECT_EQ(key.status().code(), absl::StatusCode::kInvalidArgument) << key.status();
+  EXPECT_THAT(std::string(key.status().message()), HasSubstr(fifo));
+  const std::string zero = dir.path() + "/zero.key";
+  std::filesystem::create_symlink("/dev/zero", zero);
+  EXPECT_EQ(ReadApiKeyFile(zero).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // The model directory's real chat template (tests/ops/tiny_tokenizer: ChatML) builds the prompt.
 TEST(HttpApiTest, ChatPromptComesFromTheModelsTemplate) {
   FakeEngine engine({});
@@ -56,6 +73,39 @@ TEST(HttpApiTest, ChatPromptComesFromTheModelsTemplate) {
   EXPECT_EQ(engine.last_request().prompt_ids,
             *engine.Tokenize("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", false));
   (*server)->Stop();
+}
+
+// A model's chat template is untrusted: one that builds a huge value for some conversation
+// fails that request with a 400 naming the limit, and the server goes on serving.
+TEST(HttpApiTest, TemplateOverItsBudgetFailsOnlyThatRequest) {
+  std::string dir = ::testing::TempDir() + "/rs_hostile_template_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::string source = "{% if messages[0].content == 'explode' %}{% set l = [1] %}";
+  for (int i = 0; i < 40; ++i) source += "{% set l = [l, l] %}";
+  source += "{{ l }}{% else %}{{ messages[0].content }}{% endif %}";
+  std::ofstream(dir + "/tokenizer_config.json") << nlohmann::json({{"chat_template", source}});
+  FakeEngine engine({});
+  auto server = StartHttpApi(engine, dir, {.listen = "127.0.0.1:0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  client.set_read_timeout(60, 0);
+  auto chat = [&](const std::string& content) {
+    nlohmann::json body = {{"model", "fake-model"},
+                           {"messages", {{{"role", "user"}, {"content", content}}}},
+                           {"max_tokens", 2}};
+    return client.Post("/v1/chat/completions", body.dump(), "application/json");
+  };
+  auto hostile = chat("explode");
+  ASSERT_TRUE(hostile);
+  EXPECT_EQ(hostile->status, 400) << hostile->body;
+  EXPECT_THAT(hostile->body, HasSubstr("Cannot apply the chat template"));
+  EXPECT_THAT(hostile->body, HasSubstr("render exceeds 10000000 steps"));
+  auto normal = chat("hi");
+  ASSERT_TRUE(normal);
+  EXPECT_EQ(normal->status, 200) << normal->body;
+  EXPECT_EQ(engine.last_request().prompt_ids, *engine.Tokenize("hi", false));
+  (*server)->Stop();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(HttpApiTest, NoTemplateMeansChatIsRefusedButCompletionsWork) {

@@ -36,13 +36,15 @@ int ByteFallbackValue(const std::string& token) {
 
 absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const nlohmann::json& spec) {
   std::unique_ptr<Decoder> decoder(new Decoder());
-  RS_RETURN_IF_ERROR(decoder->Add(spec));
+  size_t growth = 1;
+  RS_RETURN_IF_ERROR(decoder->Add(spec, "decoder", &growth));
   return decoder;
 }
 
-absl::Status Decoder::Add(const nlohmann::json& spec) {
+absl::Status Decoder::Add(const nlohmann::json& spec, const std::string& path, size_t* growth) {
   if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
-    return absl::InvalidArgumentError("decoder: expected an object with a string 'type'");
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected an object with a string 'type'"));
   }
   const std::string type = spec["type"].get<std::string>();
   if (type == "Sequence") {
@@ -50,7 +52,9 @@ absl::Status Decoder::Add(const nlohmann::json& spec) {
     if (list == spec.end() || !list->is_array()) {
       return absl::InvalidArgumentError("decoder Sequence: missing array 'decoders'");
     }
-    for (const auto& item : *list) RS_RETURN_IF_ERROR(Add(item));
+    for (size_t i = 0; i < list->size(); ++i) {
+      RS_RETURN_IF_ERROR(Add((*list)[i], absl::StrCat(path, ".decoders[", i, "]"), growth));
+    }
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
@@ -77,6 +81,17 @@ absl::Status Decoder::Add(const nlohmann::json& spec) {
     step.pattern = (*pattern)["String"].get<std::string>();
     step.content = spec["content"].get<std::string>();
     if (step.pattern.empty()) return absl::InvalidArgumentError("decoder Replace: empty pattern");
+    // Decode has no error path, so a chain of Replace steps that could multiply the text (one
+    // character by a long string, repeated) is refused here rather than run out of memory.
+    const size_t factor = (step.content.size() + step.pattern.size() - 1) / step.pattern.size();
+    if (factor > 1) {
+      if (factor > kMaxDecoderGrowth / *growth) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, " (Replace): replacing ", step.pattern.size(), " bytes by ", step.content.size(),
+            " lets the decoder's Replace steps grow text more than ", kMaxDecoderGrowth, "-fold"));
+      }
+      *growth *= factor;
+    }
     steps_.push_back(std::move(step));
     return absl::OkStatus();
   }

@@ -1,6 +1,7 @@
 // tokenizer.json decoders: ByteLevel, ByteFallback, Fuse, Replace (String), Strip, Sequence.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -14,7 +15,13 @@ class Decoder {
  public:
   enum class Kind { kByteLevel, kByteFallback, kFuse, kReplace, kStrip };
 
-  // `spec` is the "decoder" object (must not be null). InvalidArgument for unsupported types.
+  // Decoded text grows at most this many times over the tokens' text: Replace steps whose
+  // contents could multiply it further are refused at load time.
+  static constexpr size_t kMaxDecoderGrowth = 64;
+
+  // `spec` is the "decoder" object (must not be null). InvalidArgument for unsupported types
+  // and for Replace steps that could grow text more than kMaxDecoderGrowth-fold in all, naming
+  // the step ("decoder.decoders[2]").
   static absl::StatusOr<std::unique_ptr<Decoder>> Create(const nlohmann::json& spec);
 
   // Hugging Face's decode_chain followed by join(""): token strings in, text out. Thread-safe.
@@ -32,7 +39,8 @@ class Decoder {
     size_t start = 0;          // Strip
     size_t stop = 0;           // Strip
   };
-  absl::Status Add(const nlohmann::json& spec);
+  // `path` names `spec` in errors; *growth is the product of the Replace steps' growth so far.
+  absl::Status Add(const nlohmann::json& spec, const std::string& path, size_t* growth);
   std::vector<Step> steps_;
 };
 

@@ -1,12 +1,11 @@
 #include "coordinator/tokenizer/tokenizer.h"
 
 #include <deque>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/bounded_file.h"
 #include "common/status_macros.h"
 #include "coordinator/tokenizer/tokenizer_impl.h"
 #include "coordinator/tokenizer/utf8.h"
@@ -22,6 +21,8 @@ absl::Status TokenizerImpl::EncodeText(absl::string_view text, std::vector<int32
   thread_local std::deque<std::string> storage;
   storage.clear();
   raw_pieces.clear();
+  // One budget for the whole text: its pieces' normalizations together.
+  NormalizeBudget budget = NormalizeBudget::ForInput(text.size());
   if (raw_matcher_.empty()) {
     raw_pieces.push_back({text, -1});
   } else {
@@ -34,7 +35,7 @@ absl::Status TokenizerImpl::EncodeText(absl::string_view text, std::vector<int32
     }
     absl::string_view view = raw.text;
     if (normalizer_ != nullptr) {
-      normalizer_->Normalize(raw.text, &normalized);
+      RS_RETURN_IF_ERROR(normalizer_->Normalize(raw.text, &budget, &normalized));
       view = normalized;
     }
     pieces.clear();
@@ -116,16 +117,12 @@ const std::string* TokenizerImpl::IdToToken(int32_t id) const {
 
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, bool required) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!required) return std::string();
-    return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return buffer.str();
+// tokenizer_config.json is optional: absent is "", but one that is there and cannot be read
+// (a FIFO, a device, too large) is an error.
+absl::StatusOr<std::string> ReadOptionalFile(const std::string& path, uint64_t max_bytes) {
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, max_bytes);
+  if (absl::IsNotFound(text.status())) return std::string();
+  return text;
 }
 
 }  // namespace
@@ -141,9 +138,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::s
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir,
                                                                     const Options& options) {
   const std::string json_path = dir + "/tokenizer.json";
-  RS_ASSIGN_OR_RETURN(std::string json, ReadFile(json_path, /*required=*/true));
+  RS_ASSIGN_OR_RETURN(std::string json, ReadBoundedFile(json_path, kMaxTokenizerJsonBytes));
   RS_ASSIGN_OR_RETURN(std::string config,
-                      ReadFile(dir + "/tokenizer_config.json", /*required=*/false));
+                      ReadOptionalFile(dir + "/tokenizer_config.json", kMaxConfigJsonBytes));
   auto tokenizer = FromJson(json, config, options);
   if (!tokenizer.ok()) {
     return absl::Status(tokenizer.status().code(),

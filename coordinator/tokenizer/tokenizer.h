@@ -14,13 +14,14 @@
 //   model:          BPE (merges as "a b" strings or [a, b] pairs; ignore_merges; byte_fallback;
 //                   unk_token / fuse_unk; continuing_subword_prefix; end_of_word_suffix)
 //   normalizer:     NFC, NFD, NFKC, NFKD (ICU), Lowercase, Prepend, Replace (String pattern),
-//                   Strip, Sequence, null
+//                   Strip, Sequence, null (Prepend and Replace literals up to 64 KiB)
 //   pre_tokenizer:  Split (Regex via PCRE2 in UTF+UCP mode with JIT, or String; behaviors
 //                   Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous; invert),
 //                   ByteLevel (add_prefix_space, use_regex; must come last), Digits
 //                   (individual_digits), Sequence, null
 //   post_processor: ByteLevel, TemplateProcessing (single sequence), Sequence, null
 //   decoder:        ByteLevel, ByteFallback, Fuse, Replace (String pattern), Strip, Sequence, null
+//                   (Replace steps that could grow text more than 64-fold in all are refused)
 //   added_tokens:   special, lstrip, rstrip, single_word, normalized
 //
 // Thread safety: a loaded Tokenizer is immutable except for an internal, internally locked
@@ -56,10 +57,13 @@ class Tokenizer {
     size_t cache_capacity = 65536;
   };
 
-  // Loads `dir`/tokenizer.json and, if present, `dir`/tokenizer_config.json.
-  // InvalidArgument / NotFound naming the file and what is wrong: bad JSON, unsupported model,
-  // normalizer, pre-tokenizer, post-processor or decoder type, a regex PCRE2 rejects, a merge
-  // naming a token missing from the vocab, ...
+  // Loads `dir`/tokenizer.json and, if present, `dir`/tokenizer_config.json, each read as a
+  // regular file of bounded size (common/bounded_file.h: kMaxTokenizerJsonBytes,
+  // kMaxConfigJsonBytes; symlinks to regular files, as in hub caches, are fine).
+  // InvalidArgument / NotFound naming the file and what is wrong: not a regular file (a FIFO,
+  // a device) or too large, bad JSON, unsupported model, normalizer, pre-tokenizer,
+  // post-processor or decoder type, a regex PCRE2 rejects, a merge naming a token missing from
+  // the vocab, ...
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir,
                                                                   const Options& options);
@@ -75,7 +79,10 @@ class Tokenizer {
   // Encodes UTF-8 `text`. Added tokens (special or not) found in the text become their ids,
   // as in Hugging Face. `add_special_tokens` applies the post-processor (and, see Options,
   // tokenizer_config.json's add_bos_token/add_eos_token).
-  // InvalidArgument if `text` is not valid UTF-8 (the message gives the byte offset).
+  // InvalidArgument if `text` is not valid UTF-8 (the message gives the byte offset), or if
+  // the tokenizer's normalizers would grow it past its budget (64 times its size, at least
+  // 1 MiB, at most 256 MiB; normalizer.h), naming the step ("normalizer.normalizers[2]
+  // (Replace)"). A failed Encode leaves the tokenizer as it was.
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text,
                                               bool add_special_tokens) const;
 

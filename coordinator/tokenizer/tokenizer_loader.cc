@@ -153,7 +153,15 @@ absl::StatusOr<std::unique_ptr<TokenizerImpl>> TokenizerImpl::Create(
       if (token.normalized) {
         normalized.push_back(&token);
         std::string pattern = token.content;
-        if (impl->normalizer_ != nullptr) impl->normalizer_->Normalize(token.content, &pattern);
+        if (impl->normalizer_ != nullptr) {
+          NormalizeBudget budget = NormalizeBudget::ForInput(token.content.size());
+          absl::Status normalized_ok =
+              impl->normalizer_->Normalize(token.content, &budget, &pattern);
+          if (!normalized_ok.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: added token ", token.id,
+                                                           ": ", normalized_ok.message()));
+          }
+        }
         normalized_patterns.push_back(std::move(pattern));
       } else {
         raw.push_back(&token);

@@ -6,7 +6,8 @@
 //
 // Failure model: every error (wrong micro-batch id, wrong byte count, checksum mismatch, peer
 // gone, timeout) is returned as a status, never a hang; after an error the channel is broken
-// and every later call fails fast.
+// and every later call fails fast. Abort (from another thread) ends a call blocked on a peer
+// that takes or sends nothing, without waiting for its timeout.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +30,14 @@ class ActivationSender {
   // Closes the connection: the receiver's pending and later Recv calls fail.
   virtual void Close() = 0;
   virtual int64_t bytes_sent() const = 0;
+  // Thread-safe (the one call that may come from another thread while Send blocks): the
+  // blocked Send fails at once (Cancelled), and so does every later call; the owner still
+  // calls Close. Default: nothing (the Send ends at its timeout).
+  virtual void Abort() {}
+  // Thread-safe: bytes the transport has taken so far, frame headers and partial messages
+  // included, so that a transfer that progresses shows while Send blocks; -1 when the channel
+  // cannot tell (the default).
+  virtual int64_t bytes_moved() const { return -1; }
 };
 
 // Receiving end (owned by the stage that consumes activations). Not thread-safe: one caller.
@@ -42,6 +51,9 @@ class ActivationReceiver {
                             absl::Duration timeout) = 0;
   virtual void Close() = 0;
   virtual int64_t bytes_received() const = 0;
+  // As ActivationSender::Abort and bytes_moved, for Recv.
+  virtual void Abort() {}
+  virtual int64_t bytes_moved() const { return -1; }
 };
 
 }  // namespace ringserve

@@ -36,6 +36,10 @@ class DeviceActivationSender {
   // Closes the connection: the receiver's pending and later Recv calls fail.
   virtual void Close() = 0;
   virtual int64_t bytes_sent() const = 0;
+  // As ActivationSender::Abort and bytes_moved (activation_channel.h); the GPU channels keep
+  // the defaults (their calls end at their timeout; progress unknown).
+  virtual void Abort() {}
+  virtual int64_t bytes_moved() const { return -1; }
 };
 
 // Receiving end (owned by the stage that consumes activations). Not thread-safe: one caller.
@@ -49,6 +53,8 @@ class DeviceActivationReceiver {
                             GpuStream stream, absl::Duration timeout) = 0;
   virtual void Close() = 0;
   virtual int64_t bytes_received() const = 0;
+  virtual void Abort() {}
+  virtual int64_t bytes_moved() const { return -1; }
 };
 
 }  // namespace ringserve

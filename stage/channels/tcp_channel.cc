@@ -79,14 +79,16 @@ absl::Status WaitFd(int fd, short events, absl::Time deadline, const std::string
   }
 }
 
+// `moved` (optional) counts the bytes as they arrive (TcpLink::bytes_moved).
 absl::Status ReadFull(int fd, std::byte* data, size_t size, absl::Time deadline,
-                      const std::string& what) {
+                      const std::string& what, std::atomic<int64_t>* moved = nullptr) {
   size_t done = 0;
   while (done < size) {
     RS_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, what));
     ssize_t n = recv(fd, data + done, size - done, MSG_DONTWAIT);
     if (n > 0) {
       done += static_cast<size_t>(n);
+      if (moved != nullptr) moved->fetch_add(n, std::memory_order_relaxed);
     } else if (n == 0) {
       return absl::UnavailableError(
           fmt::format("{}: peer closed the connection after {} of {} bytes", what, done, size));
@@ -97,14 +99,16 @@ absl::Status ReadFull(int fd, std::byte* data, size_t size, absl::Time deadline,
   return absl::OkStatus();
 }
 
+// `moved` (optional) counts the bytes as the kernel takes them (TcpLink::bytes_moved).
 absl::Status WriteFull(int fd, const std::byte* data, size_t size, absl::Time deadline,
-                       const std::string& what) {
+                       const std::string& what, std::atomic<int64_t>* moved = nullptr) {
   size_t done = 0;
   while (done < size) {
     RS_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, what));
     ssize_t n = send(fd, data + done, size - done, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n >= 0) {
       done += static_cast<size_t>(n);
+      if (moved != nullptr) moved->fetch_add(n, std::memory_order_relaxed);
     } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       return absl::UnavailableError(fmt::format("{}: send: {}", what, ErrnoText()));
     }
@@ -216,9 +220,9 @@ absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port, bool passiv
 
 // Reads one frame carrying `expected_tag` and exactly out.size() payload bytes.
 absl::Status ReadFrame(int fd, uint64_t expected_tag, std::span<std::byte> out, absl::Time deadline,
-                       const std::string& what) {
+                       const std::string& what, std::atomic<int64_t>* moved) {
   std::byte header[kHeaderBytes];
-  RS_RETURN_IF_ERROR(ReadFull(fd, header, kHeaderBytes, deadline, what));
+  RS_RETURN_IF_ERROR(ReadFull(fd, header, kHeaderBytes, deadline, what, moved));
   if (GetU32(header) != kFrameMagic || GetU16(header + 4) != kFrameVersion) {
     return absl::DataLossError(what + ": bad frame header (magic or version)");
   }
@@ -235,7 +239,7 @@ absl::Status ReadFrame(int fd, uint64_t expected_tag, std::span<std::byte> out, 
     return absl::DataLossError(fmt::format("{}: the plan expects {} bytes, the frame holds {}",
                                            what, out.size(), got_bytes));
   }
-  RS_RETURN_IF_ERROR(ReadFull(fd, out.data(), out.size(), deadline, what));
+  RS_RETURN_IF_ERROR(ReadFull(fd, out.data(), out.size(), deadline, what, moved));
   if (Crc32(out) != GetU32(header + 24)) {
     return absl::DataLossError(what + ": payload checksum mismatch");
   }
@@ -256,6 +260,8 @@ class TcpSender : public ActivationSender {
   }
   void Close() override { link_->Close(); }
   int64_t bytes_sent() const override { return bytes_sent_; }
+  void Abort() override { link_->Abort(); }
+  int64_t bytes_moved() const override { return link_->bytes_moved(); }
 
  private:
   std::unique_ptr<TcpLink> link_;
@@ -276,6 +282,8 @@ class TcpReceiver : public ActivationReceiver {
   }
   void Close() override { link_->Close(); }
   int64_t bytes_received() const override { return bytes_received_; }
+  void Abort() override { link_->Abort(); }
+  int64_t bytes_moved() const override { return link_->bytes_moved(); }
 
  private:
   std::unique_ptr<TcpLink> link_;
@@ -318,26 +326,42 @@ absl::Status TcpLink::Write(uint64_t tag, std::span<const std::byte> payload, ab
   PutU64(header + 16, payload.size());
   PutU32(header + 24, Crc32(payload));
   PutU32(header + 28, Crc32(std::span<const std::byte>(header, 28)));
-  absl::Status status = WriteFull(fd_, header, kHeaderBytes, deadline, what);
-  if (status.ok()) status = WriteFull(fd_, payload.data(), payload.size(), deadline, what);
-  if (!status.ok()) Close();
+  absl::Status status = WriteFull(fd_, header, kHeaderBytes, deadline, what, &bytes_moved_);
+  if (status.ok()) {
+    status = WriteFull(fd_, payload.data(), payload.size(), deadline, what, &bytes_moved_);
+  }
+  if (!status.ok()) {
+    Close();
+    if (aborted_.load()) return absl::CancelledError(what + ": aborted (the ring was closed)");
+  }
   return status;
 }
 
 absl::Status TcpLink::Read(uint64_t expected_tag, std::span<std::byte> out, absl::Time deadline,
                            const std::string& what) {
   if (fd_ < 0) return absl::FailedPreconditionError(what + ": channel is closed");
-  absl::Status status = ReadFrame(fd_, expected_tag, out, deadline, what);
-  if (!status.ok()) Close();
+  absl::Status status = ReadFrame(fd_, expected_tag, out, deadline, what, &bytes_moved_);
+  if (!status.ok()) {
+    Close();
+    if (aborted_.load()) return absl::CancelledError(what + ": aborted (the ring was closed)");
+  }
   return status;
 }
 
 void TcpLink::Close() {
+  std::lock_guard<std::mutex> lock(fd_mu_);
   if (fd_ >= 0) {
     shutdown(fd_, SHUT_RDWR);
     close(fd_);
     fd_ = -1;
   }
+}
+
+void TcpLink::Abort() {
+  std::lock_guard<std::mutex> lock(fd_mu_);
+  aborted_.store(true);
+  // Wakes a poll on the socket in another thread; the descriptor stays the owner's to close.
+  if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
 }
 
 absl::Status SplitHostPort(const std::string& endpoint, const std::string& what, std::string* host,

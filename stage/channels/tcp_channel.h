@@ -18,8 +18,10 @@
 // CRC32 is zlib's (IEEE).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -41,7 +43,8 @@ absl::Status SplitHostPort(const std::string& endpoint, const std::string& what,
 // A connected socket carrying checked frames (the framing above; `tag` is the micro_batch_id
 // field) in both directions. The tcp channel sends activations over one; the GPU channels
 // (stage/channels/device_channel.h) carry their small control messages over one per hop.
-// Not thread-safe: one reader and one writer, which may be the same thread.
+// Not thread-safe: one reader and one writer, which may be the same thread; Abort and
+// bytes_moved may be called from any thread.
 class TcpLink {
  public:
   TcpLink(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
@@ -58,13 +61,21 @@ class TcpLink {
                     const std::string& what);
   // Shuts the socket down: the peer's pending and later reads fail.
   void Close();
+  // Thread-safe: a Read or Write blocked in another thread (and every later one) fails at once
+  // with Cancelled ("aborted"), the peer's too; the owner still calls Close.
+  void Abort();
   bool closed() const { return fd_ < 0; }
   // "stage N (host:port)".
   const std::string& peer() const { return peer_; }
+  // Thread-safe: bytes written and read so far, frame headers and partial frames included.
+  int64_t bytes_moved() const { return bytes_moved_.load(std::memory_order_relaxed); }
 
  private:
+  std::mutex fd_mu_;  // Close and Abort: Abort never shuts down a descriptor reused after Close
   int fd_;
   std::string peer_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<int64_t> bytes_moved_{0};
 };
 
 // A bound, listening socket that accepts the previous stage's connection.

@@ -200,6 +200,57 @@ TEST(TcpChannelTest, DroppedPeerIsUnavailableNotAHang) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// A peer that stops reading (stopped, wedged) holds a Send until its timeout, unless the
+// sender's owner gives up on the ring: Abort from another thread ends it at once.
+TEST(TcpChannelTest, AbortEndsASendToAPeerThatStopsReading) {
+  Pair pair = Connect();
+  const std::vector<std::byte> big = Pattern(64 << 20, 3);  // far more than the socket buffers
+  absl::Status sent;
+  absl::Time returned;
+  std::thread sender([&] {
+    sent = pair.sender->Send(1, big, absl::Seconds(120));
+    returned = absl::Now();
+  });
+  // The kernel takes what fits in the buffers; the count shows it while Send blocks.
+  const absl::Time wait_until = absl::Now() + absl::Seconds(30);
+  while (pair.sender->bytes_moved() == 0 && absl::Now() < wait_until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_GT(pair.sender->bytes_moved(), 0);
+  const absl::Time aborted = absl::Now();
+  pair.sender->Abort();
+  sender.join();
+  EXPECT_TRUE(absl::IsCancelled(sent)) << sent;
+  EXPECT_NE(sent.message().find("aborted"), std::string::npos) << sent;
+  EXPECT_LT(returned - aborted, absl::Seconds(10));
+  EXPECT_LT(pair.sender->bytes_moved(), static_cast<int64_t>(big.size()));
+  // Broken for good.
+  EXPECT_FALSE(pair.sender->Send(2, Pattern(16, 1), absl::Seconds(1)).ok());
+}
+
+TEST(TcpChannelTest, AbortEndsAReceiveFromAPeerThatSendsNothing) {
+  Pair pair = Connect();
+  std::vector<std::byte> out(1024);
+  absl::Status received;
+  std::thread receiver([&] { received = pair.receiver->Recv(1, out, absl::Seconds(120)); });
+  pair.receiver->Abort();  // before or while it waits: the same
+  const absl::Time aborted = absl::Now();
+  receiver.join();
+  EXPECT_TRUE(absl::IsCancelled(received)) << received;
+  EXPECT_LT(absl::Now() - aborted, absl::Seconds(10));
+}
+
+TEST(TcpChannelTest, BytesMovedCountsBothEnds) {
+  Pair pair = Connect();
+  const std::vector<std::byte> data = Pattern(1000, 5);
+  ASSERT_TRUE(pair.sender->Send(7, data, absl::Seconds(5)).ok());
+  std::vector<std::byte> out(data.size());
+  ASSERT_TRUE(pair.receiver->Recv(7, out, absl::Seconds(5)).ok());
+  EXPECT_EQ(pair.sender->bytes_moved(), pair.sender->bytes_sent());  // header and payload
+  EXPECT_EQ(pair.receiver->bytes_moved(), pair.receiver->bytes_received());
+  EXPECT_GT(pair.sender->bytes_moved(), static_cast<int64_t>(data.size()));
+}
+
 TEST(TcpChannelTest, SilentPeerTimesOut) {
   Pair pair = Connect();
   std::vector<std::byte> out(16);

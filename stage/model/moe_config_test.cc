@@ -148,9 +148,11 @@ TEST(MoeConfigTest, GptOssSlidingLayersAndSinks) {
   EXPECT_TRUE(c.attention_sinks);
   EXPECT_TRUE(c.qkv_bias && c.o_bias);
   EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);  // GptOssConfig's default
-  // GptOssConfig sets attention_bias true whatever the file says.
+  // GptOssConfig defaults attention_bias to true; a file's false reaches the model (transformers
+  // sets the file's keys after its own defaults).
   j["attention_bias"] = false;
-  EXPECT_TRUE(Parse(j).qkv_bias);
+  EXPECT_FALSE(Parse(j).qkv_bias);
+  EXPECT_FALSE(Parse(j).o_bias);
   j.erase("attention_bias");
   EXPECT_EQ(c.SlidingWindowOf(0), 128);
   EXPECT_EQ(c.SlidingWindowOf(1), 0);

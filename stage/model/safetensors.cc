@@ -1,18 +1,15 @@
 #include "stage/model/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/status/status.h"
+#include "common/bounded_file.h"
 #include "common/json_limits.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
@@ -30,9 +27,10 @@ absl::Status Invalid(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(fmt::format("{}: {}", path, what));
 }
 
-bool FileExists(const std::string& path) {
+// Something is at `path` (following symlinks): a file to open, or to refuse by name.
+bool PathExists(const std::string& path) {
   struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 // Parses one header entry into `info` (offsets relative to the data section for now).
@@ -114,28 +112,14 @@ std::string ShapeString(std::span<const int64_t> shape) {
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO put where a shard should be must not wait for a writer (the
-  // regular-file check below refuses it); it changes nothing for a regular file.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    const int err = errno;
-    std::string what = fmt::format("{}: cannot open: {}", path, std::strerror(err));
-    if (err == ENOENT) return absl::NotFoundError(what);
-    return absl::InvalidArgumentError(what);
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Invalid(path, "not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  // Never blocks on a FIFO put where a shard should be; refuses anything but a regular file.
+  RS_ASSIGN_OR_RETURN(RegularFile opened, RegularFile::Open(path));
+  const uint64_t size = opened.size_bytes();
   if (size < 8) {
-    ::close(fd);
     return Invalid(path,
                    fmt::format("file is {} bytes, too short for the 8-byte header length", size));
   }
-  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, opened.fd(), 0);
   if (mapping == MAP_FAILED) {
     return Invalid(path, fmt::format("mmap failed: {}", std::strerror(errno)));
   }
@@ -231,25 +215,25 @@ absl::StatusOr<std::unique_ptr<SafetensorsModel>> SafetensorsModel::Open(
   model->dir_ = model_dir;
   const std::string single = model_dir + "/model.safetensors";
   const std::string index_path = model_dir + "/model.safetensors.index.json";
-  if (FileExists(single)) {
+  // Whatever is at the path (a FIFO, a directory) is opened and refused with its name, rather
+  // than passed over as absent.
+  if (PathExists(single)) {
     RS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(single));
     for (const auto& [name, info] : file->tensors()) model->weight_map_[name] = "model.safetensors";
     model->files_["model.safetensors"] = std::move(file);
     return model;
   }
-  if (!FileExists(index_path)) {
+  if (!PathExists(index_path)) {
     return absl::NotFoundError(
         fmt::format("{}: neither model.safetensors nor "
                     "model.safetensors.index.json found",
                     model_dir));
   }
-  std::ifstream in(index_path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  RS_RETURN_IF_ERROR(CheckJsonDepth(text.str(), index_path));
+  RS_ASSIGN_OR_RETURN(const std::string text, ReadBoundedFile(index_path, kMaxWeightIndexBytes));
+  RS_RETURN_IF_ERROR(CheckJsonDepth(text, index_path));
   Json index;
   try {
-    index = Json::parse(text.str());
+    index = Json::parse(text);
   } catch (const Json::exception& e) {
     return Invalid(index_path, fmt::format("not valid JSON: {}", e.what()));
   }

@@ -37,7 +37,8 @@ std::string ShapeString(std::span<const int64_t> shape);
 // One validated, memory-mapped .safetensors file. The mapping lives as long as the object.
 class SafetensorsFile {
  public:
-  // Maps and validates `path`. NotFound if it does not exist, InvalidArgument if malformed.
+  // Maps and validates `path` (common/bounded_file.h's RegularFile: never blocks on a FIFO).
+  // NotFound if it does not exist, InvalidArgument if it is not a regular file or malformed.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -77,7 +78,8 @@ struct TensorView {
 class SafetensorsModel {
  public:
   // NotFound when the directory has neither file; InvalidArgument for a malformed index or
-  // (single-file case) a malformed file.
+  // (single-file case) a malformed file, and when either is there but is not a regular file
+  // (a FIFO, a device, a directory) or the index exceeds kMaxWeightIndexBytes.
   static absl::StatusOr<std::unique_ptr<SafetensorsModel>> Open(const std::string& model_dir);
 
   // Whether the checkpoint names this tensor (from the index or the single file's header).

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
 
+#include "common/testing/fifo_watchdog.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -282,6 +284,26 @@ TEST(SafetensorsTest, FifoShardIsRefusedWithoutBlocking) {
   EXPECT_EQ(pipe.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(pipe.status().message()),
               HasSubstr("pipe.safetensors: not a regular file"));
+}
+
+// An index.json that is a FIFO or a device is refused at once, naming it: opening it used to
+// wait for a writer, and reading /dev/zero ran out of memory.
+TEST(SafetensorsTest, FifoOrDeviceIndexIsRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string index = dir.path() + "/model.safetensors.index.json";
+  ASSERT_EQ(::mkfifo(index.c_str(), 0600), 0);
+  absl::StatusOr<std::unique_ptr<SafetensorsModel>> model;
+  EXPECT_TRUE(testing::ReturnsWithoutAWriter(index, [&] {
+    model = SafetensorsModel::Open(dir.path());
+  })) << "opening the model blocked on the FIFO";
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr(index + ": not a regular file"));
+
+  std::filesystem::remove(index);
+  std::filesystem::create_symlink("/dev/zero", index);
+  model = SafetensorsModel::Open(dir.path());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("character device"));
 }
 
 // The sharded Mistral fixture (written by transformers' save_pretrained): a slice maps only the

@@ -1,8 +1,10 @@
 // The real `coordinator` binary under a supervisor's eyes: a stage of its ring dies and comes
 // back (systemd restarts it), and the coordinator, still up, forms the ring again. And its
 // /metrics counts the requests of both client APIs (gRPC through the real `ringserve_client`,
-// and HTTP).
+// and HTTP). And a model file it must not read (a FIFO) stops it at once instead of hanging it.
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -120,6 +122,24 @@ TEST(CoordinatorTest, MetricsCountGrpcRequests) {
   EXPECT_THAT(metrics->body,
               ::testing::HasSubstr("ringserve_time_to_first_token_seconds_count 2\n"));
   coordinator->Terminate(absl::Seconds(10));
+}
+
+// A model directory whose config.json is a FIFO stops the coordinator at once, naming the file:
+// it used to block in open() for a writer forever (deaf to SIGTERM as well).
+TEST(CoordinatorTest, ExitsNamingAFifoConfigInsteadOfHanging) {
+  TempDir dir;
+  absl::StatusOr<std::string> model_dir = MakeTestModel(dir.path());
+  ASSERT_TRUE(model_dir.ok()) << model_dir.status();
+  const std::string config = *model_dir + "/config.json";
+  ASSERT_EQ(::unlink(config.c_str()), 0);
+  ASSERT_EQ(::mkfifo(config.c_str(), 0600), 0);
+  absl::StatusOr<ProgramResult> coordinator =
+      RunProgram({BinaryDir() + "/coordinator/coordinator", "--model", *model_dir, "--num_stages",
+                  "1", "--listen", "127.0.0.1:0"},
+                 absl::Seconds(60));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  EXPECT_NE(coordinator->exit_code, 0) << coordinator->output;
+  EXPECT_THAT(coordinator->output, ::testing::HasSubstr(config + ": not a regular file (a FIFO)"));
 }
 
 }  // namespace

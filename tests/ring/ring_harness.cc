@@ -57,6 +57,10 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
       spawn.argv.push_back("--debug_step_delay_ms");
       spawn.argv.push_back(std::to_string(options.stage_step_delay_ms));
     }
+    if (i < options.stage_args.size()) {
+      spawn.argv.insert(spawn.argv.end(), options.stage_args[i].begin(),
+                        options.stage_args[i].end());
+    }
     spawn.ready_fd = true;
     spawn.stderr_path = stage_log;
     spawn.stdout_path = stage_log;
@@ -98,7 +102,9 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {
   spawn.argv.insert(spawn.argv.end(), options.coordinator_args.begin(),
                     options.coordinator_args.end());
   spawn.ready_fd = true;
+  // Its progress lines (stderr) and its log (stdout), as the operator sees them.
   spawn.stderr_path = ring->dir_.path() + "/coordinator.log";
+  spawn.stdout_path = spawn.stderr_path;
   RS_ASSIGN_OR_RETURN(Subprocess coordinator, Subprocess::Spawn(spawn));
   ring->coordinator_ = std::make_unique<Subprocess>(std::move(coordinator));
   auto address = ring->coordinator_->ReadReadyLine(absl::Seconds(30));

@@ -31,6 +31,8 @@ struct RingOptions {
   std::string device = "cpu";                   // every stage's device ("cpu", "cuda:0")
   std::string channel = "tcp";                  // hosts.yaml channel
   std::vector<std::string> coordinator_args{};  // extra coordinator flags
+  // Extra flags of stage i (shorter than partition: none for the rest).
+  std::vector<std::vector<std::string>> stage_args{};
 };
 
 struct Generation {
@@ -54,7 +56,7 @@ class Ring {
 
   ringserve::v1::Generate::Stub& stub() { return *stub_; }
   const std::string& address() const { return address_; }
-  // Everything the coordinator wrote to stderr so far.
+  // Everything the coordinator wrote so far (stderr and its log on stdout).
   std::string CoordinatorLog() const;
   // Everything the stages wrote so far (one file for all of them).
   std::string StagesLog() const;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <regex>
@@ -10,6 +9,7 @@
 #include <unordered_map>
 
 #include "absl/status/status.h"
+#include "common/bounded_file.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 
@@ -481,13 +481,10 @@ absl::StatusOr<QuantConfig> ParseQuantConfig(const Json& config_json, const std:
 
 absl::StatusOr<QuantConfig> LoadQuantConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(fmt::format("{}: cannot open", path));
-  std::stringstream text;
-  text << in.rdbuf();
+  RS_ASSIGN_OR_RETURN(const std::string text, ReadBoundedFile(path, kMaxConfigJsonBytes));
   Json json;
   try {
-    json = Json::parse(text.str());
+    json = Json::parse(text);
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }

@@ -98,7 +98,9 @@ struct LinearStorage {
 // InvalidArgument naming `source` and the key for anything unsupported or malformed.
 absl::StatusOr<QuantConfig> ParseQuantConfig(const nlohmann::json& config_json,
                                              const std::string& source);
-// Reads `model_dir`/config.json and parses it. NotFound if missing.
+// Reads `model_dir`/config.json (common/bounded_file.h: a regular file of at most
+// kMaxConfigJsonBytes) and parses it. NotFound if missing; InvalidArgument naming the path when
+// it is not a regular file or is too large.
 absl::StatusOr<QuantConfig> LoadQuantConfig(const std::string& model_dir);
 
 // The storage of linear module `module` (see the file comment for names). Pure; thread-safe.

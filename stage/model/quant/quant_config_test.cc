@@ -1,7 +1,15 @@
 #include "stage/model/quant/quant_config.h"
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/testing/fifo_watchdog.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ring/hub_configs_testing.h"
 
 namespace ringserve::quant {
 namespace {
@@ -164,6 +172,121 @@ TEST(QuantConfigTest, CompressedIntQuantizedTakesAnyWidthUpTo8Bits) {
             QuantMethod::kCompressedTensors);
 }
 
+absl::StatusOr<QuantConfig> ParseHub(const char* config_json) {
+  return ParseQuantConfig(nlohmann::json::parse(config_json), "config.json");
+}
+
+absl::StatusOr<QuantConfig> ParseHubBlock(const char* quantization_config) {
+  return Parse(quantization_config);
+}
+
+// The quantization_config of released checkpoints (ring/hub_configs_testing.h), whole config.json
+// files where the test has them.
+TEST(QuantConfigTest, HubFp8Blocks) {
+  namespace hub = hub_configs;
+  // DeepSeek-V3: no skip list, so transformers' default keeps lm_head in bf16.
+  auto v3 = ParseHub(hub::kDeepseekV3);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(v3->method, QuantMethod::kFp8);
+  EXPECT_EQ(v3->block_rows, 128);
+  EXPECT_EQ(v3->block_cols, 128);
+  EXPECT_FALSE(v3->scale_ue8m0);
+  EXPECT_FALSE(v3->fp8_skip_list_given);
+  EXPECT_EQ(StorageOf(*v3, "model.layers.0.self_attn.q_a_proj").method, QuantMethod::kFp8);
+  EXPECT_EQ(StorageOf(*v3, "model.layers.3.mlp.experts.255.down_proj").method, QuantMethod::kFp8);
+  EXPECT_EQ(StorageOf(*v3, "model.layers.61.eh_proj").method, QuantMethod::kFp8);
+  EXPECT_EQ(StorageOf(*v3, "lm_head").method, QuantMethod::kNone);
+  // DeepSeek-V3.1: power-of-two scales.
+  auto v31 = ParseHubBlock(hub::kDeepseekV31QuantizationConfig);
+  ASSERT_TRUE(v31.ok()) << v31.status();
+  EXPECT_TRUE(v31->scale_ue8m0);
+  // Qwen3-30B-A3B-FP8 lists lm_head, the norms and the routers.
+  auto qwen = ParseHub(hub::kQwen3_30B_A3BFp8);
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_EQ(qwen->method, QuantMethod::kFp8);
+  EXPECT_TRUE(qwen->fp8_skip_list_given);
+  EXPECT_EQ(StorageOf(*qwen, "lm_head").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*qwen, "model.layers.1.mlp.gate").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*qwen, "model.layers.1.mlp.experts.5.gate_proj").method, QuantMethod::kFp8);
+  EXPECT_EQ(StorageOf(*qwen, "model.layers.11.self_attn.q_proj").method, QuantMethod::kFp8);
+}
+
+TEST(QuantConfigTest, HubCompressedTensors) {
+  namespace hub = hub_configs;
+  // RedHatAI's FP8-dynamic Qwen3-30B-A3B: float weights per channel; input activations quantized
+  // per token at run time (read, not applied: the stage computes in full precision).
+  auto fp8 = ParseHub(hub::kQwen3_30B_A3BFp8Dynamic);
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  EXPECT_EQ(fp8->method, QuantMethod::kCompressedTensors);
+  const LinearStorage expert = StorageOf(*fp8, "model.layers.0.mlp.experts.7.down_proj");
+  ASSERT_NE(expert.scheme, nullptr);
+  EXPECT_EQ(expert.scheme->storage, CompressedScheme::Storage::kFloat);
+  EXPECT_EQ(expert.scheme->strategy, CompressedScheme::Strategy::kChannel);
+  EXPECT_EQ(expert.scheme->num_bits, 8);
+  EXPECT_EQ(StorageOf(*fp8, "model.layers.0.mlp.gate").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*fp8, "lm_head").method, QuantMethod::kNone);
+  // RedHatAI's w4a16 Llama 3.1: int4 groups of 128, packed.
+  auto w4a16 = ParseHubBlock(hub::kLlamaW4A16QuantizationConfig);
+  ASSERT_TRUE(w4a16.ok()) << w4a16.status();
+  const LinearStorage q = StorageOf(*w4a16, "model.layers.31.self_attn.q_proj");
+  ASSERT_NE(q.scheme, nullptr);
+  EXPECT_EQ(q.scheme->storage, CompressedScheme::Storage::kPacked);
+  EXPECT_EQ(q.scheme->strategy, CompressedScheme::Strategy::kGroup);
+  EXPECT_EQ(q.scheme->group_size, 128);
+  EXPECT_EQ(q.scheme->num_bits, 4);
+  EXPECT_TRUE(q.scheme->symmetric);
+  EXPECT_EQ(StorageOf(*w4a16, "lm_head").method, QuantMethod::kNone);
+}
+
+TEST(QuantConfigTest, HubGptqAwqAndMxfp4) {
+  namespace hub = hub_configs;
+  // optimum's block (hugging-quants' Llama 3.1 GPTQ): act order, v1 zeros, no lm_head.
+  auto gptq = ParseHub(hub::kLlama31_8BInstructGptq);
+  ASSERT_TRUE(gptq.ok()) << gptq.status();
+  EXPECT_EQ(gptq->method, QuantMethod::kGptq);
+  EXPECT_EQ(gptq->bits, 4);
+  EXPECT_EQ(gptq->group_size, 128);
+  EXPECT_TRUE(gptq->desc_act);
+  EXPECT_TRUE(gptq->symmetric);
+  EXPECT_EQ(gptq->gptq_zero_offset, 1);
+  EXPECT_EQ(StorageOf(*gptq, "model.layers.0.mlp.down_proj").method, QuantMethod::kGptq);
+  EXPECT_EQ(StorageOf(*gptq, "lm_head").method, QuantMethod::kNone);
+  // GPTQModel's spelling.
+  auto gptq_model = ParseHubBlock(hub::kGptqModelQuantizationConfig);
+  ASSERT_TRUE(gptq_model.ok()) << gptq_model.status();
+  EXPECT_EQ(gptq_model->gptq_zero_offset, 1);
+  EXPECT_FALSE(gptq_model->gptq_lm_head);
+  EXPECT_FALSE(gptq_model->desc_act);
+  // Qwen2.5's AWQ release (modules_to_not_convert null) and Mixtral's (the router kept).
+  auto awq = ParseHubBlock(hub::kQwen25AwqQuantizationConfig);
+  ASSERT_TRUE(awq.ok()) << awq.status();
+  EXPECT_EQ(awq->method, QuantMethod::kAwq);
+  EXPECT_EQ(awq->group_size, 128);
+  EXPECT_EQ(StorageOf(*awq, "model.layers.0.self_attn.q_proj").method, QuantMethod::kAwq);
+  EXPECT_EQ(StorageOf(*awq, "lm_head").method, QuantMethod::kNone);
+  auto mixtral = ParseHub(hub::kMixtral8x7BAwq);
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_EQ(StorageOf(*mixtral, "model.layers.0.block_sparse_moe.gate").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*mixtral, "model.layers.0.block_sparse_moe.experts.3.w2").method,
+            QuantMethod::kAwq);
+  // gpt-oss-20b: only the stacked experts are MXFP4.
+  auto mxfp4 = ParseHub(hub::kGptOss20B);
+  ASSERT_TRUE(mxfp4.ok()) << mxfp4.status();
+  EXPECT_EQ(mxfp4->method, QuantMethod::kMxfp4);
+  EXPECT_EQ(StorageOf(*mxfp4, "model.layers.0.mlp.experts.gate_up_proj").method,
+            QuantMethod::kMxfp4);
+  EXPECT_EQ(StorageOf(*mxfp4, "model.layers.23.mlp.experts.down_proj").method, QuantMethod::kMxfp4);
+  EXPECT_EQ(StorageOf(*mxfp4, "model.layers.0.self_attn.q_proj").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*mxfp4, "model.layers.0.mlp.router").method, QuantMethod::kNone);
+  EXPECT_EQ(StorageOf(*mxfp4, "lm_head").method, QuantMethod::kNone);
+  // Unquantized releases parse as none.
+  for (const char* json : {hub::kQwen3_30B_A3B, hub::kGptOss20BV5, hub::kDeepseekV3V5}) {
+    auto none = ParseHub(json);
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_EQ(none->method, QuantMethod::kNone);
+  }
+}
+
 TEST(QuantConfigTest, UnsupportedSchemesNameTheKey) {
   EXPECT_THAT(ErrorOf(R"({"quant_method": "bitsandbytes"})"), HasSubstr("quant_method"));
   EXPECT_THAT(ErrorOf(R"({"quant_method": "gptq", "bits": 3})"),
@@ -196,6 +319,31 @@ TEST(QuantConfigTest, UnsupportedSchemesNameTheKey) {
       "ignore": ["re:(unclosed"],
       "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})"),
               HasSubstr("ignore"));
+}
+
+TEST(QuantConfigTest, LoadReadsASymlinkedConfigAndRefusesAFifoOrDevice) {
+  ringserve::testing::TempDir dir;
+  const std::string path = dir.path() + "/config.json";
+  std::ofstream(dir.path() + "/blob") << R"({"model_type": "llama"})";
+  std::filesystem::create_symlink(dir.path() + "/blob", path);
+  auto linked = LoadQuantConfig(dir.path());
+  ASSERT_TRUE(linked.ok()) << linked.status();
+  EXPECT_EQ(linked->method, QuantMethod::kNone);
+
+  std::filesystem::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  absl::StatusOr<QuantConfig> config;
+  EXPECT_TRUE(ringserve::testing::ReturnsWithoutAWriter(path, [&] {
+    config = LoadQuantConfig(dir.path());
+  })) << "loading blocked on the FIFO";
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(path + ": not a regular file"));
+
+  std::filesystem::remove(path);
+  std::filesystem::create_symlink("/dev/zero", path);
+  config = LoadQuantConfig(dir.path());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("character device"));
 }
 
 }  // namespace
