@@ -1,13 +1,12 @@
 #include "coordinator/chat/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/bounded_file.h"
 #include "common/json_limits.h"
 #include "common/status_macros.h"
 #include "coordinator/chat/jinja_template.h"
@@ -50,24 +49,37 @@ absl::Status CheckValueDepth(const ordered_json& root, const char* what) {
 absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const std::string& path_or_dir) {
   std::filesystem::path path(path_or_dir);
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) path /= "tokenizer_config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  RS_RETURN_IF_ERROR(CheckJsonDepth(buf.str(), path.string()));
-  ordered_json config;
-  try {
-    config = ordered_json::parse(buf.str());
-  } catch (const ordered_json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": invalid JSON: ", e.what()));
+  std::string source;  // from <dir>/chat_template.jinja, when the directory has one
+  std::filesystem::path source_path;
+  if (std::filesystem::is_directory(path, ec)) {
+    source_path = path / "chat_template.jinja";
+    absl::StatusOr<std::string> jinja = ReadBoundedFile(source_path.string(), kMaxConfigJsonBytes);
+    if (jinja.ok()) {
+      source = *std::move(jinja);
+    } else if (!absl::IsNotFound(jinja.status())) {
+      return jinja.status();
+    }
+    path /= "tokenizer_config.json";
   }
-  if (!config.is_object() || !config.contains("chat_template")) {
+  absl::StatusOr<std::string> text = ReadBoundedFile(path.string(), kMaxConfigJsonBytes);
+  if (!text.ok() && !(absl::IsNotFound(text.status()) && !source.empty())) return text.status();
+  ordered_json config = ordered_json::object();
+  if (text.ok()) {
+    RS_RETURN_IF_ERROR(CheckJsonDepth(*text, path.string()));
+    try {
+      config = ordered_json::parse(*text);
+    } catch (const ordered_json::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(path.string(), ": invalid JSON: ", e.what()));
+    }
+    if (!config.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
+    }
+  }
+  if (!source.empty()) {
+    path = source_path;  // errors below name the template's own file
+  } else if (!config.contains("chat_template")) {
     return absl::NotFoundError(absl::StrCat(path.string(), " has no chat_template"));
-  }
-  std::string source;
-  const ordered_json& ct = config["chat_template"];
-  if (ct.is_string()) {
+  } else if (const ordered_json& ct = config["chat_template"]; ct.is_string()) {
     source = ct.get<std::string>();
   } else if (ct.is_array()) {
     for (const auto& t : ct) {

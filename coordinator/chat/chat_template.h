@@ -59,9 +59,12 @@ struct ChatRenderOptions {
 class ChatTemplate {
  public:
   // Reads `chat_template` and the special tokens from a tokenizer_config.json file, or from
-  // `<dir>/tokenizer_config.json` when given a directory. A `chat_template` that is a list of
-  // named templates ([{"name": "default", "template": ...}, ...]) uses the one named
-  // "default". Errors: NotFound (no file / no chat_template), InvalidArgument (bad JSON, or a
+  // `<dir>/tokenizer_config.json` when given a directory; there `<dir>/chat_template.jinja`
+  // (where transformers 5 saves the template) takes precedence over the config's key, as in
+  // transformers' loader. A `chat_template` that is a list of named templates ([{"name":
+  // "default", "template": ...}, ...]) uses the one named "default". Files are read as regular
+  // files of at most kMaxConfigJsonBytes (common/bounded_file.h). Errors: NotFound (no file / no
+  // chat_template), InvalidArgument (bad JSON, a FIFO or device, a file too large, or a
   // template that does not parse: the message names the construct and the template line).
   static absl::StatusOr<ChatTemplate> FromTokenizerConfig(const std::string& path_or_dir);
 

@@ -3,10 +3,12 @@
 #include "coordinator/chat/chat_template.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -191,6 +193,36 @@ void ExpectError(const std::string& source, const std::string& fragment, bool at
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << source;
   EXPECT_NE(std::string(status.message()).find(fragment), std::string::npos)
       << source << " -> " << status;
+}
+
+// transformers 5 saves a tokenizer's chat template as <dir>/chat_template.jinja (not in
+// tokenizer_config.json); that file takes precedence, the special tokens still come from the
+// config, and a directory with only the .jinja file works too.
+TEST(ChatTemplateTest, ChatTemplateJinjaFileTakesPrecedence) {
+  const std::string dir = ::testing::TempDir() + "/rs_chat_jinja_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const ordered_json messages = ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  std::ofstream(dir + "/chat_template.jinja")
+      << "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}";
+  {
+    auto only_jinja = ChatTemplate::FromTokenizerConfig(dir);
+    ASSERT_TRUE(only_jinja.ok()) << only_jinja.status();
+    auto text = only_jinja->Render(messages, {});
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(*text, "[user] hi");  // no config: bos_token undefined, renders empty
+  }
+  std::ofstream(dir + "/tokenizer_config.json")
+      << R"({"bos_token": "<s>", "chat_template": "config template {{ messages }}"})";
+  auto both = ChatTemplate::FromTokenizerConfig(dir);
+  ASSERT_TRUE(both.ok()) << both.status();
+  auto text = both->Render(messages, {});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "<s>[user] hi");
+  // The config file itself, named directly, is read as before.
+  auto config_only = ChatTemplate::FromTokenizerConfig(dir + "/tokenizer_config.json");
+  ASSERT_TRUE(config_only.ok()) << config_only.status();
+  EXPECT_EQ(config_only->source(), "config template {{ messages }}");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ChatTemplateTest, UnsupportedConstructsGiveClearErrors) {
