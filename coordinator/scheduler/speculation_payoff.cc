@@ -18,6 +18,7 @@ void SpeculationPayoff::Measure::Restart() {
   new_tokens = 0;
   new_seconds = 0;
   switches = 0;
+  outliers = 0;
 }
 
 int SpeculationPayoff::Bucket(int decoding) {
@@ -61,6 +62,14 @@ void SpeculationPayoff::OnMeasured(const SpeculationPayoffOptions& options, int 
   const int bucket = Bucket(decoding);
   BucketState& b = buckets_[bucket];
   Measure& m = b.of(mode);
+  const Measure& other = b.of(Other(mode));
+  if (warm && tokens > 0 && other.rate() > 0 &&
+      took_s > options.outlier_factor * tokens / other.rate()) {
+    if (b.probing && mode == b.probed && ++m.outliers > options.max_outliers) {
+      EndProbe(options, bucket, b, std::nullopt);
+    }
+    return;
+  }
   if (!warm) {
     // Only a probe's first switch is its own: the others are visits of this bucket between
     // micro-batches of other buckets in the other mode, each paying two switches.

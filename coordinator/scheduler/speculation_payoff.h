@@ -83,6 +83,13 @@ struct SpeculationPayoffOptions {
   // Switches into the probed mode (the first starts the probe) after which an unfinished probe
   // is given up: its bucket is visited in stretches too short to measure or repay that mode.
   int max_probe_switches = 4;
+  // A warm micro-batch that took more than `outlier_factor` times what its tokens took in the
+  // other mode is a one-time cost, not the mode's rate: a verification shape's CUDA graph
+  // captured or its GEMMs tuned mid-probe (~0.1 s each; an H200 ring decided plain decoding at
+  // 1 stream from such a probe, then ran 4% slower than speculation for the rest of the run). It
+  // is not measured; a probe that meets more than `max_outliers` of them is given up.
+  double outlier_factor = 10.0;
+  int max_outliers = 16;
 };
 
 class SpeculationPayoff {
@@ -117,6 +124,7 @@ class SpeculationPayoff {
     double new_tokens = 0;
     double new_seconds = 0;
     int switches = 0;  // micro-batches that switched into the mode (unmeasured)
+    int outliers = 0;  // warm micro-batches left unmeasured as one-time costs
     double rate() const { return seconds > 0 ? tokens / seconds : 0; }
     double new_rate() const { return new_seconds > 0 ? new_tokens / new_seconds : 0; }
     void Restart();

@@ -45,6 +45,29 @@ TEST(SpeculationPayoffTest, MeasuresPlainFirstThenProbesSpeculationAndRunsTheFas
   EXPECT_EQ(payoff.ModeFor({.enabled = false}, 1), Mode::kSpeculate);
 }
 
+// A probe's micro-batch that took ten times what its tokens took in the other mode (a
+// verification shape's graph captured mid-probe) is a one-time cost: it is not measured, so the
+// probe decides on the mode's real rate; a probe of nothing but such micro-batches is given up.
+TEST(SpeculationPayoffTest, OneTimeCostsInAProbeAreNotItsRate) {
+  const SpeculationPayoffOptions options{.samples = 4, .reprobe_after = 4000, .max_outliers = 3};
+  SpeculationPayoff payoff;
+  for (int i = 0; i < 4; ++i) payoff.OnMeasured(options, 1, Mode::kPlain, true, 1.0, 10);
+  ASSERT_EQ(payoff.ModeFor(options, 1), Mode::kSpeculate);  // the first probe
+  payoff.OnMeasured(options, 1, Mode::kSpeculate, false, 0.01, 2);
+  // Three of its micro-batches capture graphs (100 s each, in this clock); four run at 20 tok/s.
+  for (double took : {100.0, 1.0, 100.0, 100.0, 1.0, 1.0, 1.0}) {
+    payoff.OnMeasured(options, 1, Mode::kSpeculate, true, took, 20);
+  }
+  EXPECT_EQ(payoff.Decision(0), Mode::kSpeculate);
+  EXPECT_DOUBLE_EQ(payoff.Rate(0, Mode::kSpeculate), 20.0);
+  // At 8 sequences a probe that meets only such micro-batches ends (as if it had confirmed).
+  for (int i = 0; i < 4; ++i) payoff.OnMeasured(options, 8, Mode::kPlain, true, 1.0, 80);
+  ASSERT_EQ(payoff.ModeFor(options, 8), Mode::kSpeculate);
+  payoff.OnMeasured(options, 8, Mode::kSpeculate, false, 0.01, 8);
+  for (int i = 0; i < 4; ++i) payoff.OnMeasured(options, 8, Mode::kSpeculate, true, 100.0, 80);
+  EXPECT_EQ(payoff.ModeFor(options, 8), Mode::kPlain);
+}
+
 // Where speculation keeps losing, each probe that confirms plain decoding doubles the interval
 // to the next (up to max_reprobe_after); a probe that finds speculation faster resets it.
 TEST(SpeculationPayoffTest, ConfirmingProbesGrowTheirIntervalOverturningOnesResetIt) {
