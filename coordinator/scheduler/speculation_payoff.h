@@ -85,9 +85,10 @@ struct SpeculationPayoffOptions {
   int max_probe_switches = 4;
   // A warm micro-batch that took more than `outlier_factor` times what its tokens took in the
   // other mode is a one-time cost, not the mode's rate: a verification shape's CUDA graph
-  // captured or its GEMMs tuned mid-probe (~0.1 s each; an H200 ring decided plain decoding at
-  // 1 stream from such a probe, then ran 4% slower than speculation for the rest of the run). It
-  // is not measured; a probe that meets more than `max_outliers` of them is given up.
+  // captured or its GEMMs tuned mid-probe (~0.1 s each), or a slow catch-up of the draft after
+  // a switch. It is not measured; a probe that meets more than `max_outliers` of them is given
+  // up. (On an H200 the payoff chose plain decoding where forced speculation was 4% and 20%
+  // faster, plausibly from such costs: bench/spec/NOTES.md.)
   double outlier_factor = 10.0;
   int max_outliers = 16;
 };
