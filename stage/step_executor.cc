@@ -65,6 +65,24 @@ StepExecutor::~StepExecutor() {
         gpu ? " of GPU time (the CPU only enqueues a GPU stage's work; the last stage waits for "
               "its tokens)"
             : "");
+    if (timing_.idle_steps > 0) {
+      RS_LOG_INFO("stage {}: {} steps came with none in flight, {:.0f} us after the previous one",
+                  options_.stage_index, timing_.idle_steps,
+                  static_cast<double>(timing_.idle_us) / timing_.idle_steps);
+    }
+  }
+  if (timing_.spec_steps > 0) {
+    const double n = static_cast<double>(timing_.spec_steps);
+    const SpeculatorStats stats = speculator_->stats();
+    const double plans = static_cast<double>(std::max<int64_t>(1, stats.plans));
+    RS_LOG_INFO(
+        "stage {}: {} speculating steps; per step: forward, verification and drafting {:.0f} us "
+        "(the target's rows {:.0f} us, drafting {:.0f} us), busy {:.0f} us; {} of them with none "
+        "in flight, {:.0f} us after the previous one",
+        options_.stage_index, timing_.spec_steps, timing_.spec_forward_us / n,
+        stats.target_rows_us / plans, stats.draft_us / plans, timing_.spec_busy_us / n,
+        timing_.spec_idle_steps,
+        static_cast<double>(timing_.spec_idle_us) / std::max<int64_t>(1, timing_.spec_idle_steps));
   }
 }
 
@@ -138,8 +156,20 @@ absl::Status StepExecutor::AnnotateError(const absl::Status& status, uint64_t mi
 
 absl::Status StepExecutor::Submit(v1::StepPlan plan) {
   const uint64_t id = plan.micro_batch_id();
+  int64_t idle_before_us = -1;
+  if (pending_.empty()) {
+    std::lock_guard<std::mutex> lock(activity_mu_);
+    // Gaps longer than this are a ring without work, not a turn between steps.
+    constexpr absl::Duration kLongestTurn = absl::Milliseconds(50);
+    const absl::Duration idle = absl::Now() - activity_.since;
+    if (activity_.state == ExecutorActivity::State::kIdle && timing_.steps > 0 &&
+        idle < kLongestTurn) {
+      idle_before_us = absl::ToInt64Microseconds(idle);
+    }
+  }
   PendingStep& step = pending_.emplace_back();
   step.plan = std::move(plan);
+  step.idle_before_us = idle_before_us;
   const absl::Status status = SubmitChecked(step);
   if (status.ok()) return status;
   if (step.sampling_in_flight) --samplings_in_flight_;
@@ -367,6 +397,16 @@ absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
   timing_.wait_us += outcome.wait_us;
   timing_.forward_us += output_ != nullptr ? run_us : cpu_us;
   timing_.send_us += output_ != nullptr ? cpu_us - run_us : 0;
+  const bool idle_before = step.idle_before_us >= 0;
+  timing_.idle_steps += idle_before ? 1 : 0;
+  timing_.idle_us += idle_before ? step.idle_before_us : 0;
+  if (speculator_ != nullptr && Speculator::Applies(step.decoded)) {
+    ++timing_.spec_steps;
+    timing_.spec_forward_us += cpu_us;
+    timing_.spec_busy_us += outcome.busy_us;
+    timing_.spec_idle_steps += idle_before ? 1 : 0;
+    timing_.spec_idle_us += idle_before ? step.idle_before_us : 0;
+  }
   return absl::OkStatus();
 }
 

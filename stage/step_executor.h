@@ -132,6 +132,7 @@ class StepExecutor {
     StepOutcome outcome;
     bool sampling_in_flight = false;  // SampleAsync not yet collected
     bool fed = false;  // ahead tokens taken on the device: the back edge's messages still to take
+    int64_t idle_before_us = -1;  // submitted with no step in flight: how long it was idle
   };
 
   StepExecutor(StepExecutorOptions options, std::unique_ptr<ModelSlice> slice);
@@ -173,6 +174,13 @@ class StepExecutor {
   // Where a step's time goes (summed; logged when the executor goes away).
   struct Timing {
     int64_t steps = 0, prepare_us = 0, wait_us = 0, forward_us = 0, send_us = 0, busy_us = 0;
+    // Steps submitted with none in flight, and how long the executor had been idle before
+    // each (on a speculating ring: the coordinator's turn between a result and the next plan).
+    int64_t idle_steps = 0, idle_us = 0;
+    // Steps the speculator sampled (a subset of the above): forward = the target's wait,
+    // verification and drafting (stage/speculative/speculator.h splits it), busy = GPU time.
+    int64_t spec_steps = 0, spec_forward_us = 0, spec_busy_us = 0, spec_idle_steps = 0,
+            spec_idle_us = 0;
   } timing_;
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> bytes_received_{0};

@@ -3,15 +3,16 @@
 # Trains a larger target with scripts/train_small_model.py and the committed tokenizer
 # (TARGET_SHAPE, default 48x768: four times the layers of the 12x768 first measured, so that the
 # 2-layer draft is relatively cheaper; STEPS of its cosine schedule, default 1000, within TRAIN_S
-# seconds, default 150), then serves it from a 1-stage CUDA ring three times —
-# plain; with the committed draft models/ringserve-tiny-draft on the last stage; and the same
-# with the draft's rounds through the host (RINGSERVE_DRAFT_FED_ROUNDS=0, the A/B row) — and
+# seconds, default 150), then serves it from a 1-stage CUDA ring, once per entry of RINGS —
+# plain; with the committed draft models/ringserve-tiny-draft on the last stage and the measured
+# payoff deciding (spec); the same with speculation forced (spec-forced) — and
 # measures 1 and 8 streams (greedy, a KJV prompt, MAX_TOKENS each) with ringserve_loadgen; reads
 # the acceptance rate and tokens per verification step from /metrics. Results: $OUT/table.md,
 # logs in $OUT.
 # Run from the repository root with the carry unpacked or packed (bench/spec/make_carry.sh):
 #   bash .carry/h-spec/pack/device_run.sh      (after: tar -xJf .carry/h-spec/pack.tar.xz -C .carry/h-spec)
 # Env: TARGET_SHAPE, STEPS, TRAIN_S, DURATION_S (default 6), MAX_TOKENS (default 128),
+# RINGS (default "plain spec spec-forced"; also spec-hostfed: the draft's rounds through the host),
 # K (default 4), SPEC_MAX_SEQS (default 16: no speculation above it; below it the measured
 # payoff decides, coordinator/scheduler/speculation_payoff.h), STREAMS ("1 8"),
 # DEVICE (cuda:0), TARGET (a model directory: skips training; e.g. models/ringserve-tiny with
@@ -113,13 +114,24 @@ PY
 }
 echo "| ring | streams | tok/s | speculation in this run (/metrics deltas) |" >>"$out/table.md"
 echo "| --- | ---: | ---: | --- |" >>"$out/table.md"
-run_ring plain ""
 spec_flags="--speculative_model $PWD/models/ringserve-tiny-draft --num_speculative_tokens $k --speculative_max_sequences ${SPEC_MAX_SEQS:-16}"
-run_ring spec "$spec_flags"
-run_ring spec-hostfed "$spec_flags" RINGSERVE_DRAFT_FED_ROUNDS=0
-if cmp -s "$out/plain_greedy.txt" "$out/spec_greedy.txt"; then
-  echo "greedy 128-token completion: identical with and without speculation" | tee -a "$out/table.md"
-else
-  echo "greedy 128-token completion: DIFFERS (plain_greedy.txt, spec_greedy.txt)" | tee -a "$out/table.md"
-fi
-cat "$out/table.md"
+for ring in ${RINGS:-plain spec spec-forced}; do
+  case $ring in
+    plain) run_ring plain "" ;;
+    spec) run_ring spec "$spec_flags" ;;  # the measured payoff decides
+    spec-forced) run_ring spec-forced "$spec_flags --speculative_payoff=false" ;;
+    spec-hostfed) run_ring spec-hostfed "$spec_flags" RINGSERVE_DRAFT_FED_ROUNDS=0 ;;
+  esac
+  # Where a step's time went (the stage's exit log: speculating steps, the turn between steps).
+  grep -hE "steps \(|speculating steps|with none in flight" "$out/coord_$ring.log" \
+    | sed "s/^/$ring: /" >>"$out/timing.txt"
+done
+for greedy in "$out"/spec*_greedy.txt; do
+  [ -f "$greedy" ] || continue
+  if cmp -s "$out/plain_greedy.txt" "$greedy"; then
+    echo "greedy 128-token completion: $(basename "$greedy") identical to plain" | tee -a "$out/table.md"
+  else
+    echo "greedy 128-token completion: $(basename "$greedy") DIFFERS from plain_greedy.txt" | tee -a "$out/table.md"
+  fi
+done
+cat "$out/table.md" "$out/timing.txt"

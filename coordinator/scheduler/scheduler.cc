@@ -367,6 +367,26 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
     const int left = seq.max_tokens - seq.num_generated() - 1;
     return std::max(0, std::min(seq.speculation.NextDrafts(options_.speculation, decoding), left));
   };
+  // No follow-up while a sequence speculates, in the plan to follow or ready: a follow-up
+  // cannot continue a speculating sequence (how many tokens it emits is not known yet), so it
+  // would split the decoding sequences into micro-batches that then alternate for good (one
+  // that took the sequences ready at the time: on a 1-stage ring, two verification steps of
+  // half the batch each, where one step verifies the whole batch at about the cost of either;
+  // one of the plain ones only: the speculating ones wait while it follows itself). The next
+  // new chain, once the plan is back, takes every decoding sequence.
+  if (follows != 0) {
+    for (const PlannedChunk& entry : s.plans.at(follows).entries) {
+      if (!entry.speculation.draft_ids.empty() || entry.speculation.propose > 0) {
+        return std::nullopt;
+      }
+    }
+    for (const Key& key : s.running) {
+      const State::Sequence& seq = s.sequences.at(key.second);
+      if (seq.decode_ready() && speculates(seq) && (!seq.drafts.empty() || drafts_for(seq) > 0)) {
+        return std::nullopt;
+      }
+    }
+  }
   // The verified tokens up to position `end` the last stage has not been told yet.
   auto tell_context = [&](State::Sequence& seq, int64_t end) {
     ChunkSpeculationWire wire;
@@ -622,8 +642,18 @@ std::optional<MicroBatchPlan> Scheduler::BuildMicroBatch(uint64_t follows, int64
   s.released.clear();
   plan.id = s.next_plan_id++;
   if (options_.speculation.max_drafts > 0) {
-    record.measured = std::all_of(plan.entries.begin(), plan.entries.end(),
-                                  [](const PlannedChunk& entry) { return entry.is_decode; });
+    // Decode-only plans are measured; in speculation only those that verify or draft: where
+    // every sequence's own policy drafts nothing (speculation.h: it backs off at a low
+    // acceptance), the plan decodes plainly, and counting it as speculation would credit
+    // speculation with plain decoding's rate (a probe of speculation at one stream decided
+    // plain decoding from such plans after the sequence's first rejections).
+    const bool all_decode = std::all_of(plan.entries.begin(), plan.entries.end(),
+                                        [](const PlannedChunk& entry) { return entry.is_decode; });
+    const bool drafts =
+        std::any_of(plan.entries.begin(), plan.entries.end(), [](const PlannedChunk& entry) {
+          return entry.speculation.propose > 0 || !entry.speculation.draft_ids.empty();
+        });
+    record.measured = all_decode && (mode == SpeculationPayoff::Mode::kPlain || drafts);
     record.mode = mode;
     record.warm = s.last_mode == mode;
     record.decoding = decoding;

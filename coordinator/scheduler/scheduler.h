@@ -86,7 +86,8 @@ struct SchedulerOptions {
   // Plans sent ahead (coordinator/plan_ahead.h): a micro-batch's follow-up is planned while it
   // is in flight, assuming each of its sampling sequences continues; its tokens reach stage 0
   // over the ring's token back edge. Up to 2 M plans in flight (M chains of two). Off in
-  // kPacked mode.
+  // kPacked mode. No follow-up is planned while a sequence speculates (in the plan to follow
+  // or ready to run): speculating sequences wait for each result and decode in the M chains.
   bool plan_ahead = false;
   // Speculative decoding (speculation.h): off while speculation.max_drafts is 0. Sequences that
   // ask for prompt log-probabilities never speculate.

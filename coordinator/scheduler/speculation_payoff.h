@@ -9,7 +9,9 @@
 // micro-batches in flight; plus the coordinator's time between the previous completion and
 // their issue, up to their own time: speculating sequences wait for each result, plain decodes
 // planned ahead hide it) and their emitted tokens counted, per mode (speculating or plain)
-// and per load bucket (how many sequences decode: 1, 2-3, 4-7, 8-15, ...).
+// and per load bucket (how many sequences decode: 1, 2-3, 4-7, 8-15, ...). A micro-batch of the
+// speculating mode counts only if it verifies or drafts: where every sequence's own policy has
+// backed off (speculation.h), it decodes plainly.
 //
 // A bucket runs one mode and now and then probes the other (measures it for up to `samples`
 // micro-batches). The first micro-batch after a mode switch is not measured (it only starts the

@@ -317,9 +317,11 @@ struct DriveResult {
 
 // `streams` closed-loop clients of 64 tokens each on a 1-stage ring, greedy; the last stage
 // accepts each draft with probability `accept_tenths` / 10 (default 0.6; a fixed pseudo-random
-// draw per sequence and token), up to the first rejection; a plan takes max(1, tokens / 4) time
-// units (a target step that is memory-bound up to 4 tokens and compute-bound above: with one
-// sequence verification pays, with eight it costs more than it saves, at any k). After each
+// draw per sequence and token), up to the first rejection; a plan takes 1 time unit up to
+// `flat_tokens` tokens and 1/4 unit for each token beyond (by default a target step that is
+// memory-bound up to 4 tokens and compute-bound above: with one sequence verification pays, with
+// eight it costs more than it saves, at any k; with 64, a small target whose step costs about
+// the same for 8 tokens or 40, where verifying pays at 8 sequences too). After each
 // result the coordinator spends `host_gap` before it plans again (its processing and the round
 // trip: hidden behind the stage's work when a decode is planned ahead, not otherwise).
 struct DriveOptions {
@@ -337,6 +339,7 @@ struct DriveOptions {
   // Every stream writes the same text (greedy streams of one prompt), so drafts are accepted
   // alike: the streams stay in step through speculation too.
   bool same_text = false;
+  int flat_tokens = 4;  // a plan's cost is flat up to this many tokens (see above)
 };
 
 DriveResult Drive(const DriveOptions& drive) {
@@ -385,7 +388,8 @@ DriveResult Drive(const DriveOptions& drive) {
       }
       last_speculated = speculates;
       const double start = std::max(now, stage_free);
-      stage_free = start + std::max(1.0, 0.25 * static_cast<double>(plan->num_tokens()));
+      const int over = std::max(0, static_cast<int>(plan->num_tokens()) - drive.flat_tokens);
+      stage_free = start + 1.0 + 0.25 * over;
       in_flight.emplace_back(std::move(*plan), stage_free);
     }
     if (in_flight.empty()) {
@@ -529,6 +533,51 @@ TEST(SpeculationPayoffTest, PlainDecodingIsPlannedAheadOnceSpeculationBacksOff) 
   ASSERT_GT(run.late_plans, 100);
   EXPECT_LT(run.late_speculating_plans, run.late_plans / 10);
   EXPECT_GT(run.ahead_decodes, 1000);
+}
+
+// Where a verification step costs about what a plain step does (a plan's cost is flat up to 64
+// tokens), 8 speculating streams verify in one micro-batch with plan-ahead as without it. Before,
+// a follow-up planned while a verification ran took the sequences ready at the time (it cannot
+// continue the speculating ones), and the two halves alternated for good: two steps for what one
+// verifies (7.4 tokens a unit forced, against 12.6 without plan-ahead and 8 plain), so the
+// payoff rightly chose plain decoding.
+TEST(SpeculationPayoffTest, PlanAheadKeepsSpeculatingStreamsInOneMicroBatch) {
+  for (const double gap : {0.0, 0.3}) {
+    SCOPED_TRACE(::testing::Message() << "host gap " << gap);
+    const DriveOptions flat{.streams = 8, .plan_ahead = true, .host_gap = gap, .flat_tokens = 64};
+    DriveOptions forced = flat;
+    forced.payoff = false;
+    DriveOptions plain = flat;
+    plain.max_drafts = 0;
+    DriveOptions packed = flat;
+    packed.plan_ahead = false;
+    packed.payoff = false;
+    const DriveResult run = Drive(flat);
+    const DriveResult forced_run = Drive(forced);
+    const DriveResult packed_run = Drive(packed);
+    const DriveResult plain_run = Drive(plain);
+    EXPECT_GT(forced_run.tokens_per_time, 0.98 * packed_run.tokens_per_time);
+    EXPECT_GT(forced_run.tokens_per_time, 1.15 * plain_run.tokens_per_time);
+    EXPECT_GT(run.tokens_per_time, 0.95 * forced_run.tokens_per_time);
+    EXPECT_GT(run.late_speculating_plans, run.late_plans * 9 / 10);
+  }
+}
+
+// A probe of speculation measures only plans that verify or draft. At one stream with the
+// coordinator's turn exposed (0.3 of a step), the sequence's own policy stopped drafting after
+// its first rejections, and its plain decodes, planned ahead and counted as speculation, made
+// the probe decide plain decoding (0.995 tokens a unit, where forced speculation made 1.27).
+TEST(SpeculationPayoffTest, AProbeOfSpeculationMeasuresOnlyPlansThatDraft) {
+  const DriveOptions flat{.streams = 1, .plan_ahead = true, .host_gap = 0.3, .flat_tokens = 64};
+  DriveOptions forced = flat;
+  forced.payoff = false;
+  DriveOptions plain = flat;
+  plain.max_drafts = 0;
+  const DriveResult run = Drive(flat);
+  const DriveResult forced_run = Drive(forced);
+  const DriveResult plain_run = Drive(plain);
+  EXPECT_GT(forced_run.tokens_per_time, 1.15 * plain_run.tokens_per_time);
+  EXPECT_GT(run.tokens_per_time, 0.95 * forced_run.tokens_per_time);
 }
 
 }  // namespace

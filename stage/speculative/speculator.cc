@@ -1,5 +1,6 @@
 #include "stage/speculative/speculator.h"
 
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "fmt/format.h"
 #include "stage/last_stage_outputs.h"
@@ -83,6 +84,8 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
   // Greedy plans: the target's argmax and its log-probability of every logits row, from the
   // slice's sampler (on the GPU of a CUDA slice: ids come back, not logits rows).
   const bool greedy = GreedyOnly(plan);
+  ++stats_.plans;
+  const absl::Time target_start = absl::Now();
   SampledRows best;
   std::vector<float> logits;
   LastStageOutputs outputs;
@@ -115,6 +118,8 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
       if (scores.logprobs_size() > 0) prompt_logprobs->push_back(std::move(scores));
     }
   }
+
+  stats_.target_rows_us += absl::ToInt64Microseconds(absl::Now() - target_start);
 
   std::vector<Drafter::Request> requests;
   std::vector<size_t> request_token;  // index into outputs.tokens
@@ -191,7 +196,9 @@ absl::Status Speculator::SampleInto(ModelSlice& target, const DecodedPlan& plan,
     }
   }
   if (!requests.empty()) {
+    const absl::Time draft_start = absl::Now();
     RS_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> drafts, draft_->Propose(requests));
+    stats_.draft_us += absl::ToInt64Microseconds(absl::Now() - draft_start);
     for (size_t r = 0; r < requests.size(); ++r) {
       v1::SampledToken& token = outputs.tokens[request_token[r]];
       token.mutable_draft_ids()->Add(drafts[r].begin(), drafts[r].end());

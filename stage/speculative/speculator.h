@@ -27,6 +27,11 @@ struct SpeculatorStats {
   int64_t drafts_verified = 0;
   int64_t drafts_accepted = 0;
   int64_t drafts_proposed = 0;
+  // Wall time (host clock) per plan sampled: waiting for the target's rows (its argmax or
+  // logits on the host: the end of the step's GPU work) and drafting (Drafter::Propose).
+  int64_t plans = 0;
+  int64_t target_rows_us = 0;
+  int64_t draft_us = 0;
 };
 
 class Speculator {
