@@ -22,22 +22,13 @@ namespace {
 using ::ringserve::testing::AsyncCpuSlice;
 using ::testing::HasSubstr;
 
-constexpr const char* kModel = ringserve::testing::kStepExecutorModel;
+using ::ringserve::testing::LoadStepExecutorSlice;
+using ::ringserve::testing::TwoPromptSampling;
 
-std::unique_ptr<ModelSlice> LoadWhole() {
-  auto slice = ModelSlice::LoadCpu(
-      {.model_dir = kModel, .layers = {0, 3}, .kv_block_size = 4, .kv_num_blocks = 32});
-  EXPECT_TRUE(slice.ok()) << slice.status();
-  return slice.ok() ? *std::move(slice) : nullptr;
-}
+std::unique_ptr<ModelSlice> LoadWhole() { return LoadStepExecutorSlice({0, 3}); }
 
 // Sequences 1 (greedy) and 2 (temperature 0.9, seeded): a prefill, then decodes planned ahead.
 MicroBatch Prefill() { return ringserve::testing::TwoPromptPrefill(); }
-
-std::vector<ChunkSamplingWire> Sampling(int32_t token_index, int top_logprobs = 0) {
-  return {{.config = {}, .token_index = token_index, .top_logprobs = top_logprobs},
-          {.config = {.temperature = 0.9f, .top_k = 50, .seed = 1234}, .token_index = token_index}};
-}
 
 // Micro-batch `id` >= 2: one decode per sequence (step = id - 2 after the prefill), each a
 // placeholder for the token micro-batch id - 1 sampled, as the coordinator plans ahead.
@@ -55,7 +46,8 @@ v1::StepPlan AheadDecode(uint64_t id, int top_logprobs = 0) {
                           .block_table = {3, 4, 5},
                           .logits = LogitsMode::kLastToken});
   batch.token_ids = {0, 0};
-  v1::StepPlan plan = EncodeStepPlan(id, batch, Sampling(1 + step, top_logprobs), true, true);
+  v1::StepPlan plan =
+      EncodeStepPlan(id, batch, TwoPromptSampling(1 + step, top_logprobs), true, true);
   plan.set_send_tokens_back(true);
   plan.set_back_edge_through(id - 1);
   plan.set_tokens_from(id - 1);
@@ -67,7 +59,7 @@ v1::StepPlan AheadDecode(uint64_t id, int top_logprobs = 0) {
 
 std::vector<v1::StepPlan> Plans() {
   std::vector<v1::StepPlan> plans;
-  plans.push_back(EncodeStepPlan(1, Prefill(), Sampling(0), true, true));
+  plans.push_back(EncodeStepPlan(1, Prefill(), TwoPromptSampling(0), true, true));
   plans.back().set_send_tokens_back(true);
   plans.push_back(AheadDecode(2));
   plans.push_back(AheadDecode(3));

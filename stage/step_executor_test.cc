@@ -17,13 +17,36 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr const char* kModel = ringserve::testing::kStepExecutorModel;
+using ::ringserve::testing::LoadStepExecutorSlice;
+using ::ringserve::testing::TwoPromptSampling;
 
-std::unique_ptr<ModelSlice> Load(LayerRange layers) {
-  auto slice = ModelSlice::LoadCpu(
-      {.model_dir = kModel, .layers = layers, .kv_block_size = 4, .kv_num_blocks = 32});
-  EXPECT_TRUE(slice.ok()) << slice.status();
-  return slice.ok() ? *std::move(slice) : nullptr;
+// Stage 0 (layers [0, 2)) sending to stage 1 (layers [2, 3), built with `tail_options`) over a
+// real tcp channel on loopback.
+struct TcpStages {
+  std::unique_ptr<StepExecutor> head;
+  std::unique_ptr<StepExecutor> tail;
+};
+absl::StatusOr<TcpStages> TwoStagesOverTcp(StepExecutorOptions tail_options) {
+  auto listener = TcpListener::Listen("127.0.0.1", 0);
+  if (!listener.ok()) return listener.status();
+  absl::StatusOr<std::unique_ptr<ActivationSender>> sender;
+  std::thread connector([&] { sender = TcpConnect((*listener)->endpoint(), 0, absl::Seconds(5)); });
+  auto receiver = (*listener)->Accept(0, absl::Seconds(5));
+  connector.join();
+  if (!sender.ok()) return sender.status();
+  if (!receiver.ok()) return receiver.status();
+
+  StageChannels head_channels;
+  head_channels.sender = *std::move(sender);
+  StageChannels tail_channels;
+  tail_channels.receiver = *std::move(receiver);
+  auto head = StepExecutor::Create({.stage_index = 0}, LoadStepExecutorSlice({0, 2}),
+                                   std::move(head_channels));
+  if (!head.ok()) return head.status();
+  auto tail =
+      StepExecutor::Create(tail_options, LoadStepExecutorSlice({2, 3}), std::move(tail_channels));
+  if (!tail.ok()) return tail.status();
+  return TcpStages{.head = *std::move(head), .tail = *std::move(tail)};
 }
 
 // A device receiving end that is never used (a CPU stage must refuse it when it is built).
@@ -39,43 +62,25 @@ class UnusedDeviceReceiver : public DeviceActivationReceiver {
 // Two sequences: a prompt of 5 tokens (greedy) and one of 3 (sampled at temperature 0.9).
 MicroBatch Prefill() { return ringserve::testing::TwoPromptPrefill(); }
 
-std::vector<ChunkSamplingWire> Sampling(int32_t token_index) {
-  return {{.config = {}, .token_index = token_index},
-          {.config = {.temperature = 0.9f, .top_k = 50, .seed = 1234}, .token_index = token_index}};
-}
-
 // Two CPU stages joined by a real tcp channel return the tokens and logprobs that one slice of
 // the whole model gives with the host sampler, step after step (a prefill, then decodes that
 // feed the sampled tokens back).
 TEST(StepExecutorTest, TwoStagesOverTcpSampleWhatTheWholeModelSamples) {
-  std::unique_ptr<ModelSlice> whole = Load({0, 3});
+  std::unique_ptr<ModelSlice> whole = LoadStepExecutorSlice({0, 3});
   ASSERT_NE(whole, nullptr);
-  auto listener = TcpListener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  absl::StatusOr<std::unique_ptr<ActivationSender>> sender;
-  std::thread connector([&] { sender = TcpConnect((*listener)->endpoint(), 0, absl::Seconds(5)); });
-  auto receiver = (*listener)->Accept(0, absl::Seconds(5));
-  connector.join();
-  ASSERT_TRUE(sender.ok()) << sender.status();
-  ASSERT_TRUE(receiver.ok()) << receiver.status();
-
-  StageChannels head_channels;
-  head_channels.sender = *std::move(sender);
-  StageChannels tail_channels;
-  tail_channels.receiver = *std::move(receiver);
-  auto head = StepExecutor::Create({.stage_index = 0}, Load({0, 2}), std::move(head_channels));
-  ASSERT_TRUE(head.ok()) << head.status();
-  auto tail = StepExecutor::Create({.stage_index = 1}, Load({2, 3}), std::move(tail_channels));
-  ASSERT_TRUE(tail.ok()) << tail.status();
+  absl::StatusOr<TcpStages> stages = TwoStagesOverTcp({.stage_index = 1});
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  StepExecutor* head = stages->head.get();
+  StepExecutor* tail = stages->tail.get();
 
   MicroBatch batch = Prefill();
   for (int step = 0; step < 3; ++step) {
-    const std::vector<ChunkSamplingWire> wire = Sampling(step);
+    const std::vector<ChunkSamplingWire> wire = TwoPromptSampling(step);
     const v1::StepPlan head_plan = EncodeStepPlan(step, batch, wire, true, false);
     const v1::StepPlan tail_plan = EncodeStepPlan(step, batch, wire, false, true);
     absl::StatusOr<StepOutcome> sent;
-    std::thread head_thread([&] { sent = (*head)->Run(head_plan); });
-    absl::StatusOr<StepOutcome> got = (*tail)->Run(tail_plan);
+    std::thread head_thread([&] { sent = head->Run(head_plan); });
+    absl::StatusOr<StepOutcome> got = tail->Run(tail_plan);
     head_thread.join();
     ASSERT_TRUE(sent.ok()) << sent.status();
     ASSERT_TRUE(got.ok()) << got.status();
@@ -111,51 +116,38 @@ TEST(StepExecutorTest, TwoStagesOverTcpSampleWhatTheWholeModelSamples) {
     }
     batch = next;
   }
-  EXPECT_EQ((*tail)->bytes_received(), (*head)->bytes_sent());
-  EXPECT_GT((*head)->bytes_sent(), 0);
+  EXPECT_EQ(tail->bytes_received(), head->bytes_sent());
+  EXPECT_GT(head->bytes_sent(), 0);
 }
 
 // A step waiting for a neighbour that sends nothing reports it (the stage's activity reports,
 // for the coordinator's progress watchdog) and ends at AbortChannels, not at its timeout.
 TEST(StepExecutorTest, StepWaitingOnASilentNeighbourReportsItAndEndsAtAbort) {
-  auto listener = TcpListener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  absl::StatusOr<std::unique_ptr<ActivationSender>> sender;
-  std::thread connector([&] { sender = TcpConnect((*listener)->endpoint(), 0, absl::Seconds(5)); });
-  auto receiver = (*listener)->Accept(0, absl::Seconds(5));
-  connector.join();
-  ASSERT_TRUE(sender.ok()) << sender.status();
-  ASSERT_TRUE(receiver.ok()) << receiver.status();
-  StageChannels head_channels;
-  head_channels.sender = *std::move(sender);
-  StageChannels tail_channels;
-  tail_channels.receiver = *std::move(receiver);
-  auto head = StepExecutor::Create({.stage_index = 0}, Load({0, 2}), std::move(head_channels));
-  ASSERT_TRUE(head.ok()) << head.status();
-  auto tail = StepExecutor::Create({.stage_index = 1, .recv_timeout = absl::Seconds(120)},
-                                   Load({2, 3}), std::move(tail_channels));
-  ASSERT_TRUE(tail.ok()) << tail.status();
-  EXPECT_EQ((*tail)->Activity().state, ExecutorActivity::State::kIdle);
+  absl::StatusOr<TcpStages> stages =
+      TwoStagesOverTcp({.stage_index = 1, .recv_timeout = absl::Seconds(120)});
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  StepExecutor* tail = stages->tail.get();
+  EXPECT_EQ(tail->Activity().state, ExecutorActivity::State::kIdle);
 
   const MicroBatch batch = Prefill();
-  const v1::StepPlan plan = EncodeStepPlan(7, batch, Sampling(0), false, true);
+  const v1::StepPlan plan = EncodeStepPlan(7, batch, TwoPromptSampling(0), false, true);
   absl::StatusOr<StepOutcome> got;
   absl::Time returned;
   std::thread tail_thread([&] {
-    got = (*tail)->Run(plan);
+    got = tail->Run(plan);
     returned = absl::Now();
   });
   ExecutorActivity activity;
   const absl::Time wait_until = absl::Now() + absl::Seconds(30);
   do {
     absl::SleepFor(absl::Milliseconds(1));
-    activity = (*tail)->Activity();
+    activity = tail->Activity();
   } while (activity.state != ExecutorActivity::State::kReceiving && absl::Now() < wait_until);
   EXPECT_EQ(activity.state, ExecutorActivity::State::kReceiving);
   EXPECT_EQ(activity.micro_batch_id, 7u);
   EXPECT_EQ(activity.channel_bytes, 0);  // a tcp channel counts: nothing came
   const absl::Time aborted = absl::Now();
-  (*tail)->AbortChannels();
+  tail->AbortChannels();
   tail_thread.join();
   EXPECT_TRUE(absl::IsCancelled(got.status())) << got.status();
   EXPECT_THAT(std::string(got.status().message()), HasSubstr("stage 1, micro-batch 7"));
@@ -165,7 +157,8 @@ TEST(StepExecutorTest, StepWaitingOnASilentNeighbourReportsItAndEndsAtAbort) {
 TEST(StepExecutorTest, RefusesAGpuChannelForHostActivations) {
   StageChannels channels;
   channels.device_receiver = std::make_unique<UnusedDeviceReceiver>();
-  auto executor = StepExecutor::Create({.stage_index = 1}, Load({2, 3}), std::move(channels));
+  auto executor =
+      StepExecutor::Create({.stage_index = 1}, LoadStepExecutorSlice({2, 3}), std::move(channels));
   ASSERT_FALSE(executor.ok());
   EXPECT_EQ(executor.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(executor.status().message()),
@@ -173,7 +166,8 @@ TEST(StepExecutorTest, RefusesAGpuChannelForHostActivations) {
 }
 
 TEST(StepExecutorTest, RefusesAMissingNeighbour) {
-  auto executor = StepExecutor::Create({.stage_index = 1}, Load({2, 3}), StageChannels{});
+  auto executor =
+      StepExecutor::Create({.stage_index = 1}, LoadStepExecutorSlice({2, 3}), StageChannels{});
   ASSERT_FALSE(executor.ok());
   EXPECT_EQ(executor.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(executor.status().message()), HasSubstr("no previous stage connected"));
@@ -182,15 +176,16 @@ TEST(StepExecutorTest, RefusesAMissingNeighbour) {
 // One stage holding the whole model: no channels; a malformed plan fails with the stage and
 // micro-batch named, and a good one still runs after it (nothing was left half-done).
 TEST(StepExecutorTest, OneStageRejectsABadPlanAndRunsTheNext) {
-  auto executor = StepExecutor::Create({.stage_index = 0}, Load({0, 3}), StageChannels{});
+  auto executor =
+      StepExecutor::Create({.stage_index = 0}, LoadStepExecutorSlice({0, 3}), StageChannels{});
   ASSERT_TRUE(executor.ok()) << executor.status();
   MicroBatch bad = Prefill();
   bad.chunks[1].block_table = {99};
-  auto failed = (*executor)->Run(EncodeStepPlan(7, bad, Sampling(0), true, true));
+  auto failed = (*executor)->Run(EncodeStepPlan(7, bad, TwoPromptSampling(0), true, true));
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(failed.status().message()), HasSubstr("stage 0, micro-batch 7"));
-  auto ran = (*executor)->Run(EncodeStepPlan(8, Prefill(), Sampling(0), true, true));
+  auto ran = (*executor)->Run(EncodeStepPlan(8, Prefill(), TwoPromptSampling(0), true, true));
   ASSERT_TRUE(ran.ok()) << ran.status();
   EXPECT_EQ(ran->tokens.size(), 2u);
   EXPECT_EQ(ran->num_tokens, 8);

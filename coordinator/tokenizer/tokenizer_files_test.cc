@@ -23,12 +23,33 @@ using ::testing::HasSubstr;
 
 std::string TinyModelDir() { return tokenizer_testing::SourceDir() + "/models/ringserve-tiny"; }
 
+// `dir`/`name` made a symlink to the tiny model's file of that name, as in a hub snapshot.
+void LinkTinyModelFile(const std::string& dir, const std::string& name) {
+  std::filesystem::create_symlink(std::filesystem::absolute(TinyModelDir() + "/" + name),
+                                  dir + "/" + name);
+}
+
 // `dir` laid out like a hub snapshot: each tokenizer file a symlink to the tiny model's.
 void LinkTokenizerFiles(const std::string& dir) {
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::filesystem::create_symlink(std::filesystem::absolute(TinyModelDir() + "/" + name),
-                                    dir + "/" + name);
+    LinkTinyModelFile(dir, name);
   }
+}
+
+// Makes `dir`/`name` a FIFO and loads `dir`: the load must return without a writer opening the
+// FIFO, refused as InvalidArgument naming the FIFO's path. `*refusal` gets the load's status.
+// A FIFO that cannot be made is a fatal failure: callers wrap the call in ASSERT_NO_FATAL_FAILURE.
+void ExpectFifoRefusedWithoutBlocking(const std::string& dir, const std::string& name,
+                                      absl::Status* refusal) {
+  const std::string path = dir + "/" + name;
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer;
+  EXPECT_TRUE(testing::ReturnsWithoutAWriter(path, [&] {
+    tokenizer = Tokenizer::FromDirectory(dir);
+  })) << "loading blocked on the FIFO";
+  *refusal = tokenizer.status();
+  EXPECT_EQ(refusal->code(), absl::StatusCode::kInvalidArgument) << *refusal;
+  EXPECT_THAT(std::string(refusal->message()), HasSubstr(path));
 }
 
 TEST(TokenizerFilesTest, SymlinkedFilesLoadAndEncodeAsTheOriginals) {
@@ -48,30 +69,18 @@ TEST(TokenizerFilesTest, SymlinkedFilesLoadAndEncodeAsTheOriginals) {
 
 TEST(TokenizerFilesTest, RefusesAFifoTokenizerJsonWithoutWaitingForAWriter) {
   testing::TempDir dir;
-  const std::string path = dir.path() + "/tokenizer.json";
-  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer;
-  EXPECT_TRUE(testing::ReturnsWithoutAWriter(path, [&] {
-    tokenizer = Tokenizer::FromDirectory(dir.path());
-  })) << "loading blocked on the FIFO";
-  EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kInvalidArgument) << tokenizer.status();
-  EXPECT_THAT(std::string(tokenizer.status().message()), HasSubstr(path));
-  EXPECT_THAT(std::string(tokenizer.status().message()), HasSubstr("not a regular file"));
+  absl::Status refusal;
+  ASSERT_NO_FATAL_FAILURE(ExpectFifoRefusedWithoutBlocking(dir.path(), "tokenizer.json", &refusal));
+  EXPECT_THAT(std::string(refusal.message()), HasSubstr("not a regular file"));
 }
 
 TEST(TokenizerFilesTest, RefusesAFifoTokenizerConfigRatherThanSkippingOrBlocking) {
   // tokenizer_config.json is optional, but one that is there and unreadable is an error.
   testing::TempDir dir;
-  std::filesystem::create_symlink(std::filesystem::absolute(TinyModelDir() + "/tokenizer.json"),
-                                  dir.path() + "/tokenizer.json");
-  const std::string path = dir.path() + "/tokenizer_config.json";
-  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer;
-  EXPECT_TRUE(testing::ReturnsWithoutAWriter(path, [&] {
-    tokenizer = Tokenizer::FromDirectory(dir.path());
-  })) << "loading blocked on the FIFO";
-  EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kInvalidArgument) << tokenizer.status();
-  EXPECT_THAT(std::string(tokenizer.status().message()), HasSubstr(path));
+  LinkTinyModelFile(dir.path(), "tokenizer.json");
+  absl::Status refusal;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectFifoRefusedWithoutBlocking(dir.path(), "tokenizer_config.json", &refusal));
 }
 
 TEST(TokenizerFilesTest, RefusesATokenizerJsonThatIsASymlinkToDevZero) {
@@ -98,8 +107,7 @@ TEST(TokenizerFilesTest, RefusesAnOversizedTokenizerJsonNamingTheLimit) {
 TEST(TokenizerFilesTest, MissingTokenizerJsonIsNotFoundAndAMissingConfigIsFine) {
   testing::TempDir dir;
   EXPECT_EQ(Tokenizer::FromDirectory(dir.path()).status().code(), absl::StatusCode::kNotFound);
-  std::filesystem::create_symlink(std::filesystem::absolute(TinyModelDir() + "/tokenizer.json"),
-                                  dir.path() + "/tokenizer.json");
+  LinkTinyModelFile(dir.path(), "tokenizer.json");
   auto tokenizer = Tokenizer::FromDirectory(dir.path());
   EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
 }

@@ -10,22 +10,18 @@
 #include <vector>
 
 #include "coordinator/tokenizer/tokenizer.h"
-#include "coordinator/tokenizer/utf8.h"
+#include "coordinator/tokenizer/tokenizer_spec_testing.h"
 
 namespace ringserve {
 namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using tokenizer_testing::BuildTokenizer;
 
 // A byte-level BPE over the 256 byte characters (one merge, "h i") with `normalizer`.
 json ByteLevelSpec(const json& normalizer, const json& decoder = {{"type", "ByteLevel"}}) {
-  json vocab = json::object();
-  for (int b = 0; b < 256; ++b) {
-    std::string token;
-    tokenizer_internal::AppendCodePoint(tokenizer_internal::ByteToCodePoint(b), &token);
-    vocab[token] = b;
-  }
+  json vocab = tokenizer_testing::ByteLevelVocab();
   vocab["hi"] = 256;
   return {{"normalizer", normalizer},
           {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
@@ -41,16 +37,10 @@ json Sequence(std::vector<json> normalizers) {
   return {{"type", "Sequence"}, {"normalizers", normalizers}};
 }
 
-std::unique_ptr<Tokenizer> Build(const json& spec) {
-  auto tokenizer = Tokenizer::FromJson(spec.dump(), "", {});
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
-}
-
 TEST(TokenizerGrowthTest, ChainedReplacesFailThatEncodeAndTheTokenizerKeepsWorking) {
   // Each step multiplies every "a" by 1,000: 10^15 bytes for one "a" after five steps.
   const std::string thousand(1000, 'a');
-  auto t = Build(ByteLevelSpec(
+  auto t = BuildTokenizer(ByteLevelSpec(
       Sequence({Replace("a", thousand), Replace("a", thousand), Replace("a", thousand),
                 Replace("a", thousand), Replace("a", thousand)})));
   ASSERT_NE(t, nullptr);
@@ -70,7 +60,7 @@ TEST(TokenizerGrowthTest, ChainedReplacesFailThatEncodeAndTheTokenizerKeepsWorki
 
 TEST(TokenizerGrowthTest, TheBudgetScalesWithTheText) {
   // 100 times the text: within the 1 MiB floor for short text, past 64 times for long text.
-  auto t = Build(ByteLevelSpec(Replace("a", std::string(100, 'b'))));
+  auto t = BuildTokenizer(ByteLevelSpec(Replace("a", std::string(100, 'b'))));
   ASSERT_NE(t, nullptr);
   auto short_text = t->Encode(std::string(1000, 'a'), false);
   ASSERT_TRUE(short_text.ok()) << short_text.status();
@@ -80,7 +70,7 @@ TEST(TokenizerGrowthTest, TheBudgetScalesWithTheText) {
   EXPECT_THAT(std::string(long_text.status().message()),
               HasSubstr("for 100000 bytes of text (64 times the text"));
   // Growth a real file has (a space becomes the 3-byte "▁", a prefix added) fits any text.
-  auto spaces = Build(ByteLevelSpec(
+  auto spaces = BuildTokenizer(ByteLevelSpec(
       Sequence({{{"type", "Prepend"}, {"prepend", "▁"}}, Replace(" ", "▁"), {{"type", "NFKC"}}})));
   ASSERT_NE(spaces, nullptr);
   // 256 KiB of spaces: the steps write 7 times that, past the 1 MiB floor.
@@ -94,7 +84,7 @@ TEST(TokenizerGrowthTest, UnicodeNormalizationCountsAgainstTheBudget) {
   // 660,000, twice, after the Replace wrote 60,000: past 1 MiB in the second NFKD.
   std::string ligatures;
   for (int i = 0; i < 20000; ++i) ligatures += "\xEF\xB7\xBA";
-  auto t = Build(
+  auto t = BuildTokenizer(
       ByteLevelSpec(Sequence({Replace("x", ligatures), {{"type", "NFKD"}}, {{"type", "NFKD"}}})));
   ASSERT_NE(t, nullptr);
   auto ids = t->Encode("x", false);
@@ -139,7 +129,7 @@ TEST(TokenizerGrowthTest, DecoderChainsThatMultiplyTextAreRefusedAtLoad) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("decoder.decoders[0] (Replace)"));
   // SentencePiece's decoder Replace shrinks text and loads.
   EXPECT_NE(
-      Build(ByteLevelSpec(
+      BuildTokenizer(ByteLevelSpec(
           nullptr, {{"type", "Sequence"},
                     {"decoders", {Replace("▁", " "), Replace("ab", "abab"), {{"type", "Fuse"}}}}})),
       nullptr);

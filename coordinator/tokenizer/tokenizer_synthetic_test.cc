@@ -8,21 +8,17 @@
 #include <vector>
 
 #include "coordinator/tokenizer/tokenizer.h"
-#include "coordinator/tokenizer/utf8.h"
+#include "coordinator/tokenizer/tokenizer_spec_testing.h"
 
 namespace ringserve {
 namespace {
 
 using nlohmann::json;
+using tokenizer_testing::BuildTokenizer;
 
 // A byte-level BPE over the 256 byte characters plus a few merges ("Ġh"+"i" etc.).
 json ByteLevelSpec() {
-  json vocab = json::object();
-  for (int b = 0; b < 256; ++b) {
-    std::string token;
-    tokenizer_internal::AppendCodePoint(tokenizer_internal::ByteToCodePoint(b), &token);
-    vocab[token] = b;
-  }
+  json vocab = tokenizer_testing::ByteLevelVocab();
   vocab["hi"] = 256;
   vocab["Ġhi"] = 257;
   vocab["12"] = 258;
@@ -52,12 +48,6 @@ json ByteLevelSpec() {
   };
 }
 
-std::unique_ptr<Tokenizer> Build(const json& spec, const std::string& config = "") {
-  auto tokenizer = Tokenizer::FromJson(spec.dump(), config, {});
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
-}
-
 std::vector<int32_t> Ids(const Tokenizer& t, const std::string& text, bool special = false) {
   auto ids = t.Encode(text, special);
   EXPECT_TRUE(ids.ok()) << ids.status();
@@ -73,7 +63,7 @@ void ExpectRefused(const std::string& tokenizer_json, const std::string& needle)
 }
 
 TEST(SyntheticTokenizerTest, BaseSpecEncodesAndDecodes) {
-  auto t = Build(ByteLevelSpec());
+  auto t = BuildTokenizer(ByteLevelSpec());
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(Ids(*t, "hi hi"), (std::vector<int32_t>{256, 257}));
   EXPECT_EQ(Ids(*t, "abc<s>ab"), (std::vector<int32_t>{260, 300, 259}));
@@ -148,7 +138,7 @@ TEST(SyntheticTokenizerTest, RefusesHugeTokenIds) {
   }
   json spec = ByteLevelSpec();
   spec["added_tokens"][0]["id"] = 100000;
-  auto t = Build(spec);
+  auto t = BuildTokenizer(spec);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(Ids(*t, "ab<s>", /*special=*/true), (std::vector<int32_t>{259, 100000}));
 }
@@ -156,7 +146,7 @@ TEST(SyntheticTokenizerTest, RefusesHugeTokenIds) {
 TEST(SyntheticTokenizerTest, MergesMayBePairs) {
   json spec = ByteLevelSpec();
   spec["model"]["merges"] = json::array({{"h", "i"}, {"Ġ", "hi"}});
-  auto t = Build(spec);
+  auto t = BuildTokenizer(spec);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(Ids(*t, "hi hi"), (std::vector<int32_t>{256, 257}));
 }
@@ -177,7 +167,7 @@ json SplitThenByteLevel(const std::string& regex, const std::string& behavior, b
 TEST(SyntheticTokenizerTest, SplitBehaviorsFollowHuggingFace) {
   // Without merges between pieces, "ab" is 259 only when a and b share a pre-token.
   auto ids = [](const std::string& behavior, bool invert, const std::string& text) {
-    auto t = Build(SplitThenByteLevel("b", behavior, invert));
+    auto t = BuildTokenizer(SplitThenByteLevel("b", behavior, invert));
     return t ? Ids(*t, text) : std::vector<int32_t>{};
   };
   const int a = 'a', b = 'b', c = 'c';
@@ -199,7 +189,7 @@ TEST(SyntheticTokenizerTest, DigitsSplitIndividuallyOrInRuns) {
         {"pretokenizers",
          {{{"type", "Digits"}, {"individual_digits", individual}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
-    auto t = Build(spec);
+    auto t = BuildTokenizer(spec);
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(Ids(*t, "x12"), individual ? (std::vector<int32_t>{'x', '1', '2'})
                                          : (std::vector<int32_t>{'x', 258}));
@@ -209,7 +199,7 @@ TEST(SyntheticTokenizerTest, DigitsSplitIndividuallyOrInRuns) {
 TEST(SyntheticTokenizerTest, ByteLevelAddPrefixSpace) {
   json spec = ByteLevelSpec();
   spec["pre_tokenizer"]["add_prefix_space"] = true;
-  auto t = Build(spec);
+  auto t = BuildTokenizer(spec);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(Ids(*t, "hi"), (std::vector<int32_t>{257}));
   EXPECT_EQ(Ids(*t, " hi"), (std::vector<int32_t>{257}));
@@ -238,7 +228,7 @@ TEST(SyntheticTokenizerTest, AddedTokenFlags) {
                                        {"rstrip", false},
                                        {"single_word", true},
                                        {"normalized", true}}});
-  auto t = Build(spec);
+  auto t = BuildTokenizer(spec);
   ASSERT_NE(t, nullptr);
   const int sp = 0x20;  // byte-level id of ' ' in this vocab
   EXPECT_EQ(Ids(*t, "c  [L]c"), (std::vector<int32_t>{'c', 301, 'c'}));
@@ -257,14 +247,15 @@ TEST(SyntheticTokenizerTest, TemplateProcessingAddsBosAndEos) {
         {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}}},
       {"pair", json::array()},
       {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {300}}, {"tokens", {"<s>"}}}}}}};
-  auto t = Build(spec);
+  auto t = BuildTokenizer(spec);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(Ids(*t, "hi", true), (std::vector<int32_t>{300, 256, 300}));
   EXPECT_EQ(Ids(*t, "hi", false), (std::vector<int32_t>{256}));
 }
 
 TEST(SyntheticTokenizerTest, ConfigAddBosToken) {
-  auto t = Build(ByteLevelSpec(), R"({"bos_token": {"content": "<s>"}, "add_bos_token": true})");
+  auto t = BuildTokenizer(ByteLevelSpec(),
+                          R"({"bos_token": {"content": "<s>"}, "add_bos_token": true})");
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->bos_token_id(), 300);
   EXPECT_EQ(Ids(*t, "hi", true), (std::vector<int32_t>{300, 256}));
@@ -297,7 +288,7 @@ TEST(SyntheticTokenizerTest, ByteFallbackAndSentencePieceStyleDecoders) {
                  {"merges", json::array({"▁ a"})},
                  {"unk_token", "<unk>"},
                  {"byte_fallback", true}}}};
-  auto t = Build(spec);
+  auto t = BuildTokenizer(spec);
   ASSERT_NE(t, nullptr);
   // "a é" -> ▁a ▁ <0xC3> <0xA9>
   const std::vector<int32_t> expected = {4, 1, 10 + 0xC3, 10 + 0xA9};
@@ -313,7 +304,7 @@ TEST(SyntheticTokenizerTest, ByteFallbackAndSentencePieceStyleDecoders) {
 }
 
 TEST(SyntheticTokenizerTest, StreamDecoderHoldsBackIncompleteCharacters) {
-  auto t = Build(ByteLevelSpec());
+  auto t = BuildTokenizer(ByteLevelSpec());
   ASSERT_NE(t, nullptr);
   StreamDecoder stream(*t);
   // U+1F600 is F0 9F 98 80: nothing comes out until the last byte.

@@ -63,6 +63,39 @@ quant::PackedMatrix RandomPacked(PackedFormat f, int64_t rows, int64_t cols, int
   return quant::QuantizeMatrix(w, rows, cols, f, group);
 }
 
+// A quantized linear kernel: y [m, w.rows] = x [m, w.cols] W^T, bf16, device.
+using QuantLinearLaunch = absl::Status (*)(const bf16* x, const QuantMatrixView& w, bf16* y, int m,
+                                           LaunchStream stream);
+
+// Runs `launch` on `w` and random bf16 x of `m` rows (seeded by m) into a poisoned y, and checks
+// y against the fp64 product of the host's values within bf16 rounding. A failed launch or the
+// first element out of tolerance is a fatal failure: callers wrap the call in
+// ASSERT_NO_FATAL_FAILURE.
+void ExpectMatchesHostProduct(QuantLinearLaunch launch, const quant::PackedMatrix& w, int m) {
+  const int rows = static_cast<int>(w.rows);
+  const int cols = static_cast<int>(w.cols);
+  DeviceMatrix d = ToDevice(w);
+  std::mt19937 rng(m);
+  const std::vector<float> x = testing::RandomBf16Values(rng, size_t{1} * m * cols);
+  DeviceBuffer dx = UploadBf16(x), dy;
+  RS_ASSERT_OK(dy.Allocate(size_t{1} * m * rows * 2));
+  testing::Poison(dy);
+  RS_ASSERT_OK(launch(dx.as<bf16>(), d.view, dy.as<bf16>(), m, nullptr));
+  const std::vector<float> got = DownloadBf16(dy, size_t{1} * m * rows);
+  const std::vector<float> values = quant::UnpackMatrix(w);
+  for (int r = 0; r < m; ++r) {
+    for (int o = 0; o < rows; ++o) {
+      double want = 0, mag = 0;
+      for (int c = 0; c < cols; ++c) {
+        want += double{values[o * cols + c]} * x[r * cols + c];
+        mag += std::fabs(double{values[o * cols + c]} * x[r * cols + c]);
+      }
+      ASSERT_NEAR(got[r * rows + o], want, 1e-5 * mag + 4e-3 * std::fabs(want))
+          << "row " << r << " out " << o;
+    }
+  }
+}
+
 TEST(QuantGemvTest, DequantizeMatchesHostValuesRoundedToBf16) {
   RS_SKIP_WITHOUT_GPU();
   for (PackedFormat f : kFormats) {
@@ -91,26 +124,7 @@ TEST(QuantGemvTest, GemvMatchesCpuReference) {
         SCOPED_TRACE(::testing::Message() << quant::PackedFormatName(f) << " " << s.rows << "x"
                                           << s.cols << " group " << s.group << " m " << m);
         const quant::PackedMatrix w = RandomPacked(f, s.rows, s.cols, s.group, s.rows + m);
-        DeviceMatrix d = ToDevice(w);
-        std::mt19937 rng(m);
-        const std::vector<float> x = testing::RandomBf16Values(rng, size_t{1} * m * s.cols);
-        DeviceBuffer dx = UploadBf16(x), dy;
-        RS_ASSERT_OK(dy.Allocate(size_t{1} * m * s.rows * 2));
-        testing::Poison(dy);
-        RS_ASSERT_OK(LaunchQuantGemv(dx.as<bf16>(), d.view, dy.as<bf16>(), m, nullptr));
-        const std::vector<float> got = DownloadBf16(dy, size_t{1} * m * s.rows);
-        const std::vector<float> values = quant::UnpackMatrix(w);
-        for (int r = 0; r < m; ++r) {
-          for (int o = 0; o < s.rows; ++o) {
-            double want = 0, mag = 0;
-            for (int c = 0; c < s.cols; ++c) {
-              want += double{values[o * s.cols + c]} * x[r * s.cols + c];
-              mag += std::fabs(double{values[o * s.cols + c]} * x[r * s.cols + c]);
-            }
-            ASSERT_NEAR(got[r * s.rows + o], want, 1e-5 * mag + 4e-3 * std::fabs(want))
-                << "row " << r << " out " << o;
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(ExpectMatchesHostProduct(LaunchQuantGemv, w, m));
       }
     }
   }
@@ -160,26 +174,7 @@ TEST(QuantMmaTest, MatchesCpuReference) {
                        << s.group << " m " << m << " warps " << variant.warps << " "
                        << variant.split << " " << variant.large);
           const quant::PackedMatrix w = RandomPacked(f, s.rows, s.cols, s.group, s.rows + m);
-          DeviceMatrix d = ToDevice(w);
-          std::mt19937 rng(m);
-          const std::vector<float> x = testing::RandomBf16Values(rng, size_t{1} * m * s.cols);
-          DeviceBuffer dx = UploadBf16(x), dy;
-          RS_ASSERT_OK(dy.Allocate(size_t{1} * m * s.rows * 2));
-          testing::Poison(dy);
-          RS_ASSERT_OK(LaunchQuantMma(dx.as<bf16>(), d.view, dy.as<bf16>(), m, nullptr));
-          const std::vector<float> got = DownloadBf16(dy, size_t{1} * m * s.rows);
-          const std::vector<float> values = quant::UnpackMatrix(w);
-          for (int r = 0; r < m; ++r) {
-            for (int o = 0; o < s.rows; ++o) {
-              double want = 0, mag = 0;
-              for (int c = 0; c < s.cols; ++c) {
-                want += double{values[o * s.cols + c]} * x[r * s.cols + c];
-                mag += std::fabs(double{values[o * s.cols + c]} * x[r * s.cols + c]);
-              }
-              ASSERT_NEAR(got[r * s.rows + o], want, 1e-5 * mag + 4e-3 * std::fabs(want))
-                  << "row " << r << " out " << o;
-            }
-          }
+          ASSERT_NO_FATAL_FAILURE(ExpectMatchesHostProduct(LaunchQuantMma, w, m));
         }
       }
     }

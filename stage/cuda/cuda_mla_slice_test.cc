@@ -20,6 +20,7 @@
 #include "stage/cuda/cuda_model_slice.h"
 #include "stage/model/cpu_model_slice.h"
 #include "stage/model/testing/bf16_noise_probe.h"
+#include "stage/model/testing/latent512_deepseek.h"
 #include "stage/sampling/sampler.h"
 
 namespace ringserve::cuda {
@@ -40,23 +41,9 @@ std::vector<int32_t> Table(int seq) {
 
 // Writes the model; q_lora_rank 0 gives a plain q_proj.
 std::string WriteLatent512Model(int q_lora_rank) {
-  auto shape = FindShape("tiny-deepseek-v3");
+  auto shape = ringserve::testing::Latent512DeepseekShape(
+      fmt::format("tiny-deepseek-v3-latent512-q{}", q_lora_rank), 512, q_lora_rank);
   EXPECT_TRUE(shape.ok()) << shape.status();
-  shape->name = fmt::format("tiny-deepseek-v3-latent512-q{}", q_lora_rank);
-  shape->hidden_size = 128;
-  shape->num_layers = 3;
-  shape->num_heads = 4;
-  shape->num_kv_heads = 4;
-  shape->head_dim = 64;
-  shape->vocab_size = 512;
-  shape->max_position_embeddings = 128;
-  shape->bos_token_id = 1;
-  shape->eos_token_ids = {2};
-  shape->mla.q_lora_rank = q_lora_rank;
-  shape->mla.kv_lora_rank = 512;
-  shape->mla.qk_nope_head_dim = 32;
-  shape->mla.qk_rope_head_dim = 64;
-  shape->mla.v_head_dim = 32;
   shape->mla.yarn_factor = 4;
   shape->mla.yarn_original_max_position_embeddings = 16;
   const std::string dir = ::testing::TempDir() + "/rs_" + shape->name;

@@ -27,6 +27,7 @@
 #include "stage/cuda/cuda_model_slice.h"
 #include "stage/model/cpu_model_slice.h"
 #include "stage/model/cpu_mtp_layer.h"
+#include "stage/model/testing/latent512_deepseek.h"
 #include "stage/model/testing/safetensors_writer.h"
 #include "stage/sampling/sampler.h"
 #include "stage/speculative/cuda_mtp_drafter.h"
@@ -49,23 +50,8 @@ std::vector<int32_t> Table(int seq) {
 
 // The random latent-512 DeepSeek-V3 model of cuda_mla_slice_test with an MTP layer appended.
 std::string WriteMtpModel() {
-  auto shape = FindShape("tiny-deepseek-v3");
+  auto shape = ringserve::testing::Latent512DeepseekShape("tiny-deepseek-v3-latent512-mtp", 512);
   EXPECT_TRUE(shape.ok()) << shape.status();
-  shape->name = "tiny-deepseek-v3-latent512-mtp";
-  shape->hidden_size = 128;
-  shape->num_layers = 3;
-  shape->num_heads = 4;
-  shape->num_kv_heads = 4;
-  shape->head_dim = 64;
-  shape->vocab_size = 512;
-  shape->max_position_embeddings = 128;
-  shape->bos_token_id = 1;
-  shape->eos_token_ids = {2};
-  shape->mla.q_lora_rank = 32;
-  shape->mla.kv_lora_rank = 512;
-  shape->mla.qk_nope_head_dim = 32;
-  shape->mla.qk_rope_head_dim = 64;
-  shape->mla.v_head_dim = 32;
   const std::string dir = ::testing::TempDir() + "/rs_" + shape->name;
   const auto written = WriteRandomModel({.output_dir = dir,
                                          .shape = *shape,

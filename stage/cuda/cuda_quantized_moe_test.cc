@@ -22,6 +22,7 @@
 #include "stage/cuda/cuda_model_slice.h"
 #include "stage/model/cpu_model_slice.h"
 #include "stage/model/testing/bf16_noise_probe.h"
+#include "stage/model/testing/latent512_deepseek.h"
 #include "stage/model/testing/quantized_copy.h"
 #include "stage/sampling/sampler.h"
 
@@ -30,6 +31,7 @@ namespace {
 
 using ringserve::testing::CopyFormat;
 using ringserve::testing::CopyOptions;
+using ringserve::testing::WriteLatent512Moe;
 using testing::RelL2;
 
 constexpr double kLogitsTol = 3e-2;
@@ -53,38 +55,6 @@ absl::Status WriteTinyMoe(const std::string& name, const std::string& dir) {
   return WriteRandomModel({.output_dir = dir,
                            .shape = *shape,
                            .seed = 5,
-                           .init_std = 0.1,
-                           .num_threads = 2,
-                           .tokenizers_dir = ""})
-      .status();
-}
-
-// DeepSeek-V3 at the latent sizes the CUDA MLA kernels run (kv_lora_rank 512, rope 64; the
-// fixtures' 16 are CPU-only), MoE from layer 1 with a shared expert: random float weights in
-// tiny-deepseek-v3's layout, as stage_cuda_mla_slice_test writes them.
-absl::Status WriteLatent512Moe(const std::string& dir) {
-  auto shape = FindShape("tiny-deepseek-v3");
-  if (!shape.ok()) return shape.status();
-  shape->name = "tiny-deepseek-v3-latent512-moe";
-  shape->hidden_size = 128;
-  shape->num_layers = 3;
-  shape->num_heads = 4;
-  shape->num_kv_heads = 4;
-  shape->head_dim = 64;
-  shape->vocab_size = 128;
-  shape->max_position_embeddings = 128;
-  shape->bos_token_id = 1;
-  shape->eos_token_ids = {2};
-  shape->mla.q_lora_rank = 32;
-  shape->mla.kv_lora_rank = 512;
-  shape->mla.qk_nope_head_dim = 32;
-  shape->mla.qk_rope_head_dim = 64;
-  shape->mla.v_head_dim = 32;
-  shape->mla.yarn_factor = 4;
-  shape->mla.yarn_original_max_position_embeddings = 16;
-  return WriteRandomModel({.output_dir = dir,
-                           .shape = *shape,
-                           .seed = 11,
                            .init_std = 0.1,
                            .num_threads = 2,
                            .tokenizers_dir = ""})

@@ -16,7 +16,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "bench/model/random_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -27,6 +26,7 @@
 #include "stage/model/packed_weights.h"
 #include "stage/model/quantized_weights.h"
 #include "stage/model/slice_weights.h"
+#include "stage/model/testing/latent512_deepseek.h"
 #include "stage/model/testing/quantized_copy.h"
 #include "stage/model/testing/safetensors_writer.h"
 #include "stage/sampling/sampler.h"
@@ -37,6 +37,7 @@ namespace {
 using testing::CopyFormat;
 using testing::CopyOptions;
 using ::testing::HasSubstr;
+using testing::WriteLatent512Moe;
 
 std::string Fixture(const std::string& name) {
   const char* root = std::getenv("RINGSERVE_SOURCE_DIR");
@@ -45,38 +46,6 @@ std::string Fixture(const std::string& name) {
 
 absl::Status WriteWideGptOss(const std::string& dir) {
   return testing::WriteMxfp4ReadyGptOss(Fixture("gpt_oss"), dir);
-}
-
-// DeepSeek-V3 at the latent sizes of the real model (kv_lora_rank 512, rope 64), MoE from layer
-// 1: the source stage_cuda_quantized_moe_test quantizes (random float weights in
-// tiny-deepseek-v3's layout).
-absl::Status WriteLatent512Moe(const std::string& dir) {
-  auto shape = FindShape("tiny-deepseek-v3");
-  if (!shape.ok()) return shape.status();
-  shape->name = "tiny-deepseek-v3-latent512-moe";
-  shape->hidden_size = 128;
-  shape->num_layers = 3;
-  shape->num_heads = 4;
-  shape->num_kv_heads = 4;
-  shape->head_dim = 64;
-  shape->vocab_size = 128;
-  shape->max_position_embeddings = 128;
-  shape->bos_token_id = 1;
-  shape->eos_token_ids = {2};
-  shape->mla.q_lora_rank = 32;
-  shape->mla.kv_lora_rank = 512;
-  shape->mla.qk_nope_head_dim = 32;
-  shape->mla.qk_rope_head_dim = 64;
-  shape->mla.v_head_dim = 32;
-  shape->mla.yarn_factor = 4;
-  shape->mla.yarn_original_max_position_embeddings = 16;
-  return WriteRandomModel({.output_dir = dir,
-                           .shape = *shape,
-                           .seed = 11,
-                           .init_std = 0.1,
-                           .num_threads = 2,
-                           .tokenizers_dir = ""})
-      .status();
 }
 
 struct Case {

@@ -14,12 +14,12 @@
 // platform's libm, and a cache that does not quantize at all is caught by the lower bound.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "bench/perplexity/perplexity.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/ring/perplexity_golden_testing.h"
 #include "tests/ring/ring_harness.h"
 
 namespace ringserve::testing {
@@ -28,16 +28,9 @@ namespace {
 namespace v1 = ringserve::v1;
 
 TEST(KvCacheDtypeRingTest, Fp8CacheHoldsFourTimesTheBlocksAndKeepsPerplexity) {
-  std::ifstream in(SourceDir() + "/tests/fixtures/trained/perplexity_golden.json");
-  const nlohmann::json golden = nlohmann::json::parse(in, nullptr, false);
-  ASSERT_FALSE(golden.is_discarded());
-  double base_nll = 0;
-  int64_t base_tokens = 0;
-  for (const auto& w : golden["windows"]) {
-    base_nll += w["nll"].get<double>();
-    base_tokens += w["scored"].get<int64_t>();
-  }
-  const double base_perplexity = std::exp(base_nll / static_cast<double>(base_tokens));
+  const PerplexityGolden golden = LoadPerplexityGolden();
+  ASSERT_FALSE(golden.json.is_discarded());
+  const double base_perplexity = golden.perplexity();
 
   // 16 MiB per stage: 4 layers x 256 values per token x 4 bytes = 4 KiB per token in fp32, 256
   // blocks of 16; in fp8 1 KiB per token, 1024 blocks.
@@ -77,17 +70,14 @@ TEST(KvCacheDtypeRingTest, Fp8CacheHoldsFourTimesTheBlocksAndKeepsPerplexity) {
   }
   EXPECT_EQ(greedy[1].tokens, greedy[0].tokens);
 
-  std::string text;
-  for (const auto& d : golden["documents"]) text += d.get<std::string>() + "\n\n";
-  auto report = perplexity::Measure(
-      rings[1]->stub(), text, {.window_tokens = golden["window"].get<int>(), .concurrency = 2});
+  auto report = MeasureGoldenPerplexity(rings[1]->stub(), golden.json);
   ASSERT_TRUE(report.ok()) << report.status();
   const double increase = report->perplexity / base_perplexity - 1;
   std::printf("full precision KV: perplexity %.4f; fp8_e4m3 KV: %.4f (%+.3f%%) over %lld tokens\n",
               base_perplexity, report->perplexity, 100 * increase,
               static_cast<long long>(report->tokens));
-  EXPECT_EQ(report->tokens, base_tokens);
-  EXPECT_GT(std::fabs(report->nll - base_nll), 1e-5 * base_nll);  // the fp32 ring: ~1e-7
+  EXPECT_EQ(report->tokens, golden.tokens);
+  EXPECT_GT(std::fabs(report->nll - golden.nll), 1e-5 * golden.nll);  // the fp32 ring: ~1e-7
   EXPECT_LT(std::fabs(increase), 0.01);
 }
 

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "stage/model/safetensors.h"
 #include "stage/model/testing/safetensors_writer.h"
+#include "tests/ring/perplexity_golden_testing.h"
 #include "tests/ring/ring_harness.h"
 
 namespace ringserve::testing {
@@ -75,26 +76,16 @@ absl::Status WriteQuantizedCopy(const fs::path& dir, CheckpointQuant quant) {
 absl::StatusOr<perplexity::Report> RingPerplexity(const std::string& model_dir,
                                                   const nlohmann::json& golden) {
   RS_ASSIGN_OR_RETURN(auto ring, Ring::Start({.model_dir = model_dir, .partition = {4, 4}}));
-  std::string text;
-  for (const auto& d : golden["documents"]) text += d.get<std::string>() + "\n\n";
-  return perplexity::Measure(ring->stub(), text,
-                             {.window_tokens = golden["window"].get<int>(), .concurrency = 2});
+  return MeasureGoldenPerplexity(ring->stub(), golden);
 }
 
 TEST(QuantizedQualityTest, HeldOutPerplexityPerFormatThroughTheRing) {
-  std::ifstream in(SourceDir() + "/tests/fixtures/trained/perplexity_golden.json");
-  const nlohmann::json golden = nlohmann::json::parse(in, nullptr, false);
-  ASSERT_FALSE(golden.is_discarded());
+  const PerplexityGolden golden = LoadPerplexityGolden();
+  ASSERT_FALSE(golden.json.is_discarded());
   // The bf16 model's figure: transformers' (the ring equals it: trained_model_test).
-  double base_nll = 0;
-  int64_t base_tokens = 0;
-  for (const auto& w : golden["windows"]) {
-    base_nll += w["nll"].get<double>();
-    base_tokens += w["scored"].get<int64_t>();
-  }
-  const double base_perplexity = std::exp(base_nll / static_cast<double>(base_tokens));
+  const double base_perplexity = golden.perplexity();
   std::printf("bf16: perplexity %.4f over %lld tokens\n", base_perplexity,
-              static_cast<long long>(base_tokens));
+              static_cast<long long>(golden.tokens));
   struct Bound {
     CheckpointQuant quant;
     double max_relative_increase;
@@ -108,13 +99,13 @@ TEST(QuantizedQualityTest, HeldOutPerplexityPerFormatThroughTheRing) {
     fs::remove_all(dir);
     const absl::Status written = WriteQuantizedCopy(dir, b.quant);
     ASSERT_TRUE(written.ok()) << written;
-    auto report = RingPerplexity(dir.string(), golden);
+    auto report = RingPerplexity(dir.string(), golden.json);
     ASSERT_TRUE(report.ok()) << report.status();
     const double increase = report->perplexity / base_perplexity - 1;
     std::printf("%s: perplexity %.4f (%+.3f%% against bf16)\n", name.c_str(), report->perplexity,
                 100 * increase);
-    EXPECT_EQ(report->tokens, base_tokens);
-    EXPECT_GT(std::fabs(report->nll - base_nll), 1e-5 * base_nll);  // the ring: ~1e-7
+    EXPECT_EQ(report->tokens, golden.tokens);
+    EXPECT_GT(std::fabs(report->nll - golden.nll), 1e-5 * golden.nll);  // the ring: ~1e-7
     EXPECT_LT(increase, b.max_relative_increase);
     fs::remove_all(dir);
   }

@@ -36,17 +36,6 @@ std::vector<GoldenPrompt> LoadGolden(const std::string& arch) {
   return out;
 }
 
-// Runs `requests` concurrently (one thread each) and returns the generations in order.
-std::vector<Generation> GenerateAll(Ring& ring, const std::vector<v1::GenerateRequest>& requests) {
-  std::vector<Generation> out(requests.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] { out[i] = ring.Generate(requests[i]); });
-  }
-  for (auto& t : threads) t.join();
-  return out;
-}
-
 struct PartitionCase {
   std::string arch;
   std::vector<int> partition;
@@ -73,7 +62,7 @@ TEST_P(RingGoldenTest, GreedyTokensMatchTransformers) {
   for (const GoldenPrompt& g : golden) {
     requests.push_back(IdsRequest(g.prompt, static_cast<int>(g.greedy.size())));
   }
-  std::vector<Generation> got = GenerateAll(**ring, requests);
+  std::vector<Generation> got = GenerateConcurrently(**ring, requests);
   for (size_t i = 0; i < golden.size(); ++i) {
     ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message() << "\n"
                                     << (*ring)->CoordinatorLog();
@@ -155,7 +144,7 @@ TEST(RingE2ETest, ThirtyTwoConcurrentRequestsGetTheReferenceTokens) {
     requests.push_back(IdsRequest(prompt, max_tokens));
     requests.back().set_request_id("mixed-" + std::to_string(i));
   }
-  std::vector<Generation> got = GenerateAll(**ring, requests);
+  std::vector<Generation> got = GenerateConcurrently(**ring, requests);
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(got[i].status.ok()) << "request " << i << ": " << got[i].status.error_message();
     EXPECT_EQ(got[i].tokens, expected[i]) << "request " << i << " (seed " << seed << ")";
@@ -204,7 +193,7 @@ TEST(RingE2ETest, SameSeedSameTokensAcrossPartitions) {
     }
     // Unrelated greedy traffic in the same batches.
     for (int i = 0; i < 3; ++i) requests.push_back(IdsRequest(RandomPrompt(rng, 9, 512), 8));
-    std::vector<Generation> got = GenerateAll(**ring, requests);
+    std::vector<Generation> got = GenerateConcurrently(**ring, requests);
     for (int i = 0; i < 4; ++i) {
       ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
       EXPECT_EQ(got[i].tokens, expected[i])
@@ -283,7 +272,7 @@ TEST(RingE2ETest, SharedPrefixIsServedFromThePrefixCacheWithTheReferenceTokens) 
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   EXPECT_EQ(first.tokens, expected[0]);
   std::vector<v1::GenerateRequest> rest(requests.begin() + 1, requests.end());
-  std::vector<Generation> got = GenerateAll(**ring, rest);
+  std::vector<Generation> got = GenerateConcurrently(**ring, rest);
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
     EXPECT_EQ(got[i].tokens, expected[i + 1]) << "request " << i + 1;

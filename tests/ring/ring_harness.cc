@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/status_macros.h"
 #include "fmt/format.h"
@@ -40,6 +41,27 @@ ringserve::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, in
   request.mutable_sampling()->set_max_tokens(max_tokens);
   request.mutable_sampling()->set_ignore_eos(true);
   return request;
+}
+
+ringserve::v1::GenerateRequest GreedyTextRequest(const std::string& text, int max_tokens) {
+  ringserve::v1::GenerateRequest request;
+  request.set_text(text);
+  request.set_add_special_tokens(true);
+  request.mutable_sampling()->set_temperature(0.0f);
+  request.mutable_sampling()->set_max_tokens(max_tokens);
+  request.mutable_sampling()->set_ignore_eos(true);
+  return request;
+}
+
+std::vector<Generation> GenerateConcurrently(
+    Ring& ring, const std::vector<ringserve::v1::GenerateRequest>& requests) {
+  std::vector<Generation> out(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { out[i] = ring.Generate(requests[i]); });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Ring>> Ring::Start(const RingOptions& options) {

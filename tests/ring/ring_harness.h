@@ -101,4 +101,13 @@ std::string ReadFile(const std::string& path);
 
 ringserve::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int max_tokens);
 
+// `text` with special tokens added, decoded greedily (temperature 0) for exactly `max_tokens`
+// tokens (eos ignored).
+ringserve::v1::GenerateRequest GreedyTextRequest(const std::string& text, int max_tokens);
+
+// Runs every request through `ring` at once (one thread each), so several are in flight
+// together; returns when all have finished, the generations in the order of `requests`.
+std::vector<Generation> GenerateConcurrently(
+    Ring& ring, const std::vector<ringserve::v1::GenerateRequest>& requests);
+
 }  // namespace ringserve::testing

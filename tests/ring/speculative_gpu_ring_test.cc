@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -30,26 +29,9 @@ std::vector<v1::GenerateRequest> Requests() {
        {"In the beginning God created the heaven and the earth. And the earth was without form.",
         "And it came to pass, when the king of Israel heard the words of the book of the law",
         "And the LORD spake unto Moses, saying, Speak unto the children of Israel"}) {
-    v1::GenerateRequest request;
-    request.set_text(text);
-    request.set_add_special_tokens(true);
-    request.mutable_sampling()->set_temperature(0.0f);
-    request.mutable_sampling()->set_max_tokens(kMaxTokens);
-    request.mutable_sampling()->set_ignore_eos(true);
-    requests.push_back(request);
+    requests.push_back(GreedyTextRequest(text, kMaxTokens));
   }
   return requests;
-}
-
-std::vector<Generation> RunConcurrently(Ring& ring) {
-  const std::vector<v1::GenerateRequest> requests = Requests();
-  std::vector<Generation> out(requests.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] { out[i] = ring.Generate(requests[i]); });
-  }
-  for (std::thread& t : threads) t.join();
-  return out;
 }
 
 // Speculation forced on (no payoff back-off), k = 4.
@@ -69,7 +51,7 @@ TEST(SpeculativeGpuRingTest, ADraftOfItselfIsAlmostAlwaysAccepted) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
   auto ring = Ring::Start(OneCudaStage("models/ringserve-tiny-draft", 2, /*speculate=*/true));
   ASSERT_TRUE(ring.ok()) << ring.status();
-  for (const Generation& g : RunConcurrently(**ring)) {
+  for (const Generation& g : GenerateConcurrently(**ring, Requests())) {
     ASSERT_TRUE(g.status.ok()) << g.status.error_message() << "\n" << (*ring)->StagesLog();
     EXPECT_EQ(g.tokens.size(), static_cast<size_t>(kMaxTokens));
   }
@@ -86,14 +68,14 @@ TEST(SpeculativeGpuRingTest, GreedyEqualsPlainDecoding) {
   {
     auto ring = Ring::Start(OneCudaStage("models/ringserve-tiny", 8, /*speculate=*/false));
     ASSERT_TRUE(ring.ok()) << ring.status();
-    for (const Generation& g : RunConcurrently(**ring)) {
+    for (const Generation& g : GenerateConcurrently(**ring, Requests())) {
       ASSERT_TRUE(g.status.ok()) << g.status.error_message();
       plain.push_back(g.tokens);
     }
   }
   auto ring = Ring::Start(OneCudaStage("models/ringserve-tiny", 8, /*speculate=*/true));
   ASSERT_TRUE(ring.ok()) << ring.status();
-  const std::vector<Generation> got = RunConcurrently(**ring);
+  const std::vector<Generation> got = GenerateConcurrently(**ring, Requests());
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
     EXPECT_EQ(got[i].tokens, plain[i]) << "request " << i;

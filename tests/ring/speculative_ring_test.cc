@@ -5,7 +5,6 @@
 // prefix cache; seeded sampling replays; the drafts are accepted often enough to matter.
 #include <cstdio>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -31,26 +30,9 @@ std::vector<v1::GenerateRequest> Requests() {
         "be.",
         "And the LORD spake unto Moses, saying, Speak unto the children of Israel, and say unto "
         "them, When ye be come into the land"}) {
-    v1::GenerateRequest request;
-    request.set_text(text);
-    request.set_add_special_tokens(true);
-    request.mutable_sampling()->set_temperature(0.0f);
-    request.mutable_sampling()->set_max_tokens(kMaxTokens);
-    request.mutable_sampling()->set_ignore_eos(true);
-    requests.push_back(request);
+    requests.push_back(GreedyTextRequest(text, kMaxTokens));
   }
   return requests;
-}
-
-// Runs every request at once (one thread each), so several are in flight together.
-std::vector<Generation> RunConcurrently(Ring& ring, const std::vector<v1::GenerateRequest>& reqs) {
-  std::vector<Generation> out(reqs.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    threads.emplace_back([&, i] { out[i] = ring.Generate(reqs[i]); });
-  }
-  for (std::thread& t : threads) t.join();
-  return out;
 }
 
 // Speculation pays less than plain decoding on the CPU: with the payoff measured (`payoff`) it
@@ -68,7 +50,7 @@ class SpeculativeRingTest : public ::testing::Test {
         Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny", .partition = {4, 4}});
     ASSERT_TRUE(plain.ok()) << plain.status();
     plain_ = std::move(plain).value().release();
-    for (const Generation& g : RunConcurrently(*plain_, Requests())) {
+    for (const Generation& g : GenerateConcurrently(*plain_, Requests())) {
       ASSERT_TRUE(g.status.ok()) << g.status.error_message();
       expected_.push_back(g.tokens);
     }
@@ -82,13 +64,13 @@ class SpeculativeRingTest : public ::testing::Test {
 
   // Runs the requests through `ring` and checks them against plain decoding.
   static void ExpectPlainGreedy(Ring& ring) {
-    std::vector<Generation> got = RunConcurrently(ring, Requests());
+    std::vector<Generation> got = GenerateConcurrently(ring, Requests());
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
       EXPECT_EQ(got[i].tokens, expected_[i]) << "request " << i;
     }
     // Once more: the prompts now come from the prefix cache.
-    got = RunConcurrently(ring, Requests());
+    got = GenerateConcurrently(ring, Requests());
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
       EXPECT_EQ(got[i].tokens, expected_[i]) << "request " << i << " (prefix cached)";
@@ -164,7 +146,7 @@ TEST(SpeculativeRingSelfDraftTest, ADraftOfItselfIsAlwaysAccepted) {
                            .micro_batches_in_flight = 2,
                            .coordinator_args = SpeculationArgs(4)});
   ASSERT_TRUE(ring.ok()) << ring.status();
-  for (const Generation& g : RunConcurrently(**ring, Requests())) {
+  for (const Generation& g : GenerateConcurrently(**ring, Requests())) {
     ASSERT_TRUE(g.status.ok()) << g.status.error_message();
     EXPECT_EQ(g.tokens.size(), static_cast<size_t>(kMaxTokens));
   }
@@ -188,14 +170,14 @@ TEST(SpeculativeRingMtpTest, MtpGreedyEqualsPlainDecoding) {
   }
   auto plain = Ring::Start({.model_dir = model, .partition = {2, 2}});
   ASSERT_TRUE(plain.ok()) << plain.status();
-  std::vector<Generation> expected = RunConcurrently(**plain, requests);
+  std::vector<Generation> expected = GenerateConcurrently(**plain, requests);
   for (const std::vector<int>& partition : {std::vector<int>{2, 2}, std::vector<int>{4}}) {
     auto ring = Ring::Start({.model_dir = model,
                              .partition = partition,
                              .coordinator_args = {"--speculative_mtp", "--num_speculative_tokens",
                                                   "1", "--speculative_payoff=false"}});
     ASSERT_TRUE(ring.ok()) << ring.status();
-    std::vector<Generation> got = RunConcurrently(**ring, requests);
+    std::vector<Generation> got = GenerateConcurrently(**ring, requests);
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
       EXPECT_EQ(got[i].tokens, expected[i].tokens) << "request " << i;

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/ring/perplexity_golden_testing.h"
 #include "tests/ring/ring_harness.h"
 
 namespace ringserve::testing {
@@ -106,10 +107,7 @@ TEST_F(TrainedModelTest, PromptLogprobsEqualTransformers) {
 TEST_F(TrainedModelTest, PerplexityOfAHeldOutDocumentEqualsTransformers) {
   nlohmann::json golden = ReadFixture("perplexity_golden.json");
   ASSERT_FALSE(golden.is_discarded());
-  std::string text;
-  for (const auto& d : golden["documents"]) text += d.get<std::string>() + "\n\n";
-  auto report = perplexity::Measure(
-      ring_->stub(), text, {.window_tokens = golden["window"].get<int>(), .concurrency = 2});
+  auto report = MeasureGoldenPerplexity(ring_->stub(), golden);
   ASSERT_TRUE(report.ok()) << report.status();
   const auto& windows = golden["windows"];
   ASSERT_EQ(report->windows.size(), windows.size());
