@@ -50,6 +50,10 @@ struct GenerateRequest {
   // Report log p(prompt[i + 1] | prompt[0..i]) for every prompt token after the first
   // (GenerateEvent::prompt_logprobs). Costs a logits row per prompt token on the last stage.
   bool prompt_logprobs = false;
+  // Choice i > 0 of an API request whose choice 0 already runs (GenerateRequest per choice, see
+  // kMaxChoices): while the ring is down it waits with the running choice instead of being
+  // refused as a new request is.
+  bool later_choice = false;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -116,7 +120,7 @@ struct RequestStats {
   int64_t preemptions = 0;           // cumulative
   int64_t ring_restarts = 0;         // the ring re-formed after a stage failure, cumulative
   int64_t resumed_requests = 0;      // requests resumed by recomputation after a re-form
-  int64_t rejected = 0;              // refused by the engine (ring down and its queue full)
+  int64_t rejected = 0;              // new requests refused by the engine: its ring was down
   int64_t prefix_lookup_tokens = 0;  // prompt tokens of admitted requests, cumulative
   int64_t prefix_hit_tokens = 0;     // of those, found in the prefix cache (prefill skipped)
   int64_t ahead_decodes = 0;         // decodes planned ahead (coordinator/plan_ahead.h)
@@ -165,7 +169,8 @@ class Engine {
 
   // Queues a request; `on_event` receives every update and exactly one event with finished.
   // InvalidArgument (empty prompt, prompt longer than the context, bad sampling values,
-  // duplicate request id) is returned synchronously and no callback follows.
+  // duplicate request id) is returned synchronously and no callback follows; so is
+  // Unavailable when the engine cannot take new requests now (its ring is down: retry later).
   virtual absl::Status Submit(GenerateRequest request, EventCallback on_event) = 0;
   // Stops a request (client went away); frees its KV blocks; its callback gets a finished
   // event with kCancelled. Unknown ids are ignored.

@@ -213,6 +213,7 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
       while (submitted_choices < n) {
         GenerateRequest next = base;
         next.request_id = choice_id(submitted_choices);
+        next.later_choice = true;
         if (next.sampling.seed.has_value()) *next.sampling.seed += submitted_choices;
         absl::Status status = engine_->Submit(std::move(next), on_event(submitted_choices));
         if (!status.ok()) {

@@ -13,6 +13,10 @@
 // in the engine as "<id>#<i>", an id no other client can hold; responses carry the request's
 // id and the choice's index.
 //
+// A new Generate call while the engine's ring is down and re-forming is refused at once with
+// UNAVAILABLE ("... retry later"; coordinator/ring_engine.h); calls already running wait for the
+// ring and resume.
+//
 // Thread-safe; `engine` must outlive the service.
 #pragma once
 

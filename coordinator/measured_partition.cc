@@ -1,8 +1,10 @@
 #include "coordinator/measured_partition.h"
 
-#include <unistd.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -29,6 +31,40 @@ std::string LastLine(std::string text) {
   const size_t newline = text.rfind('\n');
   return newline == std::string::npos ? text : text.substr(newline + 1);
 }
+
+// The probe's files live in a directory made for one probe by mkdtemp (an unpredictable name,
+// created exclusively, mode 0700) and removed with them on every path out: in a shared temp
+// directory nobody can plant a symlink or file where the probe writes, or read what it wrote.
+class ProbeDir {
+ public:
+  ProbeDir() = default;
+  ProbeDir(const ProbeDir&) = delete;
+  ProbeDir& operator=(const ProbeDir&) = delete;
+  ~ProbeDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+
+  absl::Status Make() {
+    std::error_code error;
+    const std::filesystem::path temp = std::filesystem::temp_directory_path(error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          fmt::format("no temporary directory for the layer probe: {}", error.message()));
+    }
+    std::string pattern = (temp / "ringserve_layer_probe_XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return absl::FailedPreconditionError(fmt::format(
+          "cannot make a directory for the layer probe ({}): {}", pattern, std::strerror(errno)));
+    }
+    path_ = pattern;
+    return absl::OkStatus();
+  }
+  std::filesystem::path path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace
 
@@ -88,12 +124,10 @@ absl::StatusOr<MeasuredPartition> ProposeFromProfile(const LayerCostProfile& pro
 
 absl::StatusOr<MeasuredPartition> ProposeMeasuredPartition(const MeasuredPartitionOptions& o) {
   RS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(o.model_dir));
-  const std::filesystem::path dir = std::filesystem::temp_directory_path();
-  const std::string stem = fmt::format("ringserve_layer_probe_{}", getpid());
-  const std::filesystem::path out_path = dir / (stem + ".out");
-  const std::filesystem::path err_path = dir / (stem + ".err");
-  std::filesystem::remove(out_path);
-  std::filesystem::remove(err_path);
+  ProbeDir dir;
+  RS_RETURN_IF_ERROR(dir.Make());
+  const std::filesystem::path out_path = dir.path() / "profile.out";
+  const std::filesystem::path err_path = dir.path() / "probe.log";
   SubprocessOptions spawn;
   spawn.argv = {
       o.stage_binary,
@@ -114,8 +148,6 @@ absl::StatusOr<MeasuredPartition> ProposeMeasuredPartition(const MeasuredPartiti
   if (!code.ok()) probe.Terminate(absl::Seconds(1));
   const std::string text = ReadFile(out_path);
   const std::string errors = ReadFile(err_path);
-  std::filesystem::remove(out_path);
-  std::filesystem::remove(err_path);
   if (!code.ok()) {
     return absl::DeadlineExceededError(
         fmt::format("the layer probe ({} --probe_layers) did not finish within {}", o.stage_binary,

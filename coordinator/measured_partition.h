@@ -43,8 +43,11 @@ absl::StatusOr<MeasuredPartition> ProposeFromProfile(const LayerCostProfile& pro
                                                      std::span<const int64_t> parameter_costs,
                                                      const MeasuredPartitionOptions& options);
 
-// Runs the probe and proposes. Errors: the probe's (its stderr's last line), a timeout, or
-// ProposeFromProfile's.
+// Runs the probe and proposes. The probe writes its profile and log into a directory made for
+// it under the temp directory ($TMPDIR, else /tmp) by mkdtemp (unpredictable name, created
+// exclusively, mode 0700), removed with its files before this returns, on every path. Errors:
+// the probe's (its stderr's last line), a timeout, FailedPrecondition when no such directory
+// can be made, or ProposeFromProfile's.
 absl::StatusOr<MeasuredPartition> ProposeMeasuredPartition(const MeasuredPartitionOptions& options);
 
 }  // namespace ringserve

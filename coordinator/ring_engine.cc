@@ -236,11 +236,10 @@ absl::Status RingEngine::Submit(GenerateRequest request, EventCallback on_event)
       return absl::InvalidArgumentError(
           fmt::format("request {}: request_id is already running", id));
     }
-    if (!ring_up_ && static_cast<int>(requests_.size()) >= options_.max_waiting_while_down) {
+    if (!ring_up_ && !request.later_choice) {
       telemetry_.OnRejected();
-      return absl::UnavailableError(
-          fmt::format("request {}: the ring is down ({}) and {} requests already wait for it", id,
-                      health_, requests_.size()));
+      return absl::UnavailableError(fmt::format(
+          "request {}: the ring is down and re-forming ({}); retry later", id, health_));
     }
     auto r = std::make_unique<Request>();
     r->id = id;

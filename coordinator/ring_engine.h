@@ -11,8 +11,12 @@
 // then resume by recomputation: each is re-admitted with its prompt plus the tokens it has
 // generated so far, and its sampling continues at the same token index, so the client's stream
 // neither loses nor repeats a token and greedy (or seeded) output equals an undisturbed run.
-// While the ring is down, new requests wait, up to `max_waiting_while_down`; beyond that they
-// get Unavailable; once it has been down for `ring_down_timeout`, the waiting requests fail
+// While the ring is down, a new request is refused at once with Unavailable ("the ring is down
+// and re-forming ...; retry later": HTTP 503 with Retry-After, gRPC UNAVAILABLE) rather than
+// queued: re-forming can take as long as a stage takes to restart and load, and a client is
+// better served by a clear answer it can retry (elsewhere) than by a silent wait. Only the later
+// choices of a request already running (GenerateRequest::later_choice) join it and wait. Once
+// the ring has been down for `ring_down_timeout`, the requests it was running fail
 // (Unavailable) while re-forming goes on. With `recover` false a failure fails every request and
 // ends serving.
 //
@@ -52,7 +56,6 @@ struct RingEngineOptions {
   RingFormer form_ring{};
   std::vector<StageLayout> stages{};  // for statistics
   bool recover = true;
-  int max_waiting_while_down = 1024;
   // Requests fail (Unavailable) once the ring has been down this long; re-forming goes on.
   absl::Duration ring_down_timeout = absl::Seconds(kDefaultRingDownTimeoutSeconds);
   absl::Duration reform_backoff = absl::Seconds(1);

@@ -216,27 +216,34 @@ TEST(RingEngineTest, RingFailureResumesEveryRequestWithTheUndisturbedTokens) {
   }
 }
 
-TEST(RingEngineTest, RequestsWaitWhileTheRingIsDownUpToABound) {
+TEST(RingEngineTest, NewRequestsAreRefusedAtOnceWhileTheRingIsDownAndRunningOnesResume) {
   Harness h;
   h.ring_options = {{.num_stages = 2, .vocab_size = kVocab, .fail_after_micro_batches = 0},
                     {.num_stages = 2, .vocab_size = kVocab}};
   h.failing_attempts = 1 << 30;  // stays down until the test lets it up
-  RingEngineOptions options = h.Options();
-  options.max_waiting_while_down = 2;
-  auto engine = RingEngine::Start(options);
+  auto engine = RingEngine::Start(h.Options());
   ASSERT_TRUE(engine.ok()) << engine.status();
   Collector c;
   ASSERT_TRUE((*engine)->Submit(Request("a", Prompt(0), 5), c.For("a")).ok());  // fails the ring
-  for (int i = 0; i < 200 && (*engine)->healthy(); ++i) absl::SleepFor(absl::Milliseconds(5));
-  ASSERT_FALSE((*engine)->healthy());
+  ASSERT_TRUE(WaitFor([&] { return !(*engine)->healthy(); }));
   EXPECT_THAT((*engine)->health_message(), testing::HasSubstr("recovering"));
-  ASSERT_TRUE((*engine)->Submit(Request("b", Prompt(1), 5), c.For("b")).ok());
-  absl::Status refused = (*engine)->Submit(Request("c", Prompt(2), 5), c.For("c"));
+  absl::Status refused = (*engine)->Submit(Request("b", Prompt(1), 5), c.For("b"));
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_THAT(refused.message(), testing::HasSubstr("request b: the ring is down and re-forming"));
+  EXPECT_THAT(refused.message(), testing::HasSubstr("retry later"));
   EXPECT_EQ((*engine)->Stats().requests.rejected, 1);
+  // A later choice of a running request joins it and waits.
+  GenerateRequest choice = Request("a#1", Prompt(2), 5);
+  choice.later_choice = true;
+  ASSERT_TRUE((*engine)->Submit(std::move(choice), c.For("a#1")).ok());
   h.failing_attempts = 0;  // the stage is back
-  ASSERT_TRUE(c.WaitAll({"a", "b"}));
+  ASSERT_TRUE(c.WaitAll({"a", "a#1"}));
   EXPECT_EQ(c.Get("a").tokens, Expected(Prompt(0), 5));
+  EXPECT_EQ(c.Get("a#1").tokens, Expected(Prompt(2), 5));
+  EXPECT_EQ(c.Get("b").finished_events, 0);  // refused: no callback
+  ASSERT_TRUE((*engine)->healthy());
+  ASSERT_TRUE((*engine)->Submit(Request("b", Prompt(1), 5), c.For("b")).ok());  // the retry
+  ASSERT_TRUE(c.WaitAll({"b"}));
   EXPECT_EQ(c.Get("b").tokens, Expected(Prompt(1), 5));
 }
 

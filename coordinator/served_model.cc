@@ -25,9 +25,7 @@ absl::StatusOr<ServedModel> LoadServedModel(const RingConfig& ring) {
   }
   // generate() stops on generation_config.json's ids, which chat models extend (gpt-oss's
   // <|call|>); stop on those of both files.
-  RS_ASSIGN_OR_RETURN(const std::vector<int32_t> generation_eos,
-                      LoadGenerationEosTokenIds(ring.model_dir));
-  model.eos_token_ids = MergeEosTokenIds(model.config.eos_token_ids, generation_eos);
+  RS_ASSIGN_OR_RETURN(model.eos_token_ids, LoadEosTokenIds(ring.model_dir, model.config));
   if (model.eos_token_ids.empty() && model.tokenizer && model.tokenizer->eos_token_id()) {
     model.eos_token_ids.push_back(*model.tokenizer->eos_token_id());
   }

@@ -74,4 +74,10 @@ std::vector<int32_t> MergeEosTokenIds(std::vector<int32_t> first,
   return first;
 }
 
+absl::StatusOr<std::vector<int32_t>> LoadEosTokenIds(const std::string& model_dir,
+                                                     const ModelConfig& config) {
+  RS_ASSIGN_OR_RETURN(const std::vector<int32_t> generation, LoadGenerationEosTokenIds(model_dir));
+  return MergeEosTokenIds(config.eos_token_ids, generation);
+}
+
 }  // namespace ringserve

@@ -103,5 +103,21 @@ TEST(GenerationConfigTest, MergeKeepsConfigOrderAndAddsTheRest) {
   EXPECT_THAT(MergeEosTokenIds({2, 7}, {}), ElementsAre(2, 7));
 }
 
+TEST(GenerationConfigTest, EosIdsAreConfigsThenWhatTheGenerationConfigAdds) {
+  testing::TempDir dir;
+  ModelConfig config;
+  config.eos_token_ids = {200002};
+  auto ids = LoadEosTokenIds(dir.path(), config);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre(200002));
+  std::ofstream(dir.path() + "/generation_config.json") << kGptOss20B;
+  ids = LoadEosTokenIds(dir.path(), config);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre(200002, 199999, 200012));
+  std::ofstream(dir.path() + "/generation_config.json") << R"({"eos_token_id": "x"})";
+  EXPECT_THAT(std::string(LoadEosTokenIds(dir.path(), config).status().message()),
+              HasSubstr("generation_config.json"));
+}
+
 }  // namespace
 }  // namespace ringserve

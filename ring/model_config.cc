@@ -1,5 +1,6 @@
 #include "ring/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -288,6 +289,31 @@ absl::Status RefuseUnsupported(const Json& j, const std::string& source) {
   return absl::OkStatus();
 }
 
+// quantization_config: what the stages can load (stage/model/quant/quant_config.h parses the
+// rest of it), so that a checkpoint they would refuse is refused here, at start, not at load.
+absl::Status CheckQuantMethod(const Json& j, Architecture architecture, const std::string& source) {
+  auto q = j.find("quantization_config");
+  if (q == j.end() || q->is_null()) return absl::OkStatus();
+  if (!q->is_object()) return Invalid(source, "quantization_config is not an object");
+  auto method = q->find("quant_method");
+  if (method == q->end() || !method->is_string()) {
+    return Invalid(source, fmt::format("quantization_config.quant_method must be a string, got {}",
+                                       method == q->end() ? "none" : method->dump()));
+  }
+  const std::string name = method->get<std::string>();
+  const bool gpt_oss = architecture == Architecture::kGptOss;
+  const bool known =
+      std::find(kQuantMethods.begin(), kQuantMethods.end(), name) != kQuantMethods.end();
+  // gpt-oss's stacked experts exist only as MXFP4, and MXFP4 only as gpt-oss's experts.
+  if (!known || gpt_oss != (name == "mxfp4")) {
+    return Invalid(source, fmt::format("unsupported quantization_config.quant_method \"{}\" for {} "
+                                       "(supported: fp8, compressed-tensors, gptq, awq; "
+                                       "gpt-oss only mxfp4)",
+                                       name, ArchitectureName(architecture)));
+  }
+  return absl::OkStatus();
+}
+
 // The config class's num_key_value_heads and head_dim for a file without the key (an explicit
 // null is num_attention_heads and hidden_size / num_attention_heads, as the classes derive them).
 std::optional<int64_t> DefaultKvHeads(Architecture a) {
@@ -460,6 +486,7 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& source) 
     break;
   }
   RS_RETURN_IF_ERROR(RefuseUnsupported(j, source));
+  RS_RETURN_IF_ERROR(CheckQuantMethod(j, config.architecture, source));
   RS_RETURN_IF_ERROR(ParseMoeConfig(j, config, source));
   RS_RETURN_IF_ERROR(ParseSlidingWindow(j, config, source));
   return config;

@@ -4,14 +4,16 @@
 // GptOssForCausalLM (mixtures of experts, ring/moe_config.h); DeepseekV2ForCausalLM and
 // DeepseekV3ForCausalLM (multi-head latent attention, dense and MoE layers; the DeepSeek fields are
 // parsed in deepseek_config.cc). Anything that would change results and that the backends do not
-// implement (unknown RoPE types, MLP bias, quantized MoE checkpoints, ...) is refused with a
+// implement (unknown RoPE types, MLP bias, a quant_method no stage loads, ...) is refused with a
 // message naming the key, never silently ignored.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +38,12 @@ enum class Architecture {
 
 // "LlamaForCausalLM", ...
 std::string ArchitectureName(Architecture architecture);
+
+// The quantization_config.quant_method values the stages load (stage/model/quant/quant_config.h
+// parses and checks the rest of each); "mxfp4" for gpt-oss only, and gpt-oss only as "mxfp4".
+// ParseModelConfig refuses any other value, naming the key and the value.
+inline constexpr std::array<std::string_view, 5> kQuantMethods = {"fp8", "compressed-tensors",
+                                                                  "gptq", "awq", "mxfp4"};
 
 enum class RopeType {
   kDefault,  // plain RoPE: inv_freq[i] = theta^(-2i / head_dim)

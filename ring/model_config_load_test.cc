@@ -1,10 +1,14 @@
 // LoadModelConfig's reading of config.json from a model directory: what sits at the path is
-// not trusted (a FIFO, a device, a huge file), while the hub cache's symlinks keep working.
+// not trusted (a FIFO, a device, a huge file), while the hub cache's symlinks keep working; and
+// a quantization_config no stage would load is refused here, when the coordinator starts.
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/bounded_file.h"
 #include "common/testing/fifo_watchdog.h"
@@ -68,6 +72,47 @@ TEST(ModelConfigLoadTest, RefusesAnOversizedConfigNamingTheLimit) {
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
   EXPECT_THAT(std::string(config.status().message()), HasSubstr(path));
   EXPECT_THAT(std::string(config.status().message()), HasSubstr("(16 MiB)"));
+}
+
+// Used to be accepted by the coordinator, which then started its stages only for each to fail
+// at load with the checkpoint's weights half read.
+TEST(ModelConfigLoadTest, RefusesAQuantMethodNoStageLoadsNamingTheKeyAndTheValue) {
+  const std::string llama(kLlamaJson, std::string_view(kLlamaJson).rfind('}'));
+  struct Case {
+    std::string quantization_config;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"({"quant_method": "bitsandbytes", "load_in_4bit": true})",
+            R"(unsupported quantization_config.quant_method "bitsandbytes" for LlamaForCausalLM)"},
+           {R"({"quant_method": "hqq"})", R"(unsupported quantization_config.quant_method "hqq")"},
+           {R"({"quant_method": "mxfp4"})",  // gpt-oss's experts only
+            R"(unsupported quantization_config.quant_method "mxfp4" for LlamaForCausalLM)"},
+           {R"({"bits": 4})", "quantization_config.quant_method must be a string, got none"},
+           {R"({"quant_method": 4})", "quantization_config.quant_method must be a string, got 4"},
+           {R"("gptq")", "quantization_config is not an object"}}) {
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/config.json";
+    std::ofstream(path) << llama << R"(, "quantization_config": )" << c.quantization_config << "}";
+    auto config = LoadModelConfig(dir.path());
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.quantization_config << ": " << config.status();
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(path + ": " + c.message));
+  }
+}
+
+TEST(ModelConfigLoadTest, AcceptsEveryQuantizedCheckpointTheStagesLoad) {
+  const char* source = std::getenv("RINGSERVE_SOURCE_DIR");
+  const std::filesystem::path quant =
+      std::filesystem::path(source != nullptr ? source : ".") / "tests/fixtures/models/quant";
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(quant)) {
+    if (!std::filesystem::exists(entry.path() / "config.json")) continue;
+    auto config = LoadModelConfig(entry.path().string());
+    EXPECT_TRUE(config.ok()) << entry.path() << ": " << config.status();
+    ++checked;
+  }
+  EXPECT_GE(checked, 8);  // fp8 (two), compressed-tensors (three), gptq (two), awq
 }
 
 }  // namespace

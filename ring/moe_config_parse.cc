@@ -229,21 +229,6 @@ absl::Status ParseMoeConfig(const Json& j, ModelConfig& c, const std::string& so
       RS_RETURN_IF_ERROR(ParseGptOss(j, c, source));
       break;
   }
-  // Quantized experts load by the dense formats' rules (stage/model/quantized_weights.h), except
-  // that gpt-oss's stacked experts exist only as MXFP4 and MXFP4 only as gpt-oss's experts.
-  if (auto it = j.find("quantization_config"); it != j.end() && it->is_object()) {
-    const auto method = it->find("quant_method");
-    const std::string name = method != it->end() && method->is_string() ? method->get<std::string>()
-                                                                        : std::string("(none)");
-    const bool gpt_oss = c.architecture == Architecture::kGptOss;
-    if (gpt_oss != (name == "mxfp4")) {
-      return Invalid(source,
-                     fmt::format("unsupported quantization_config.quant_method \"{}\" for {} "
-                                 "(gpt-oss's stacked experts load as mxfp4 only, and mxfp4 is "
-                                 "read only for gpt-oss)",
-                                 name, ArchitectureName(c.architecture)));
-    }
-  }
   if (absl::Status s = ValidateRouterOptions(c.moe.router); !s.ok()) {
     return Invalid(source, std::string(s.message()));
   }

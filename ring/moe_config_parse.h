@@ -18,9 +18,9 @@ namespace ringserve {
 // greedy or group_limited_greedy (n_group, topk_group; a group scores its best expert), weights
 // times routed_scaling_factor (norm_topk_prob is not read, as transformers' DeepseekV2Moe does
 // not), n_shared_experts (default 2);
-// for both, layers from first_k_dense_replace on are MoE. A quantization_config is accepted as
-// for dense models (experts dequantize by the same rules), except that gpt-oss takes only
-// quant_method mxfp4 and other MoE models never mxfp4. InvalidArgument naming the key.
+// for both, layers from first_k_dense_replace on are MoE. Experts of a quantization_config
+// dequantize by the dense formats' rules (ParseModelConfig checks its quant_method first: gpt-oss
+// takes only mxfp4, the others never). InvalidArgument naming the key.
 absl::Status ParseMoeConfig(const nlohmann::json& j, ModelConfig& config,
                             const std::string& source);
 

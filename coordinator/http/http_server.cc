@@ -358,6 +358,7 @@ void HttpServer::Impl::SubmitChoice(const Accepted& accepted, const GenerateRequ
   std::shared_ptr<RequestStream> stream = accepted.stream;
   GenerateRequest request = base;
   request.request_id = stream->ChoiceRequestId(index);
+  request.later_choice = true;
   if (request.sampling.seed.has_value()) *request.sampling.seed += static_cast<uint64_t>(index);
   absl::Status submitted = engine_.Submit(
       std::move(request),

@@ -15,7 +15,9 @@
 // over max_body_bytes get 413, JSON nested deeper than kMaxJsonDepth 400, prompts longer than
 // the context 400 (text prompts far longer in bytes before tokenizing), more than
 // max_concurrent_requests generation requests (running + waiting) 429 with Retry-After, a
-// request that waits longer than queue_timeout for its first token 503 with Retry-After.
+// request that waits longer than queue_timeout for its first token 503 with Retry-After, and
+// a new request while the engine's ring is down and re-forming 503 with Retry-After at once
+// (the engine refuses it with Unavailable; coordinator/ring_engine.h).
 // Every connection has its own thread, so /health and /metrics answer while generation is
 // saturated. Responses wait for the first event, so a request that fails before streaming
 // starts gets its error status (non-streaming ones get it whenever they fail).

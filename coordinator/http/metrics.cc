@@ -289,7 +289,7 @@ std::string RenderPrometheus(const ServingMetrics& metrics, const RingStats& sta
            "Requests resumed by recomputation after the ring was formed again.");
   w.Sample("ringserve_resumed_requests_total", "", static_cast<double>(req.resumed_requests));
   w.Family("ringserve_engine_rejected_total", "counter",
-           "Requests the engine refused because the ring was down and its wait queue full.");
+           "New requests the engine refused because its ring was down (re-forming).");
   w.Sample("ringserve_engine_rejected_total", "", static_cast<double>(req.rejected));
   w.Family("ringserve_generation_tokens_per_second", "gauge",
            "Generated tokens per second over the engine's recent window.");

@@ -2,7 +2,9 @@
 //   generate_cli [--model DIR] [--prompt_ids 1,2,3] [--max_tokens 16] [--ignore_eos]
 // Defaults: the tiny Qwen2 golden fixture and its first golden prompt, so the demo runs with no
 // arguments (and its output can be checked against transformers' greedy continuation).
-// Prints the generated token ids (space-separated) on stdout; logs and timing go to stderr.
+// Stops at an EOS id of config.json or generation_config.json (as the coordinator does; unless
+// --ignore_eos). Prints the generated token ids (space-separated) on stdout; logs and timing go
+// to stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "ring/generation_config.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "stage/model/model_slice.h"
 
@@ -23,7 +26,9 @@ ABSL_FLAG(std::string, model, "",
 ABSL_FLAG(std::string, prompt_ids, "",
           "prompt token ids, e.g. 1,2,3 (empty: the fixture's first golden prompt)");
 ABSL_FLAG(int, max_tokens, 16, "tokens to generate (1 to 2^20)");
-ABSL_FLAG(bool, ignore_eos, false, "generate max_tokens whatever comes");
+ABSL_FLAG(bool, ignore_eos, false,
+          "generate max_tokens whatever comes (else stop at an EOS id of config.json or "
+          "generation_config.json)");
 
 namespace ringserve {
 namespace {
@@ -86,6 +91,12 @@ int Run(const Args& args) {
     std::fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
     return 1;
   }
+  // Where the server stops: config.json's EOS ids and those generation_config.json adds.
+  auto eos = LoadEosTokenIds(args.model_dir, *config);
+  if (!eos.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(eos.status().message()).c_str());
+    return 1;
+  }
   options.layers = {0, config->num_layers};
   const auto start = std::chrono::steady_clock::now();
   auto slice = ModelSlice::LoadCpu(options);
@@ -119,8 +130,7 @@ int Run(const Args& args) {
     generated.push_back(best);
     std::printf("%s%d", generated.size() == 1 ? "" : " ", best);
     std::fflush(stdout);
-    const auto& eos = config->eos_token_ids;
-    if (!args.ignore_eos && std::find(eos.begin(), eos.end(), best) != eos.end()) break;
+    if (!args.ignore_eos && std::find(eos->begin(), eos->end(), best) != eos->end()) break;
     position += batch.chunks[0].num_tokens;
     batch.chunks[0].start_position = position;
     batch.chunks[0].num_tokens = 1;

@@ -1,13 +1,23 @@
 // `--partition auto` from measured cost on a real tiny MoE model with dense and MoE layers
 // (tests/fixtures/models/qwen3_moe: layers 0 and 2 MoE, layer 1 dense by mlp_only_layers): the
 // real stage binary's layer probe on the CPU, the proposal from it, and a ring of real stage
-// processes on the proposed split that gives transformers' greedy tokens.
+// processes on the proposed split that gives transformers' greedy tokens. And where the probe's
+// files live: never at a predictable name in the shared temp directory.
 #include "coordinator/measured_partition.h"
 
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -91,6 +101,89 @@ TEST(MeasuredPartitionTest, SaysWhatBalancingParametersWouldHaveCost) {
   EXPECT_EQ(out->counts, (std::vector<int>{2, 5}));
   EXPECT_THAT(out->why, HasSubstr("balancing weight parameters instead would give 4,3"));
   EXPECT_THAT(out->why, HasSubstr("the K/V of 4096 tokens"));
+}
+
+// Sets an environment variable for the scope; restores the previous value after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::set<std::string> Entries(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+// The probe's profile and log used to go to <tmp>/ringserve_layer_probe_<pid>.out/.err: a name
+// anyone on the host can predict, where another user can plant a symlink to a file of ours for
+// the probe to overwrite (and which the coordinator deleted, whoever owned it). Now they go to a
+// fresh directory only we can enter, gone again after a failed, a timed-out and a good probe.
+TEST(MeasuredPartitionTest, ProbeFilesLiveInAPrivateDirectoryRemovedOnEveryPath) {
+  TempDir tmp;  // the coordinator's temp directory ($TMPDIR)
+  TempDir mine;
+  const std::string victim = mine.path() + "/victim";
+  std::ofstream(victim) << "precious";
+  const std::string planted = fmt::format("{}/ringserve_layer_probe_{}", tmp.path(), getpid());
+  ASSERT_EQ(symlink(victim.c_str(), (planted + ".out").c_str()), 0);
+  ASSERT_EQ(symlink(victim.c_str(), (planted + ".err").c_str()), 0);
+  const std::set<std::string> before = Entries(tmp.path());
+  ScopedEnv tmpdir("TMPDIR", tmp.path());
+
+  // A probe that reports where it was told to write (and that place's mode), then fails.
+  const std::string report = mine.path() + "/report";
+  const std::string failing = mine.path() + "/failing_probe";
+  std::ofstream(failing) << fmt::format(
+      "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --probe_out ] && out=\"$2\"; shift; done\n"
+      "dir=$(dirname \"$out\")\necho \"$dir\" > {0}\nstat -c %a \"$dir\" >> {0}\n"
+      "echo 'probe refused on purpose' >&2\nexit 3\n",
+      report);
+  const std::string hanging = mine.path() + "/hanging_probe";
+  std::ofstream(hanging) << "#!/bin/sh\nexec sleep 60\n";
+  ASSERT_EQ(chmod(failing.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(hanging.c_str(), 0755), 0);
+  MeasuredPartitionOptions options = ProbeOptions(FixtureModel("llama"), 2);
+
+  options.stage_binary = failing;
+  auto failed = ProposeMeasuredPartition(options);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(), HasSubstr("probe refused on purpose"));
+  std::ifstream in(report);
+  std::string probe_dir, mode;
+  std::getline(in, probe_dir);
+  std::getline(in, mode);
+  EXPECT_EQ(std::filesystem::path(probe_dir).parent_path(), tmp.path());
+  EXPECT_EQ(mode, "700");
+  EXPECT_EQ(Entries(tmp.path()), before);
+
+  options.stage_binary = hanging;
+  options.timeout = absl::Seconds(1);
+  auto timed_out = ProposeMeasuredPartition(options);
+  EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded) << timed_out.status();
+  EXPECT_EQ(Entries(tmp.path()), before);
+
+  options = ProbeOptions(FixtureModel("llama"), 2);
+  auto measured = ProposeMeasuredPartition(options);
+  ASSERT_TRUE(measured.ok()) << measured.status();
+  EXPECT_EQ(measured->profile.layers.size(), 4u);
+  EXPECT_EQ(Entries(tmp.path()), before);
+  EXPECT_EQ(ReadFile(victim), "precious");
 }
 
 TEST(MeasuredPartitionTest, ProbeErrorsAreReported) {

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ring/hub_configs_testing.h"
+#include "ring/model_config.h"
 
 namespace ringserve::quant {
 namespace {
@@ -344,6 +345,23 @@ TEST(QuantConfigTest, LoadReadsASymlinkedConfigAndRefusesAFifoOrDevice) {
   config = LoadQuantConfig(dir.path());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
   EXPECT_THAT(std::string(config.status().message()), HasSubstr("character device"));
+}
+
+// The coordinator refuses at start every quant_method outside ring/model_config.h's
+// kQuantMethods (ParseModelConfig); each of those must be a method this parser reads.
+TEST(QuantConfigTest, ReadsEveryQuantMethodTheCoordinatorAccepts) {
+  for (std::string_view method : kQuantMethods) {
+    auto config = Parse(nlohmann::json{{"quant_method", method}}.dump());
+    if (!config.ok()) {  // a required key of that method, never the method itself
+      EXPECT_THAT(std::string(config.status().message()),
+                  ::testing::Not(HasSubstr("quantization_config.quant_method")))
+          << method;
+    } else {
+      EXPECT_EQ(QuantMethodName(config->method), method);
+    }
+  }
+  EXPECT_THAT(ErrorOf(R"({"quant_method": "bitsandbytes"})"),
+              HasSubstr("quantization_config.quant_method"));
 }
 
 }  // namespace
