@@ -120,6 +120,19 @@ TEST_F(SpeculativeRingTest, OneStageGreedyEqualsPlainDecoding) {
   ExpectPlainGreedy(**ring);
 }
 
+TEST_F(SpeculativeRingTest, FourStagesGreedyEqualsPlainDecoding) {
+  // Four chains of micro-batches in flight (none planned ahead while sequences speculate), the
+  // sequences spread over them.
+  auto ring = Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
+                           .partition = {2, 2, 2, 2},
+                           .coordinator_args = SpeculationArgs(4)});
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  ExpectPlainGreedy(**ring);
+  auto stats = (*ring)->SettledStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GT(stats->speculative_drafts_accepted(), 0);
+}
+
 TEST_F(SpeculativeRingTest, SeededSamplingReplays) {
   auto ring = Ring::Start({.model_dir = SourceDir() + "/models/ringserve-tiny",
                            .partition = {4, 4},
