@@ -475,6 +475,19 @@ TEST(ChatTemplateTest, ValuesBuiltInLoopsFailWithinTheBudget) {
       {"{% set s = 'a' * 60000000 %}{% for i in range(100000) %}{% if s[0] == s[-1] %}{% endif %}"
        "{% endfor %}",
        kBytes},
+      // Dict keys are copies too; a long key costs its length to compare; an Undefined's hint
+      // (what was looked up) keeps only its start.
+      {"{% set k = 'a' * 60000000 %}{% set ns = namespace(l=[]) %}{% for i in range(2000) %}"
+       "{% set ns.l = ns.l + [{k: i}] %}{% endfor %}",
+       kBytes},
+      {"{% set d = {'a' * 20000000 ~ 'x': 1} %}{% set k = 'a' * 20000000 ~ 'y' %}"
+       "{% for i in range(100000) %}{% if k in d %}{% endif %}{% endfor %}",
+       kSteps},
+      // A search compares up to the product of the lengths.
+      {"{{ ('a' * 60000000).find('a' * 30000000 ~ 'b') }}", kSteps},
+      {"{{ 'a' * 10000000 ~ 'b' in 'a' * 20000000 }}", kSteps},
+      {"{{ ('a' * 60000000).replace('a' * 30000000 ~ 'b', '') }}", kSteps},
+      {"{{ ('a' * 60000000).split('a' * 30000000 ~ 'b') }}", kSteps},
       // Nesting grown one level an iteration (printing, comparing and freeing it recurse).
       {"{% set ns = namespace(l=1) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}"
        "{% endfor %}{{ ns.l }}",
@@ -501,6 +514,15 @@ TEST(ChatTemplateTest, ValuesBuiltInLoopsFailWithinTheBudget) {
     EXPECT_NE(std::string(status.message()).find(c.error), std::string::npos)
         << c.source << " -> " << status;
   }
+  // A miss's Undefined keeps only the start of the key it names: 500 misses of a 60 MB key
+  // hold no 500 copies of it (30 GB).
+  auto misses = ChatTemplate::FromString(
+      "{% set k = 'a' * 60000000 %}{% set ns = namespace(l=[]) %}{% for i in range(500) %}"
+      "{% set ns.l = ns.l + [{}[k]] %}{% endfor %}{{ ns.l|length }}");
+  ASSERT_TRUE(misses.ok());
+  auto held = misses->Render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), options);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(*held, "500");
   // Repeating an empty sequence any number of times is empty, at once.
   auto empty = ChatTemplate::FromString("{{ ('' * 10**30)|length }}{{ ([] * 10**30)|length }}");
   ASSERT_TRUE(empty.ok());

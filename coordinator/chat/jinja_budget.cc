@@ -60,6 +60,19 @@ bool ChargeScan(size_t bytes) {
   return ChargeSteps(static_cast<int64_t>(bytes / kScanBytesPerStep));
 }
 
+bool ChargeSearch(size_t haystack, size_t needle) {
+  if (needle < kScanBytesPerStep) return ChargeScan(haystack);
+  const int64_t rows = static_cast<int64_t>(haystack / kScanBytesPerStep + 1);
+  const int64_t columns = static_cast<int64_t>(needle / kScanBytesPerStep + 1);
+  return ChargeSteps(rows * columns);  // at most (2^26 / 2^8 + 1)^2: no overflow
+}
+
+bool SameKey(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  ChargeScan(a.size());
+  return a == b;
+}
+
 bool FailRender(absl::Status error) {
   RenderBudget* b = RenderBudget::Current();
   if (b != nullptr) b->Fail(std::move(error));

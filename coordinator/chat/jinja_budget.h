@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -86,6 +87,13 @@ bool ChargeSteps(int64_t steps);
 bool ChargeBytes(size_t bytes);
 // Reading `bytes` of string: one step per kScanBytesPerStep.
 bool ChargeScan(size_t bytes);
+// Searching `haystack` bytes for a `needle` of that many bytes (find, in, replace, split,
+// count): a naive search compares up to both lengths' product, so one step per
+// kScanBytesPerStep squared of it (a needle under kScanBytesPerStep costs a scan).
+bool ChargeSearch(size_t haystack, size_t needle);
+// Whether two dict keys are equal, charging the comparison (keys of equal length compare by
+// their bytes).
+bool SameKey(const std::string& a, const std::string& b);
 // Records `error` on the current render (the render fails with it); returns false.
 bool FailRender(absl::Status error);
 // False once the current render has failed.

@@ -210,6 +210,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
     if (!sep.is_none() && !sep.is_string()) return TypeError("must be str or None");
     if (sep.is_string() && sep.str().empty()) return TypeError("empty separator");
     if (maxsplit.kind() != Value::Kind::kInt) return TypeError("maxsplit must be an integer");
+    if (sep.is_string() && !ChargeSearch(s.size(), sep.str().size())) return RenderError();
     return StringList(
         PySplit(s, sep, static_cast<int64_t>(maxsplit.int_value()), name == "rsplit"));
   }
@@ -243,6 +244,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
     if (!new_s.ok()) return new_s.status();
     Value count = Arg(args, 2, "count", Value::Integer(-1));
     int64_t n = static_cast<int64_t>(count.int_value());
+    if (!ChargeSearch(s.size(), old_s->size())) return RenderError();
     std::string out;
     if (old_s->empty()) {
       std::vector<char32_t> cps = DecodeUtf8(s);
@@ -280,6 +282,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
     if (auto st = CheckArgs(args, f, {"sub"}); !st.ok()) return st;
     auto sub = ArgString(Arg(args, 0, "sub", Value()), f);
     if (!sub.ok()) return sub.status();
+    if (!ChargeSearch(s.size(), sub->size())) return RenderError();
     if (name == "count") return Value::Integer(CountOccurrences(s, *sub));
     size_t p = name == "rfind" ? s.rfind(*sub) : s.find(*sub);
     if (p == std::string::npos) {
@@ -374,6 +377,13 @@ bool IsListMethod(const std::string& n) {
   return k.count(n) > 0;
 }
 
+// A looked-up name as an Undefined's hint shows it: its start only (a template can make a key
+// as long as any string, and a hint is built on every miss).
+std::string Shown(const std::string& name) {
+  constexpr size_t kShownBytes = 200;
+  return name.substr(0, kShownBytes);
+}
+
 Value Unsafe(const std::string& type, const std::string& name) {
   return Value::Undefined(
       absl::StrCat("access to attribute '", name, "' of '", type, "' object is unsafe."));
@@ -436,7 +446,7 @@ absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
       if (const Value* v = obj.Find(name)) return *v;
       return Value::Undefined(
           absl::StrCat("'", obj.kind() == Value::Kind::kDict ? "dict object" : "namespace",
-                       "' has no attribute '", name, "'"));
+                       "' has no attribute '", Shown(name), "'"));
     case Value::Kind::kList:
     case Value::Kind::kTuple:
       if (IsListMethod(name)) {
@@ -464,7 +474,7 @@ absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
       break;
   }
   return Value::Undefined(
-      absl::StrCat("'", obj.TypeName(), " object' has no attribute '", name, "'"));
+      absl::StrCat("'", obj.TypeName(), " object' has no attribute '", Shown(name), "'"));
 }
 
 absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
@@ -478,7 +488,8 @@ absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
         if (obj.kind() == Value::Kind::kDict && IsDictMethod(key.str())) {
           return GetAttr(obj, key.str());
         }
-        return Value::Undefined(absl::StrCat("'dict object' has no attribute '", key.str(), "'"));
+        return Value::Undefined(
+            absl::StrCat("'dict object' has no attribute '", Shown(key.str()), "'"));
       }
       break;
     case Value::Kind::kList:
@@ -625,7 +636,7 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& needle) {
         return TypeError(
             absl::StrCat("'in <string>' requires string as left operand, not ", needle.TypeName()));
       }
-      if (!ChargeScan(container.str().size())) return RenderError();
+      if (!ChargeSearch(container.str().size(), needle.str().size())) return RenderError();
       return container.str().find(needle.str()) != std::string::npos;
     case Value::Kind::kIterator:
       if (!container.deferred_error().ok()) return container.deferred_error();

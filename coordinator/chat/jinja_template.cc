@@ -221,7 +221,7 @@ class Renderer {
         for (auto& kv : args.keyword) {
           bool replaced = false;
           for (auto& e : d) {
-            if (e.first == kv.first) {
+            if (SameKey(e.first, kv.first)) {
               e.second = kv.second;
               replaced = true;
             }
@@ -578,7 +578,7 @@ class Renderer {
           if (!k.is_string()) return TypeError("unsupported construct: non-string dict key");
           bool replaced = false;
           for (auto& kv : d) {
-            if (kv.first == k.str()) {
+            if (SameKey(kv.first, k.str())) {
               kv.second = v;
               replaced = true;
             }

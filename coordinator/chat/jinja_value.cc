@@ -40,6 +40,10 @@ const Value& Second(const std::pair<std::string, Value>& kv) { return kv.second;
 
 Value Value::Undefined(std::string hint) {
   Value v;
+  // A hint names what was looked up, which a template can make as long as any string: only
+  // its start is kept (it is for error messages).
+  constexpr size_t kMaxHintBytes = 256;
+  if (hint.size() > kMaxHintBytes) hint = hint.substr(0, kMaxHintBytes) + "...";
   if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
@@ -106,6 +110,9 @@ Value Value::MakeDict(Dict items) {
   Value v;
   v.kind_ = Kind::kDict;
   Account(items, Second, &v.depth_, &v.holds_namespace_);
+  size_t key_bytes = 0;  // the keys are copies too
+  for (const auto& item : items) key_bytes += item.first.size();
+  ChargeBytes(key_bytes);
   v.dict_ = std::make_shared<Dict>(std::move(items));
   return v;
 }
@@ -169,7 +176,7 @@ double Value::AsDouble() const { return kind_ == Kind::kFloat ? f_ : static_cast
 const Value* Value::Find(const std::string& key) const {
   if (!dict_) return nullptr;
   for (const auto& [k, v] : *dict_) {
-    if (k == key) return &v;
+    if (SameKey(k, key)) return &v;
   }
   return nullptr;
 }
