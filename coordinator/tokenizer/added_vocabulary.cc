@@ -11,9 +11,11 @@ namespace {
 
 bool IsWhitespace(char32_t c) { return u_hasBinaryProperty(c, UCHAR_WHITE_SPACE); }
 
+// Rust regex's Unicode \w, which Hugging Face's single_word check uses (UTS #18): Alphabetic,
+// marks, decimal digits, connector punctuation ('_' among them) and Join_Control.
 bool IsWordCharacter(char32_t c) {
-  return c == '_' || u_hasBinaryProperty(c, UCHAR_ALPHABETIC) ||
-         (U_GET_GC_MASK(c) & U_GC_N_MASK) != 0;
+  return u_hasBinaryProperty(c, UCHAR_ALPHABETIC) || u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL) ||
+         (U_GET_GC_MASK(c) & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0;
 }
 
 size_t PreviousCharStart(absl::string_view text, size_t end) {

@@ -29,7 +29,10 @@ struct TextPiece {
 };
 
 // Leftmost-longest matcher over a set of added-token spellings (a byte trie), with Hugging
-// Face's single_word / lstrip / rstrip rules. Immutable after Build; thread-safe.
+// Face's single_word / lstrip / rstrip rules: a single_word match is dropped when a word
+// character (Rust regex's Unicode \w: Alphabetic, marks, decimal digits, connector punctuation,
+// Join_Control) touches it on either side; lstrip / rstrip take Unicode White_Space. Immutable
+// after Build; thread-safe.
 class AddedTokenMatcher {
  public:
   // `patterns[i]` is how tokens[i] is spelled in the text it will be matched against.

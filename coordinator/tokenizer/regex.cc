@@ -3,6 +3,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -142,6 +144,12 @@ absl::Status Regex::FindAll(absl::string_view subject,
   const size_t n = subject.size();
   size_t start = 0;
   uint32_t options = PCRE2_NO_UTF_CHECK;
+  std::optional<size_t> last_match_end;
+  auto next_char = [&](size_t pos) {
+    ++pos;
+    while (pos < n && (static_cast<unsigned char>(subject[pos]) & 0xC0) == 0x80) ++pos;
+    return pos;
+  };
   while (start <= n) {
     const int rc = jit_ ? pcre2_jit_match(code, s, n, start, options, state.data, state.context)
                         : pcre2_match(code, s, n, start, options, state.data, state.context);
@@ -152,14 +160,20 @@ absl::Status Regex::FindAll(absl::string_view subject,
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
     const size_t begin = ovector[0];
     const size_t end = ovector[1];
+    if (begin == end && last_match_end == end) {
+      // The onig crate refuses an empty match where the previous match ended and searches on
+      // from the next character.
+      if (end >= n) break;
+      start = next_char(end);
+      continue;
+    }
     matches->emplace_back(begin, end);
+    last_match_end = end;
     if (end > begin) {
       start = end;
     } else {
-      // Empty match: step over one character, as Rust's and Oniguruma's iterators do.
       if (end >= n) break;
-      start = end + 1;
-      while (start < n && (static_cast<unsigned char>(subject[start]) & 0xC0) == 0x80) ++start;
+      start = next_char(end);
     }
   }
   return absl::OkStatus();

@@ -23,7 +23,9 @@ class Regex {
   ~Regex();
 
   // Appends the [begin, end) byte ranges of the successive non-overlapping matches in valid
-  // UTF-8 `subject` (empty matches included, as Rust/Oniguruma iterators report them).
+  // UTF-8 `subject` as the onig crate's find_iter (Hugging Face's) reports them: empty matches
+  // included, except one that starts where the previous match ended; after an empty match the
+  // search resumes one character further on.
   // Thread-safe: per-thread match state.
   absl::Status FindAll(absl::string_view subject,
                        std::vector<std::pair<size_t, size_t>>* matches) const;

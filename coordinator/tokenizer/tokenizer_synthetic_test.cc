@@ -181,6 +181,15 @@ TEST(SyntheticTokenizerTest, SplitBehaviorsFollowHuggingFace) {
   EXPECT_EQ(ids("Removed", true, "abcb"), (std::vector<int32_t>{b, b}));
 }
 
+TEST(SyntheticTokenizerTest, EmptyMatchRightAfterAMatchIsSkippedLikeOniguruma) {
+  // Hugging Face iterates Split regexes with the onig crate, which drops an empty match that
+  // starts where the previous match ended: "a*" on "aab" matches "aa" and the empty string at
+  // the end, not at offset 2, so MergedWithNext keeps "aab" whole (a, ab).
+  auto t = BuildTokenizer(SplitThenByteLevel("a*", "MergedWithNext", false));
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Ids(*t, "aab"), (std::vector<int32_t>{'a', 259}));
+}
+
 TEST(SyntheticTokenizerTest, DigitsSplitIndividuallyOrInRuns) {
   for (bool individual : {true, false}) {
     json spec = ByteLevelSpec();
@@ -235,6 +244,27 @@ TEST(SyntheticTokenizerTest, AddedTokenFlags) {
   EXPECT_EQ(Ids(*t, "c[R]  c"), (std::vector<int32_t>{'c', 302, 'c'}));
   EXPECT_EQ(Ids(*t, "ab c"), (std::vector<int32_t>{303, sp, 'c'}));
   EXPECT_EQ(Ids(*t, "abc"), (std::vector<int32_t>{260}));  // not a single word: BPE
+}
+
+TEST(SyntheticTokenizerTest, SingleWordBoundariesAreRegexWordCharacters) {
+  // Hugging Face checks single_word with Rust regex's \w: Alphabetic, marks, decimal digits,
+  // connector punctuation and joiners, but not other numbers such as '²'.
+  json spec = ByteLevelSpec();
+  spec["added_tokens"] = json::array({{{"id", 303},
+                                       {"content", "ab"},
+                                       {"special", false},
+                                       {"lstrip", false},
+                                       {"rstrip", false},
+                                       {"single_word", true},
+                                       {"normalized", false}}});
+  auto t = BuildTokenizer(spec);
+  ASSERT_NE(t, nullptr);
+  // U+0301 (a combining mark) and U+203F (connector punctuation) continue the word: BPE.
+  EXPECT_EQ(Ids(*t, "ab\u0301"), (std::vector<int32_t>{259, 0xCC, 0x81}));
+  EXPECT_EQ(Ids(*t, "ab\u203F"), (std::vector<int32_t>{259, 0xE2, 0x80, 0xBF}));
+  EXPECT_EQ(Ids(*t, "ab\u200D"), (std::vector<int32_t>{259, 0xE2, 0x80, 0x8D}));
+  // U+00B2 (superscript two, a number but not a decimal digit) does not: the added token.
+  EXPECT_EQ(Ids(*t, "\u00B2ab"), (std::vector<int32_t>{0xC2, 0xB2, 303}));
 }
 
 TEST(SyntheticTokenizerTest, TemplateProcessingAddsBosAndEos) {
