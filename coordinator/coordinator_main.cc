@@ -196,6 +196,13 @@ absl::StatusOr<Flags> ReadFlags() {
   flags.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
   flags.ring_down_timeout_s = absl::GetFlag(FLAGS_ring_down_timeout);
   flags.stall_timeout_s = absl::GetFlag(FLAGS_stall_timeout);
+  // The stages report their activity every quarter of the timeout (50 ms apart at least): under
+  // a second, a report or two delayed on a busy host would fail a healthy ring.
+  if (!(flags.stall_timeout_s == 0 ||
+        (flags.stall_timeout_s >= 1 && flags.stall_timeout_s <= 86400))) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--stall_timeout: {} is not 0 (never) or in [1, 86400] seconds", flags.stall_timeout_s));
+  }
   flags.stage_binary = absl::GetFlag(FLAGS_stage_binary);
   flags.speculation.draft_model_dir = absl::GetFlag(FLAGS_speculative_model);
   flags.speculation.mtp = absl::GetFlag(FLAGS_speculative_mtp);

@@ -112,11 +112,20 @@ ExecutorActivity StepExecutor::Activity() const {
     std::lock_guard<std::mutex> lock(activity_mu_);
     activity = activity_;
   }
-  const int64_t moved[] = {input_ ? input_->bytes_moved() : -1,
-                           output_ ? output_->bytes_moved() : -1,
-                           back_edge_ ? back_edge_->bytes_moved() : -1};
+  // The sum over the stage's channels; unknown (-1) as soon as one of them cannot tell (a GPU
+  // channel): a sum of the others alone would stand still during a long transfer over it, and
+  // the coordinator would take a working stage for a stalled one.
+  const bool none = input_ == nullptr && output_ == nullptr && back_edge_ == nullptr;
+  const int64_t moved[] = {input_ ? input_->bytes_moved() : 0,
+                           output_ ? output_->bytes_moved() : 0,
+                           back_edge_ ? back_edge_->bytes_moved() : 0};
+  activity.channel_bytes = none ? -1 : 0;
   for (int64_t bytes : moved) {
-    if (bytes >= 0) activity.channel_bytes = std::max<int64_t>(activity.channel_bytes, 0) + bytes;
+    if (bytes < 0) {
+      activity.channel_bytes = -1;
+      break;
+    }
+    if (!none) activity.channel_bytes += bytes;
   }
   return activity;
 }

@@ -64,8 +64,8 @@ struct ExecutorActivity {
   State state = State::kIdle;
   uint64_t micro_batch_id = 0;  // of the step in that state
   absl::Time since;             // when the executor entered it
-  // Bytes its channels have moved (ActivationSender::bytes_moved), summed; -1 when none can
-  // tell.
+  // Bytes its channels have moved (ActivationSender::bytes_moved), summed; -1 when one of them
+  // cannot tell (a GPU channel) or it has none.
   int64_t channel_bytes = -1;
 };
 

@@ -123,24 +123,23 @@ class PrependNormalizer final : public Normalizer {
 class ReplaceNormalizer final : public Normalizer {
  public:
   ReplaceNormalizer(std::string pattern, std::string content, std::string name)
-      : pattern_(std::move(pattern)), content_(std::move(content)), name_(std::move(name)) {}
+      : pattern_(std::move(pattern)),
+        content_(std::move(content)),
+        name_(std::move(name)),
+        border_(Borders(pattern_)) {}
   // Every non-overlapping occurrence, left to right (absl::StrReplaceAll with one pattern).
   // The output size is known before anything is written, so nothing past the budget is built.
   absl::Status Normalize(absl::string_view text, NormalizeBudget* budget,
                          std::string* out) const override {
-    size_t matches = 0;
-    for (size_t pos = text.find(pattern_); pos != absl::string_view::npos;
-         pos = text.find(pattern_, pos + pattern_.size())) {
-      ++matches;
-    }
+    const std::vector<size_t> matches = Occurrences(text);
     // No overflow: matches <= the text's size, content <= kMaxNormalizerLiteralBytes.
-    const size_t size = text.size() - matches * pattern_.size() + matches * content_.size();
+    const size_t size =
+        text.size() - matches.size() * pattern_.size() + matches.size() * content_.size();
     RS_RETURN_IF_ERROR(budget->Charge(size, name_));
     out->clear();
     out->reserve(size);
     size_t start = 0;
-    for (size_t pos = text.find(pattern_); pos != absl::string_view::npos;
-         pos = text.find(pattern_, start)) {
+    for (size_t pos : matches) {
       out->append(text.data() + start, pos - start);
       out->append(content_);
       start = pos + pattern_.size();
@@ -150,9 +149,37 @@ class ReplaceNormalizer final : public Normalizer {
   }
 
  private:
+  // border[i]: the length of the longest proper prefix of pattern[0, i] that is also its suffix
+  // (Knuth-Morris-Pratt), so a search reads each byte of the text once: a naive search compares
+  // up to both lengths' product (a 64 KiB pattern in a long prompt: hours).
+  static std::vector<size_t> Borders(const std::string& pattern) {
+    std::vector<size_t> border(pattern.size(), 0);
+    for (size_t i = 1, k = 0; i < pattern.size(); ++i) {
+      while (k > 0 && pattern[i] != pattern[k]) k = border[k - 1];
+      if (pattern[i] == pattern[k]) ++k;
+      border[i] = k;
+    }
+    return border;
+  }
+  // Start offsets of the non-overlapping occurrences of the (non-empty) pattern, left to right.
+  std::vector<size_t> Occurrences(absl::string_view text) const {
+    std::vector<size_t> found;
+    const size_t m = pattern_.size();
+    for (size_t i = 0, k = 0; i < text.size(); ++i) {
+      while (k > 0 && text[i] != pattern_[k]) k = border_[k - 1];
+      if (text[i] == pattern_[k]) ++k;
+      if (k == m) {
+        found.push_back(i + 1 - m);
+        k = 0;  // non-overlapping: the next occurrence starts after this one
+      }
+    }
+    return found;
+  }
+
   std::string pattern_;
   std::string content_;
   std::string name_;
+  std::vector<size_t> border_;
 };
 
 bool IsWhitespace(char32_t c) {

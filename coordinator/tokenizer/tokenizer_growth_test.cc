@@ -93,6 +93,33 @@ TEST(TokenizerGrowthTest, UnicodeNormalizationCountsAgainstTheBudget) {
   EXPECT_TRUE(t->Encode("y", false).ok());
 }
 
+TEST(TokenizerGrowthTest, ReplaceFindsNonOverlappingOccurrencesInOnePass) {
+  struct Case {
+    std::string pattern, content, text, expected;
+  };
+  const Case cases[] = {
+      {"aaa", "b", "aaaaaaa", "bba"},  // non-overlapping, left to right
+      {"aba", "X", "ababa", "Xba"},
+      {"aab", "X", "aaab", "aX"},  // a partial match falls back to a shorter one
+      {"abcabd", "X", "abcabcabd", "abcX"},
+      {"a", "", "banana", "bnn"},
+  };
+  for (const Case& c : cases) {
+    auto t = BuildTokenizer(ByteLevelSpec(Replace(c.pattern, c.content)));
+    ASSERT_NE(t, nullptr);
+    auto ids = t->Encode(c.text, /*add_special_tokens=*/false);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, std::vector<int32_t>(c.expected.begin(), c.expected.end())) << c.pattern;
+  }
+  // A 64 KiB pattern that almost matches everywhere: no occurrence, the text unchanged (the
+  // search reads the text once; a naive one compares up to both lengths' product).
+  auto t = BuildTokenizer(ByteLevelSpec(Replace(std::string(65535, 'a') + "b", "X")));
+  ASSERT_NE(t, nullptr);
+  auto ids = t->Encode(std::string(200000, 'a'), false);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->size(), 200000u);
+}
+
 TEST(TokenizerGrowthTest, AbsurdLiteralsAreRefusedAtLoadNamingTheKey) {
   auto big = Tokenizer::FromJson(
       ByteLevelSpec(Sequence({{{"type", "NFC"}}, Replace("a", std::string(100000, 'a'))})).dump(),
