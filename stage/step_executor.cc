@@ -116,8 +116,7 @@ ExecutorActivity StepExecutor::Activity() const {
   // channel): a sum of the others alone would stand still during a long transfer over it, and
   // the coordinator would take a working stage for a stalled one.
   const bool none = input_ == nullptr && output_ == nullptr && back_edge_ == nullptr;
-  const int64_t moved[] = {input_ ? input_->bytes_moved() : 0,
-                           output_ ? output_->bytes_moved() : 0,
+  const int64_t moved[] = {input_ ? input_->bytes_moved() : 0, output_ ? output_->bytes_moved() : 0,
                            back_edge_ ? back_edge_->bytes_moved() : 0};
   activity.channel_bytes = none ? -1 : 0;
   for (int64_t bytes : moved) {
