@@ -83,22 +83,26 @@ absl::Status RingEngine::OpenAndInstall(FormedRing formed) {
   absl::Status installed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    installed = InstallRingLocked(std::move(formed), generation, &out);
+    installed = InstallRingLocked(formed, generation, &out);
   }
   for (auto& [callback, event] : out) callback(event);
+  // Outside mu_ (the lock order, ring_engine.h): a link that failed to install, or whatever
+  // link it replaced. Closing waits for the link's lock and its stream readers, which may be
+  // waiting for mu_ in `push` (a stream that ends meanwhile).
+  if (formed.link) formed.link->Close(/*stop_stages=*/false);
   return installed;
 }
 
-absl::Status RingEngine::InstallRingLocked(FormedRing formed, uint64_t generation,
+absl::Status RingEngine::InstallRingLocked(FormedRing& formed, uint64_t generation,
                                            std::vector<Delivery>* out) {
   SchedulerOptions sched = options_.scheduler;
   sched.kv_num_blocks = formed.kv_num_blocks;
-  RS_RETURN_IF_ERROR(Scheduler::Validate(sched));
+  RS_RETURN_IF_ERROR(Scheduler::Validate(sched));  // formed.link stays with the caller
   const bool reformed = scheduler_ != nullptr;
   if (reformed) telemetry_.CarrySchedulerCounters(scheduler_->Stats());
   scheduler_ = std::make_unique<Scheduler>(sched);
   kv_num_blocks_ = formed.kv_num_blocks;
-  link_ = std::move(formed.link);
+  std::swap(link_, formed.link);  // the previous link (none: the ring was down) goes back
   generation_ = generation;
   ring_up_ = true;
   health_ = "serving";

@@ -21,6 +21,14 @@
 // ends serving.
 //
 // Thread-safe (see Engine). Callbacks run on the engine thread.
+//
+// Lock order: a RingLink's lock, then mu_. A link calls its handlers under its own lock, from
+// its stream readers and watchdog (GrpcRingLink::Deliver, Fail, WatchdogLoop), and the
+// handlers queue the event under mu_. So nothing that takes a link's lock or waits for its
+// threads runs under mu_: RingLink::Close and a link's destructor (which closes it) run with
+// mu_ released: after RingDownLocked and Shutdown hand the link out, and in OpenAndInstall
+// for a link that failed to install. Open and Send run outside mu_ as well; only num_stages
+// (which takes no lock) is called under it. Clients' callbacks run with no lock held.
 #pragma once
 
 #include <condition_variable>
@@ -100,11 +108,14 @@ class RingEngine final : public Engine {
   void EngineLoop();
   // Engine thread, mu_ not held: forms the ring again; on failure waits the backoff.
   void TryReform();
-  // Opens the formed ring's link (mu_ not held) and installs it.
+  // Opens the formed ring's link (mu_ not held) and installs it; a link that does not install
+  // is closed here, after mu_ is released.
   absl::Status OpenAndInstall(FormedRing formed);
   // Installs a formed ring: a fresh scheduler sized for it, every unfinished request
-  // re-admitted with the tokens it has generated. mu_ held.
-  absl::Status InstallRingLocked(FormedRing formed, uint64_t generation,
+  // re-admitted with the tokens it has generated. mu_ held. Takes formed.link only on success
+  // (leaving the previous link, if any, in its place); the caller closes and destroys what is
+  // left in formed.link after releasing mu_, never under it (the lock order above).
+  absl::Status InstallRingLocked(FormedRing& formed, uint64_t generation,
                                  std::vector<Delivery>* out);
   absl::Status AdmitLocked(Request& request);
   // The ring failed: returns its link for closing outside mu_.

@@ -247,6 +247,40 @@ TEST(RingEngineTest, NewRequestsAreRefusedAtOnceWhileTheRingIsDownAndRunningOnes
   EXPECT_EQ(c.Get("b").tokens, Expected(Prompt(1), 5));
 }
 
+// A re-formed ring that fails validation (no KV blocks) while one of its streams ends: the
+// engine closes that link outside its lock. Closing takes the link's lock and waits for its
+// stream readers, and a reader reporting the end holds the link's lock while its handler waits
+// for the engine's: closed under the engine's lock, the two threads deadlocked.
+TEST(RingEngineTest, ALinkThatFailsToInstallIsClosedOutsideTheEngineLock) {
+  Harness h;
+  auto deadlocks = std::make_shared<std::atomic<int>>(0);
+  std::atomic<int> bad_closed{0};
+  RingEngineOptions options = h.Options();
+  options.form_ring = [&](int attempt) -> absl::StatusOr<FormedRing> {
+    h.attempts++;
+    FakeRingOptions ring{.num_stages = 2, .vocab_size = kVocab};
+    if (attempt == 0) ring.fail_after_micro_batches = 3;  // the ring fails once
+    if (attempt == 1) {  // the first re-formed ring: no KV blocks, and a stream ends meanwhile
+      ring.stream_ends_on_close = true;
+      ring.close_deadlocks = deadlocks;
+      ring.on_close = [&] { bad_closed++; };
+      return FormedRing{.link = std::make_unique<FakeRingLink>(ring), .kv_num_blocks = 0};
+    }
+    return FormedRing{.link = std::make_unique<FakeRingLink>(ring), .kv_num_blocks = 64};
+  };
+  auto engine = RingEngine::Start(std::move(options));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Collector c;
+  ASSERT_TRUE((*engine)->Submit(Request("a", Prompt(0), 12), c.For("a")).ok());
+  ASSERT_TRUE(c.WaitAll({"a"}));
+  EXPECT_EQ(c.Get("a").reason, FinishReason::kLength) << c.Get("a").error;
+  EXPECT_EQ(c.Get("a").tokens, Expected(Prompt(0), 12));
+  EXPECT_EQ(deadlocks->load(), 0) << "the link was closed under the engine's lock";
+  EXPECT_EQ(bad_closed.load(), 1);
+  EXPECT_EQ(h.attempts.load(), 3);  // start, the ring that did not install, the one that did
+  EXPECT_TRUE((*engine)->healthy());
+}
+
 TEST(RingEngineTest, CancelFinishesOnlyThatRequest) {
   Harness h;
   h.ring_options = {{.num_stages = 2, .vocab_size = kVocab, .step_time = absl::Milliseconds(2)}};

@@ -35,8 +35,9 @@ class RingLink {
   // Queues `plan` for stage `stage`; plans reach a stage in the order sent. Never blocks.
   virtual void Send(int stage, v1::StepPlan plan) = 0;
   // Ends the ring: closes the streams (waiting briefly for queued plans) and, with
-  // `stop_stages`, asks the stage processes to exit. No handler runs after Close returns.
-  // Idempotent.
+  // `stop_stages`, asks the stage processes to exit. No handler runs after Close returns, so
+  // Close (and a link's destructor, which closes it) waits for a handler that is running: never
+  // call it holding a lock that a handler takes. Idempotent.
   virtual void Close(bool stop_stages) = 0;
 };
 

@@ -1,5 +1,7 @@
 #include "coordinator/testing/fake_ring_link.h"
 
+#include <future>
+#include <thread>
 #include <utility>
 
 #include "fmt/format.h"
@@ -78,12 +80,37 @@ void FakeRingLink::Send(int stage, v1::StepPlan plan) {
 }
 
 void FakeRingLink::Close(bool) {
+  std::function<void(absl::Status)> on_failure;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     closed_ = true;
+    if (options_.stream_ends_on_close && !failed_) {
+      failed_ = true;
+      on_failure = handlers_.on_failure;
+    }
   }
+  if (on_failure) EndStreamWhileClosing(std::move(on_failure));
   if (options_.on_close) options_.on_close();
+}
+
+void FakeRingLink::EndStreamWhileClosing(std::function<void(absl::Status)> on_failure) {
+  std::promise<void> entered;
+  std::future<void> in_handler = entered.get_future();
+  std::thread reader([mu = stream_mu_, entered = std::move(entered),
+                      on_failure = std::move(on_failure)]() mutable {
+    std::lock_guard<std::timed_mutex> lock(*mu);
+    entered.set_value();
+    on_failure(absl::UnavailableError("stage 1 closed its Steps stream"));
+  });
+  in_handler.wait();  // the reader is in the handler, holding the link's lock
+  if (stream_mu_->try_lock_for(absl::ToChronoMilliseconds(options_.close_wait))) {
+    stream_mu_->unlock();
+    reader.join();
+  } else {  // the handler waits for a lock our caller holds
+    if (options_.close_deadlocks) ++*options_.close_deadlocks;
+    reader.detach();
+  }
 }
 
 }  // namespace ringserve

@@ -10,9 +10,11 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -36,11 +38,20 @@ struct FakeRingOptions {
   absl::Duration step_time = absl::ZeroDuration();
   // Called when the link is closed (the link may be destroyed right after).
   std::function<void()> on_close{};
+  // A stream ends while the link closes, as GrpcRingLink's do: Close starts a stream reader
+  // that reports the failure under the link's lock (GrpcRingLink::Fail), then takes that lock
+  // itself (GrpcRingLink::Close). A caller of Close (or of the destructor) that holds a lock
+  // the failure handler takes would deadlock there; the fake gives up after `close_wait`,
+  // counts it in `close_deadlocks` and returns (the reader then finishes on its own).
+  bool stream_ends_on_close = false;
+  absl::Duration close_wait = absl::Seconds(2);
+  std::shared_ptr<std::atomic<int>> close_deadlocks{};
 };
 
 class FakeRingLink final : public RingLink {
  public:
   explicit FakeRingLink(FakeRingOptions options) : options_(options) {}
+  ~FakeRingLink() override { Close(/*stop_stages=*/false); }  // as GrpcRingLink
 
   int num_stages() const override { return options_.num_stages; }
   absl::Status Open(Handlers handlers) override;
@@ -48,8 +59,14 @@ class FakeRingLink final : public RingLink {
   void Close(bool stop_stages) override;
 
  private:
+  // stream_ends_on_close: the stream reader that reports the failure while Close runs.
+  void EndStreamWhileClosing(std::function<void(absl::Status)> on_failure);
+
   const FakeRingOptions options_;
   std::mutex mu_;
+  // stream_ends_on_close: the link's lock as its stream reader and Close take it (shared: a
+  // reader Close gave up on may outlive the link).
+  std::shared_ptr<std::timed_mutex> stream_mu_ = std::make_shared<std::timed_mutex>();
   Handlers handlers_;
   bool closed_ = false;
   bool failed_ = false;
