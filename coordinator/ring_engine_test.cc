@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "coordinator/testing/fake_ring_link.h"
@@ -119,6 +120,13 @@ bool WaitFor(const std::function<bool()>& done) {
   return done();
 }
 
+// Opens a fault gate when it goes out of scope (declare it after the engine), so that a test
+// that stops early does not leave the engine's loop waiting on it.
+struct OpenAtExit {
+  std::shared_ptr<FakeRingGate> gate;
+  ~OpenAtExit() { gate->Open(); }
+};
+
 GenerateRequest Request(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
   GenerateRequest request;
   request.request_id = id;
@@ -156,17 +164,22 @@ TEST(RingEngineTest, GeneratesWhatTheRingSamplesForManyRequests) {
 
 TEST(RingEngineTest, StageErrorWithoutRecoveryFailsEveryRequestAndStops) {
   Harness h;
+  auto gate = std::make_shared<FakeRingGate>();
+  // The stage error waits until all three requests are in: one submitted after it is refused.
   h.ring_options = {{.num_stages = 3,
                      .vocab_size = kVocab,
                      .fail_after_micro_batches = 4,
-                     .fail_as_stage_error = true}};
+                     .fail_as_stage_error = true,
+                     .fault_gate = gate}};
   auto engine = RingEngine::Start(h.Options(64, /*recover=*/false));
   ASSERT_TRUE(engine.ok()) << engine.status();
+  OpenAtExit open_at_exit{gate};
   Collector c;
   std::vector<std::string> ids = {"a", "b", "c"};
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE((*engine)->Submit(Request(ids[i], Prompt(i), 50), c.For(ids[i])).ok());
   }
+  gate->Open();
   ASSERT_TRUE(c.WaitAll(ids));
   for (const auto& id : ids) {
     Collector::Result r = c.Get(id);
@@ -183,22 +196,28 @@ TEST(RingEngineTest, StageErrorWithoutRecoveryFailsEveryRequestAndStops) {
 TEST(RingEngineTest, RingFailureResumesEveryRequestWithTheUndisturbedTokens) {
   for (bool stage_error : {false, true}) {
     Harness h;
-    // The first ring fails after 7 micro-batches, the second after 5 more; the third holds.
+    auto gate = std::make_shared<FakeRingGate>();
+    // The first ring fails after 7 micro-batches, the second after 5 more; the third holds. The
+    // first failure waits until all six requests are in: one submitted while the ring is down
+    // is refused (NewRequestsAreRefusedAtOnceWhileTheRingIsDownAndRunningOnesResume).
     h.ring_options = {{.num_stages = 2,
                        .vocab_size = kVocab,
                        .fail_after_micro_batches = 7,
-                       .fail_as_stage_error = stage_error},
+                       .fail_as_stage_error = stage_error,
+                       .fault_gate = gate},
                       {.num_stages = 2, .vocab_size = kVocab, .fail_after_micro_batches = 5},
                       {.num_stages = 2, .vocab_size = kVocab}};
     h.failing_attempts = 2;  // the first two re-forms find a stage still down
     auto engine = RingEngine::Start(h.Options());
     ASSERT_TRUE(engine.ok()) << engine.status();
+    OpenAtExit open_at_exit{gate};
     Collector c;
     std::vector<std::string> ids;
     for (int i = 0; i < 6; ++i) {
       ids.push_back("r" + std::to_string(i));
       ASSERT_TRUE((*engine)->Submit(Request(ids.back(), Prompt(i), 20), c.For(ids.back())).ok());
     }
+    gate->Open();
     ASSERT_TRUE(c.WaitAll(ids)) << "stage_error " << stage_error;
     for (int i = 0; i < 6; ++i) {
       Collector::Result r = c.Get(ids[i]);
