@@ -144,6 +144,7 @@ Fp8BlockGemm::Plan* Fp8BlockGemm::GetPlan(int m, int n, int k, bool block) {
   const int32_t a_mode =
       block ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  const void* placeholder_scales = workspace_.get();
   auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, size_t size) {
     return cublasLtMatmulDescSetAttribute(plan->op, attr, value, size) == CUBLAS_STATUS_SUCCESS;
   };
@@ -153,6 +154,10 @@ Fp8BlockGemm::Plan* Fp8BlockGemm::GetPlan(int m, int n, int k, bool block) {
       !set(CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)) ||
       !set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)) ||
       !set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)) ||
+      // The scale pointers are set again on every call; the heuristic is asked with some set
+      // (a block-scaled mode without its scales has no algorithm).
+      !set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder_scales, sizeof(placeholder_scales)) ||
+      !set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder_scales, sizeof(placeholder_scales)) ||
       cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_8F_E4M3, k, n, k) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_8F_E4M3, k, m, k) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_16BF, n, m, n) != CUBLAS_STATUS_SUCCESS) {
@@ -163,17 +168,20 @@ Fp8BlockGemm::Plan* Fp8BlockGemm::GetPlan(int m, int n, int k, bool block) {
   const size_t workspace = workspace_.bytes();
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  if (cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &workspace,
-                                           sizeof(workspace)) == CUBLAS_STATUS_SUCCESS) {
-    if (cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->op, plan->a,
-                                       plan->b, plan->c, plan->c, pref, 1, &result,
-                                       &found) != CUBLAS_STATUS_SUCCESS) {
-      found = 0;
-    }
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status =
+        cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->op, plan->a,
+                                       plan->b, plan->c, plan->c, pref, 1, &result, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  if (found == 0) return nullptr;
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    RS_LOG_INFO("cuBLASLt has no FP8 GEMM with {} scales for m={} n={} k={} (status {}, {} found)",
+                block ? "128x128 block" : "per-row 1x128", m, n, k, static_cast<int>(status),
+                found);
+    return nullptr;
+  }
   plan->algo = result.algo;
   slot = std::move(plan);
   return slot.get();
@@ -184,8 +192,9 @@ bool Fp8BlockGemm::WgmmaSupported(int m, int n, int k) const {
          k % kFp8Block == 0;
 }
 
-bool Fp8BlockGemm::Supported(int m, int n, int k) {
-  return GetPlan(m, n, k, false) != nullptr || WgmmaSupported(m, n, k);
+bool Fp8BlockGemm::Supported(int m, int n, int k, bool block_scales) {
+  return (block_scales && GetPlan(m, n, k, true) != nullptr) ||
+         GetPlan(m, n, k, false) != nullptr || WgmmaSupported(m, n, k);
 }
 
 const char* Fp8BlockGemm::last_mode() const {

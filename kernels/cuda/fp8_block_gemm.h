@@ -50,10 +50,12 @@ class Fp8BlockGemm {
   Fp8BlockGemm& operator=(const Fp8BlockGemm&) = delete;
 
   // Whether this shape runs on this device: cuBLASLt has an algorithm for it with the weights'
-  // per-row scales (an sm_90 device, k a multiple of 128, n and m multiples of 16 and 4), or the
-  // wgmma kernel does (k a multiple of 128, n and m of 4). Caches the plans.
-  bool Supported(int m, int n, int k);
-  // Supported(m, n, k) must hold; FailedPrecondition otherwise. w_block_scales may be null.
+  // per-row scales, or with their 128x128 block scales when the weights have them
+  // (`block_scales`) (an sm_90 device, k a multiple of 128, n and m multiples of 16 and 4), or
+  // the wgmma kernel does (k a multiple of 128, n and m of 4). Caches the plans.
+  bool Supported(int m, int n, int k, bool block_scales = false);
+  // Supported(m, n, k, w_block_scales != nullptr) must hold; FailedPrecondition otherwise.
+  // w_block_scales may be null.
   absl::Status Linear(const uint8_t* x_codes, const float* x_scales, const uint8_t* w_codes,
                       const float* w_row_scales, const float* w_block_scales, bf16* y, int m, int n,
                       int k, LaunchStream stream);

@@ -442,7 +442,7 @@ TEST(QuantGemvBench, Llama8bLayerShapes) {
       (void)(*gemm)->Linear(xp.as<bf16>(), wb.as<bf16>(), yp.get(), OutType::kBF16, m, s.rows,
                             s.cols, nullptr);
     });
-    if (!(*fp8)->Supported(m, s.rows, s.cols)) {
+    if (!(*fp8)->Supported(m, s.rows, s.cols, /*block_scales=*/true)) {
       std::printf("prefill %d: no FP8 block-scaled GEMM for %dx%d\n", m, s.rows, s.cols);
       continue;
     }

@@ -334,7 +334,8 @@ absl::Status QuantLinears::LinearFp8(GemmRunner& gemm, const bf16* x, const Quan
     const int rows = std::min(piece, (m - m0) / 4 * 4);
     const bf16* xs = x + m0 * k;
     bf16* ys = y + m0 * n;
-    if (!fp8_->Supported(rows, static_cast<int>(n), static_cast<int>(k))) {
+    if (!fp8_->Supported(rows, static_cast<int>(n), static_cast<int>(k),
+                         w.block_scales != nullptr)) {
       RS_RETURN_IF_ERROR(LaunchQuantDequantize(w, scratch_.as<bf16>(), stream));
       RS_RETURN_IF_ERROR(gemm.Linear(xs, scratch_.as<bf16>(), ys, OutType::kBF16, m - m0,
                                      static_cast<int>(n), static_cast<int>(k), stream));
