@@ -15,6 +15,11 @@ namespace {
 
 int64_t MicrosSince(absl::Time start) { return absl::ToInt64Microseconds(absl::Now() - start); }
 
+// Steps of a one-stage ring whose sampling is left in flight at once (plans sent ahead): one
+// running, one collected while the next runs (more would only delay each token's report).
+constexpr int kStepSamplingsAhead = 2;
+static_assert(kStepSamplingsAhead <= ModelSlice::kMaxSamplesInFlight);
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
@@ -374,8 +379,8 @@ absl::Status StepExecutor::SubmitChecked(PendingStep& step) {
     outcome.bytes_sent = output_->bytes_sent() - before;
     bytes_sent_.store(output_->bytes_sent());
   } else if (CanDefer(step)) {
-    // At most kMaxSamplesInFlight samplings wait; this one leaves the step in flight.
-    if (samplings_in_flight_ >= ModelSlice::kMaxSamplesInFlight) {
+    // At most kStepSamplingsAhead samplings wait; this one leaves the step in flight.
+    if (samplings_in_flight_ >= kStepSamplingsAhead) {
       RS_RETURN_IF_ERROR(FinishSamplingsBefore(&step));
     }
     RS_RETURN_IF_ERROR(slice_->SampleAsync(batch, step.decoded.sampling));

@@ -36,7 +36,8 @@ for b in "$carry"/pack/bin/*; do
 done | sort -u | while read -r lib; do cp -L "$lib" "$carry/pack/lib/"; done
 cp "$corpus"/train.txt "$corpus"/heldout.txt "$corpus"/SHA256SUMS "$carry/pack/corpus/"
 cp scripts/train_small_model.py bench/spec/device_run.sh "$carry/pack/"
-# The tree and the carry together must stay within 64 MiB: the strongest xz preset.
-tar -cf - -C "$carry" pack | xz -T2 --lzma2=preset=9e,dict=256MiB >"$carry/pack.tar.xz"
+# The tree and the carry together must stay within 64 MiB: the strongest xz preset, with the
+# x86 filter for the machine code (about 2% smaller).
+tar -cf - -C "$carry" pack | xz -T1 --x86 --lzma2=preset=9e,dict=128MiB >"$carry/pack.tar.xz"
 rm -rf "$carry/pack"
 du -sh "$carry/pack.tar.xz"

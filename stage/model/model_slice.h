@@ -102,10 +102,11 @@ class ModelSlice {
   // step, prepared with PrepareFed, takes its placeholders' tokens from that sampling on the
   // device, so the device runs step after step while the host collects each step's tokens
   // (WaitSample, oldest first) and reports them. At most kMaxSamplesInFlight samplings wait
-  // to be collected; Sample, LogitsToHost and every other use of the logits need none in
-  // flight. A slice without this (the CPU slice, a CUDA slice sampling on the host) answers
-  // false to can_sample_async() and Unimplemented to the calls.
-  static constexpr int kMaxSamplesInFlight = 2;
+  // to be collected (a draft model's greedy rounds, each fed the last one's token, run up to
+  // that many ahead of the host); Sample, LogitsToHost and every other use of the logits need
+  // none in flight. A slice without this (the CPU slice, a CUDA slice sampling on the host)
+  // answers false to can_sample_async() and Unimplemented to the calls.
+  static constexpr int kMaxSamplesInFlight = 8;
   virtual bool can_sample_async() const { return false; }
   // After Run(batch), as Sample (same errors); FailedPrecondition when kMaxSamplesInFlight wait.
   virtual absl::Status SampleAsync(const MicroBatch& batch, std::span<const RowSampling> rows);

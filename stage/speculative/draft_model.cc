@@ -207,10 +207,12 @@ absl::Status DraftModel::ProposeFed(std::span<const Request> requests,
         next[q] = row;
       }
       if (round.batch.chunks.empty()) break;
+      // The rounds run ahead of the host as far as the slice holds samplings in flight: the
+      // host collects a round's drafts only to make room.
+      if (sampling >= ModelSlice::kMaxSamplesInFlight) RS_RETURN_IF_ERROR(collect());
       Round& fed = rounds.emplace_back(std::move(round));
       RS_RETURN_IF_ERROR(slice_->PrepareFed(fed.batch, feeds));
       RS_RETURN_IF_ERROR(launch(fed, fed.batch.chunks.size()));
-      RS_RETURN_IF_ERROR(collect());  // the previous round's drafts, while this one runs
       newest = std::move(next);
     }
     while (sampling > 0) RS_RETURN_IF_ERROR(collect());

@@ -86,8 +86,8 @@ class DraftModel : public Drafter {
   static PieceBatch BatchPieces(const std::vector<Piece>& pieces, bool greedy);
   // Greedy drafting on a slice that samples on the device (can_sample_async): the catch-up
   // pieces in one batch, then each round fed the previous round's argmax on the device
-  // (PrepareFed), the host collecting a round's drafts while the next one runs: no round waits
-  // for its tokens to reach the host before the next is launched. Appends to drafts[request];
+  // (PrepareFed), every round launched before any is collected (up to the slice's
+  // kMaxSamplesInFlight): no round waits for the host. Appends to drafts[request];
   // `owner`: each piece's request; `seqs` / `context_len`: as Propose keeps them. Collects every
   // sampling it started, also on error.
   absl::Status ProposeFed(std::span<const Request> requests, const std::vector<Piece>& catch_up,
