@@ -12,7 +12,8 @@
 # Run from the repository root with the carry unpacked or packed (bench/spec/make_carry.sh):
 #   bash .carry/h-spec/pack/device_run.sh      (after: tar -xJf .carry/h-spec/pack.tar.xz -C .carry/h-spec)
 # Env: TARGET_SHAPE, STEPS, TRAIN_S, DURATION_S (default 6), MAX_TOKENS (default 128),
-# RINGS (default "plain spec spec-forced"; also spec-hostfed: the draft's rounds through the host),
+# RINGS (default "plain spec spec-forced"; also spec-hostfed: the draft's rounds through the host;
+# plain2, plain3...: plain again, to see the device's drift between rings),
 # K (default 4), SPEC_MAX_SEQS (default 16: no speculation above it; below it the measured
 # payoff decides, coordinator/scheduler/speculation_payoff.h), STREAMS ("1 8"),
 # DEVICE (cuda:0), TARGET (a model directory: skips training; e.g. models/ringserve-tiny with
@@ -117,7 +118,7 @@ echo "| --- | ---: | ---: | --- |" >>"$out/table.md"
 spec_flags="--speculative_model $PWD/models/ringserve-tiny-draft --num_speculative_tokens $k --speculative_max_sequences ${SPEC_MAX_SEQS:-16}"
 for ring in ${RINGS:-plain spec spec-forced}; do
   case $ring in
-    plain) run_ring plain "" ;;
+    plain*) run_ring "$ring" "" ;;  # plain2 ...: plain again, for the device's drift
     spec) run_ring spec "$spec_flags" ;;  # the measured payoff decides
     spec-forced) run_ring spec-forced "$spec_flags --speculative_payoff=false" ;;
     spec-hostfed) run_ring spec-hostfed "$spec_flags" RINGSERVE_DRAFT_FED_ROUNDS=0 ;;
