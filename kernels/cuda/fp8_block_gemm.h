@@ -13,7 +13,8 @@
 //     The block form is used where cuBLASLt runs it, else the per-row form.
 //
 // On Hopper (compute capability 9.0) cuBLASLt runs these where it has an algorithm (its
-// 128-element scale modes; CUDA 13's has none on Hopper); else, when the build has sm_90a code,
+// 128-element scale modes, cuBLASLt 12.9 and newer; its heuristic is asked with scale pointers
+// set, without which it finds none); else, when the build has sm_90a code,
 // our wgmma kernel (fp8_gemm_sm90.h: the per-row scales, m and n multiples of 4). Supported() is
 // false on other GPUs, and the caller keeps its dequantize + bf16 GEMM path. Create runs each
 // mode once on a problem with a known answer and never uses a mode that misses it (a cuBLASLt

@@ -1,7 +1,7 @@
 // Internal to kernels/cuda: the Hopper (sm_90a) FP8 block-scaled GEMM behind Fp8BlockGemm
-// (fp8_block_gemm.h) where cuBLASLt has no block-scaled FP8 algorithm (CUDA 13's cuBLASLt runs
-// its 128-element scale modes on Blackwell only). Compiled only for sm_90a (the sm90 object
-// library): callers check for a compute capability 9.0 device first.
+// (fp8_block_gemm.h) where cuBLASLt has no block-scaled FP8 algorithm (cuBLASLt older than 12.9;
+// CUDA 13.0's runs its 128-element scale modes on Hopper). Compiled only for sm_90a (the sm90
+// object library): callers check for a compute capability 9.0 device first.
 //
 //   y [m, n] bf16 = sum over groups g of k / 128 of
 //       (x_codes[:, 128 g : 128 g + 128] . w_codes[:, 128 g : 128 g + 128]^T)

@@ -42,7 +42,7 @@ struct KernelOptions {
   // H100, Qwen3-30B-A3B's 8k prefill: 366 TFLOP/s against 251 (`moe_bench --moe_gemm`).
   bool moe_gemm_sm90 = true;
   // FP8 block-scaled checkpoints' prefill GEMMs with our wgmma kernel (fp8_gemm_sm90.h) where
-  // cuBLASLt has no block-scaled FP8 algorithm (CUDA 13 on Hopper); false: dequantize to bf16
+  // cuBLASLt has no block-scaled FP8 algorithm (before 12.9); false: dequantize to bf16 there
   // and cuBLASLt's bf16 GEMM. Off: on an H100 the 8k prefill of the Llama-3.1-8B shape ran at
   // 0.83x of bf16 through it against ~0.99x dequantizing (bench/cuda/NOTES.md).
   bool fp8_gemm_sm90 = false;
