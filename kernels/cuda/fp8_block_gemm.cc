@@ -177,9 +177,13 @@ Fp8BlockGemm::Plan* Fp8BlockGemm::GetPlan(int m, int n, int k, bool block) {
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-    RS_LOG_INFO("cuBLASLt has no FP8 GEMM with {} scales for m={} n={} k={} (status {}, {} found)",
-                block ? "128x128 block" : "per-row 1x128", m, n, k, static_cast<int>(status),
-                found);
+    bool& logged = missing_logged_[block ? 1 : 0];  // once per mode: prefill sizes vary
+    if (!logged) {
+      logged = true;
+      RS_LOG_INFO(
+          "cuBLASLt has no FP8 GEMM with {} scales for m={} n={} k={} (status {}, {} found)",
+          block ? "128x128 block" : "per-row 1x128", m, n, k, static_cast<int>(status), found);
+    }
     return nullptr;
   }
   plan->algo = result.algo;

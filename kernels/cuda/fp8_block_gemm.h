@@ -78,8 +78,9 @@ class Fp8BlockGemm {
   DeviceBuffer workspace_;
   bool hopper_ = false;
   enum class Mode { kBlock, kRow, kWgmma } last_ = Mode::kRow;
-  bool row_ok_ = false, block_ok_ = false;  // the cuBLASLt scale modes that passed SelfCheck
-  bool wgmma_ok_ = false;                   // the wgmma kernel: built, 9.0, passed SelfCheck
+  bool row_ok_ = false, block_ok_ = false;   // the cuBLASLt scale modes that passed SelfCheck
+  bool wgmma_ok_ = false;                    // the wgmma kernel: built, 9.0, passed SelfCheck
+  bool missing_logged_[2] = {false, false};  // a shape without a cuBLASLt algorithm, by mode
   std::map<std::tuple<int, int, int, bool>, std::unique_ptr<Plan>> plans_;  // null: unsupported
 };
 
