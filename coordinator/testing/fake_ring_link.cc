@@ -12,19 +12,6 @@ int32_t FakeNextToken(int32_t token, int32_t position, int vocab_size) {
   return static_cast<int32_t>((static_cast<int64_t>(token) * 31 + position * 7 + 3) % vocab_size);
 }
 
-void FakeRingGate::Open() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-  }
-  cv_.notify_all();
-}
-
-bool FakeRingGate::WaitOpen(absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] { return open_; });
-}
-
 absl::Status FakeRingLink::Open(Handlers handlers) {
   std::lock_guard<std::mutex> lock(mu_);
   handlers_ = std::move(handlers);
@@ -57,7 +44,8 @@ void FakeRingLink::Send(int stage, v1::StepPlan plan) {
   }
   if (options_.fail_after_micro_batches >= 0 && done_ >= options_.fail_after_micro_batches) {
     // Under mu_: only the engine's loop sends (and closes), and Submit needs no link lock.
-    if (options_.fault_gate) options_.fault_gate->WaitOpen(options_.fault_gate_wait);
+    if (options_.fault_gate)
+      options_.fault_gate->WaitForNotificationWithTimeout(options_.fault_gate_wait);
     failed_ = true;
     if (options_.fail_as_stage_error) {
       v1::StepResult result;

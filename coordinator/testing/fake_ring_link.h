@@ -5,14 +5,13 @@
 // exactly as it would have. Plan-ahead: the last stage's tokens go to stage 0 by a back edge
 // (a map here) that fills the placeholders of decodes planned ahead, as a stage does
 // (stage/token_back_edge.h). Faults: fail the ring after a number of last-stage results, or
-// answer with a stage error; a test can hold the fault back (FakeRingGate) until it has
+// answer with a stage error; a test can hold the fault back (a notification) until it has
 // submitted every request the failure is meant to find running.
 //
 // Thread-safe.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -20,6 +19,7 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "coordinator/ring_link.h"
@@ -28,19 +28,6 @@ namespace ringserve {
 
 // The fake model: the token after `token` at position `position`.
 int32_t FakeNextToken(int32_t token, int32_t position, int vocab_size);
-
-// A latch the test opens once; FakeRingLink waits on it before injecting its fault.
-class FakeRingGate {
- public:
-  void Open();
-  // Whether the gate opened within `timeout`.
-  bool WaitOpen(absl::Duration timeout);
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
 
 struct FakeRingOptions {
   int num_stages = 2;
@@ -52,7 +39,7 @@ struct FakeRingOptions {
   // With fail_after_micro_batches: the failing micro-batch waits (on the sending thread, which
   // holds no engine lock) until this gate opens, so that a test's requests are all admitted
   // before the ring fails; after `fault_gate_wait` (a test that never opened it) it fails anyway.
-  std::shared_ptr<FakeRingGate> fault_gate{};
+  std::shared_ptr<absl::Notification> fault_gate{};
   absl::Duration fault_gate_wait = absl::Seconds(10);
   // Time each micro-batch takes (on the sending thread), as a slower ring would.
   absl::Duration step_time = absl::ZeroDuration();
